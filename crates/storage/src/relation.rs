@@ -1,0 +1,187 @@
+//! Relations: ordered maps from encoded keys to records on a concurrent B+-tree
+//! (`scc::TreeIndex`). The index holds record pointers; records hold the TID
+//! word and the value, so the index never changes when a value does.
+
+use std::ops::Bound;
+
+use scc::{Guard, TreeIndex};
+
+use crate::key::EncodedKey;
+use crate::record::RecordRef;
+use crate::tid::Tid;
+
+/// Direction of a range scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanDirection {
+    Forward,
+    Reverse,
+}
+
+/// A relation: one ordered index of records.
+pub struct Relation {
+    name: String,
+    index: TreeIndex<EncodedKey, RecordRef>,
+}
+
+impl std::fmt::Debug for Relation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relation")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Owned bounds of a key range over encoded keys.
+pub type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+impl Relation {
+    pub(crate) fn new(name: &str) -> Self {
+        Relation {
+            name: name.to_owned(),
+            index: TreeIndex::new(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of index entries, including absent placeholders not yet unlinked.
+    pub fn index_len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(crate) fn lookup(&self, key: &[u8], guard: &Guard) -> Option<RecordRef> {
+        self.index.peek(key, guard).copied()
+    }
+
+    /// Finds the record for `key`, creating an absent placeholder if there is
+    /// none. Returns the record and whether this call created it.
+    pub(crate) fn lookup_or_insert_placeholder(
+        &self,
+        key: &[u8],
+        guard: &Guard,
+    ) -> (RecordRef, bool) {
+        // Bounded: each failed insert means another thread linked a record for
+        // this key, which the next lookup finds unless it is unlinked again.
+        for _ in 0..1_000_000 {
+            if let Some(record) = self.lookup(key, guard) {
+                return (record, false);
+            }
+            let record = RecordRef::allocate(Tid::PLACEHOLDER, &[]);
+            match self.index.insert_sync(EncodedKey::from_slice(key), record) {
+                Ok(()) => return (record, true),
+                // SAFETY: never published.
+                Err((_, record)) => unsafe { record.free() },
+            }
+        }
+        panic!("placeholder insert for a key lost a million races in a row");
+    }
+
+    /// Unlinks `record` from the index if it is still the entry for `key`, and
+    /// retires it. The caller has already cleared its latest bit.
+    pub(crate) fn unlink(&self, key: &[u8], record: RecordRef, guard: &Guard) {
+        debug_assert!(!record.load_tid().is_latest());
+        if self.index.remove_if_sync(key, |current| *current == record) {
+            record.retire(guard);
+        }
+    }
+
+    pub(crate) fn range<'g, 'b>(
+        &'g self,
+        bounds: KeyBounds<'b>,
+        guard: &'g Guard,
+    ) -> impl DoubleEndedIterator<Item = (&'g EncodedKey, &'g RecordRef)> + use<'g, 'b> {
+        self.index.range::<[u8], KeyBounds<'b>>(bounds, guard)
+    }
+
+    // ---- The no-concurrency-control baseline: the same index and records, no
+    // TID checks, no read set, no validation. Used only to measure OCC's cost.
+
+    /// Baseline point read.
+    pub fn raw_get(&self, key: &[u8], out: &mut Vec<u8>) -> bool {
+        let guard = Guard::new();
+        match self.lookup(key, &guard) {
+            Some(record) if !record.load_tid().is_absent() => {
+                record.raw_read_into(out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Baseline write: overwrite in place, or insert a new record.
+    pub fn raw_put(&self, key: &[u8], value: &[u8]) {
+        let guard = Guard::new();
+        let (record, _) = self.lookup_or_insert_placeholder(key, &guard);
+        record.write_value(value, &guard);
+        let tid = record.load_tid();
+        if tid.is_absent() {
+            record.tid().lock();
+            record
+                .tid()
+                .unlock_to(Tid::with_status(tid.version(), crate::tid::LATEST_BIT));
+        }
+    }
+
+    /// Baseline scan: visits up to `limit` present records in order.
+    pub fn raw_scan(
+        &self,
+        bounds: KeyBounds<'_>,
+        direction: ScanDirection,
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> usize {
+        let guard = Guard::new();
+        let mut value = Vec::new();
+        let mut seen = 0;
+        let mut each = |key: &EncodedKey, record: &RecordRef| {
+            if record.load_tid().is_absent() {
+                return true;
+            }
+            record.raw_read_into(&mut value);
+            visit(key.as_slice(), &value);
+            seen += 1;
+            seen < limit
+        };
+        let iter = self.range(bounds, &guard);
+        match direction {
+            ScanDirection::Forward => {
+                for (k, r) in iter {
+                    if !each(k, r) {
+                        break;
+                    }
+                }
+            }
+            ScanDirection::Reverse => {
+                for (k, r) in iter.rev() {
+                    if !each(k, r) {
+                        break;
+                    }
+                }
+            }
+        }
+        seen
+    }
+
+    /// Heap bytes of all records (excluding allocator overhead and the index).
+    pub fn record_heap_bytes(&self) -> usize {
+        let guard = Guard::new();
+        self.index.iter(&guard).map(|(_, r)| r.heap_bytes()).sum()
+    }
+}
+
+impl Drop for Relation {
+    fn drop(&mut self) {
+        // Exclusive access: no transaction can hold a guard over this relation's
+        // records any more, and unlinked records were already retired.
+        let guard = Guard::new();
+        let records: Vec<RecordRef> = self.index.iter(&guard).map(|(_, r)| *r).collect();
+        drop(guard);
+        self.index.clear();
+        for record in records {
+            // SAFETY: see above.
+            unsafe { record.free() };
+        }
+    }
+}

@@ -1,0 +1,741 @@
+//! Silo OCC transactions (Tu et al. 2013, §4): reads record the TID they saw,
+//! writes are buffered, and commit runs Silo's three phases:
+//!
+//! 1. lock the write set in a global order (record address), then read the
+//!    global epoch;
+//! 2. validate the read set (same version, not locked by another committer) and
+//!    the phantom set (below);
+//! 3. choose a TID larger than everything read or written and larger than the
+//!    worker's last TID, in the current epoch; install the values and publish
+//!    the new TID, which also releases each lock.
+//!
+//! **Phantom protection.** `scc::TreeIndex` does not expose node versions, so
+//! Silo's node set is replaced by *scan re-validation*: a scan records the
+//! sequence of records it visited (absent placeholders included) and commit
+//! re-runs the scan and compares the sequence. A key read as missing is
+//! re-looked-up. Granularity is exactly the scanned key range (up to the last
+//! visited key when the scan stopped at its limit); the cost is one more index
+//! traversal of that range per scan at commit.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::ptr::NonNull;
+
+use scc::Guard;
+
+use crate::epoch::GlobalEpoch;
+use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
+use crate::key::MAX_KEY_BYTES;
+use crate::record::RecordRef;
+use crate::relation::{KeyBounds, Relation, ScanDirection};
+use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
+use crate::{PlantedBugs, Worker};
+
+/// Largest value a record accepts.
+pub const MAX_VALUE_BYTES: usize = 16 << 20;
+/// Largest total of keys and values one transaction may buffer.
+pub const MAX_TX_ARENA_BYTES: usize = 1 << 30;
+/// Write sets up to this size are searched linearly; larger ones get a hash index.
+const LINEAR_WRITE_SEARCH: usize = 16;
+
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    off: u32,
+    len: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriteOp {
+    Put,
+    Delete,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct WriteEntry {
+    relation: NonNull<Relation>,
+    record: RecordRef,
+    op: WriteOp,
+    /// This transaction linked the record as an absent placeholder.
+    created: bool,
+    key: Span,
+    value: Span,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ReadEntry {
+    record: RecordRef,
+    observed: Tid,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MissEntry {
+    relation: NonNull<Relation>,
+    key: Span,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SpanBound {
+    Included(Span),
+    Excluded(Span),
+    Unbounded,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ScanEntry {
+    relation: NonNull<Relation>,
+    lower: SpanBound,
+    upper: SpanBound,
+    direction: ScanDirection,
+    /// Range in `scanned` of the records the scan visited.
+    visited_from: u32,
+    visited_to: u32,
+    /// The scan reached the end of its range (rather than its limit).
+    exhausted: bool,
+}
+
+#[derive(Default)]
+struct PtrHasher(u64);
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Per-worker buffers reused by every transaction, so the hot path allocates
+/// nothing once they have grown to the workload's size.
+#[derive(Default)]
+pub(crate) struct TxBuffers {
+    reads: Vec<ReadEntry>,
+    writes: Vec<WriteEntry>,
+    write_index: HashMap<RecordRef, u32, BuildHasherDefault<PtrHasher>>,
+    misses: Vec<MissEntry>,
+    scans: Vec<ScanEntry>,
+    scanned: Vec<RecordRef>,
+    arena: Vec<u8>,
+    scratch: Vec<u8>,
+    last_lookup: Option<(NonNull<Relation>, Span, RecordRef)>,
+}
+
+impl TxBuffers {
+    fn clear(&mut self) {
+        self.reads.clear();
+        self.writes.clear();
+        self.write_index.clear();
+        self.misses.clear();
+        self.scans.clear();
+        self.scanned.clear();
+        self.arena.clear();
+        self.last_lookup = None;
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) -> Result<Span, TxError> {
+        let off = self.arena.len();
+        if off + bytes.len() > MAX_TX_ARENA_BYTES {
+            return Err(TxError::TransactionTooLarge {
+                max: MAX_TX_ARENA_BYTES,
+            });
+        }
+        self.arena.extend_from_slice(bytes);
+        Ok(Span {
+            off: off as u32,
+            len: bytes.len() as u32,
+        })
+    }
+
+    fn bytes(&self, span: Span) -> &[u8] {
+        &self.arena[span.off as usize..(span.off + span.len) as usize]
+    }
+
+    /// The write-set entry for `record`, during execution (unsorted write set).
+    fn find_write(&mut self, record: RecordRef) -> Option<usize> {
+        if self.writes.len() <= LINEAR_WRITE_SEARCH {
+            return self.writes.iter().position(|w| w.record == record);
+        }
+        let indexed = self.write_index.len();
+        for (i, w) in self.writes.iter().enumerate().skip(indexed) {
+            self.write_index.insert(w.record, i as u32);
+        }
+        self.write_index.get(&record).map(|&i| i as usize)
+    }
+
+    /// The write-set entry for `record`, during commit (write set sorted).
+    fn find_sorted(&self, record: RecordRef) -> Option<&WriteEntry> {
+        self.writes
+            .binary_search_by(|w| w.record.cmp(&record))
+            .ok()
+            .map(|i| &self.writes[i])
+    }
+
+    fn bound(&self, bound: SpanBound) -> Bound<&[u8]> {
+        match bound {
+            SpanBound::Included(s) => Bound::Included(self.bytes(s)),
+            SpanBound::Excluded(s) => Bound::Excluded(self.bytes(s)),
+            SpanBound::Unbounded => Bound::Unbounded,
+        }
+    }
+
+    fn save_bound(&mut self, bound: Bound<&[u8]>) -> Result<SpanBound, TxError> {
+        Ok(match bound {
+            Bound::Included(b) => SpanBound::Included(self.push_bytes(b)?),
+            Bound::Excluded(b) => SpanBound::Excluded(self.push_bytes(b)?),
+            Bound::Unbounded => SpanBound::Unbounded,
+        })
+    }
+}
+
+/// What a successful commit produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit TID (zero for read-only transactions, which install nothing).
+    pub tid: Tid,
+    pub read_only: bool,
+}
+
+/// One Silo OCC transaction. Relations passed to it must outlive it (`'r`).
+/// Dropping a transaction without committing aborts it.
+pub struct Transaction<'w, 'r> {
+    worker: &'w mut Worker,
+    guard: Guard,
+    finished: bool,
+    _relations: PhantomData<&'r Relation>,
+}
+
+fn check_key(key: &[u8]) -> Result<(), TxError> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(TxError::KeyTooLarge {
+            len: key.len(),
+            max: MAX_KEY_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<(), TxError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(TxError::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn relation_ref<'a>(relation: NonNull<Relation>) -> &'a Relation {
+    // SAFETY: entries hold relations borrowed for the transaction's `'r`, and
+    // buffers are cleared before the transaction ends.
+    unsafe { relation.as_ref() }
+}
+
+impl<'w, 'r> Transaction<'w, 'r> {
+    pub(crate) fn new(worker: &'w mut Worker) -> Self {
+        debug_assert!(worker.buffers.writes.is_empty() && worker.buffers.reads.is_empty());
+        Transaction {
+            worker,
+            guard: Guard::new(),
+            finished: false,
+            _relations: PhantomData,
+        }
+    }
+
+    fn bufs(&mut self) -> &mut TxBuffers {
+        &mut self.worker.buffers
+    }
+
+    /// Index lookup with a one-entry cache, so read-modify-write of one key
+    /// traverses the index once.
+    fn lookup(&mut self, relation: &'r Relation, key: &[u8]) -> Result<Option<RecordRef>, TxError> {
+        check_key(key)?;
+        let rel = NonNull::from(relation);
+        let bufs = &mut self.worker.buffers;
+        if let Some((cached_rel, span, record)) = bufs.last_lookup {
+            if cached_rel == rel && bufs.bytes(span) == key {
+                return Ok(Some(record));
+            }
+        }
+        let found = relation.lookup(key, &self.guard);
+        if let Some(record) = found {
+            let span = bufs.push_bytes(key)?;
+            bufs.last_lookup = Some((rel, span, record));
+        }
+        Ok(found)
+    }
+
+    fn lookup_or_create(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+    ) -> Result<(RecordRef, bool), TxError> {
+        if let Some(record) = self.lookup(relation, key)? {
+            return Ok((record, false));
+        }
+        let (record, created) = relation.lookup_or_insert_placeholder(key, &self.guard);
+        let bufs = self.bufs();
+        let span = bufs.push_bytes(key)?;
+        bufs.last_lookup = Some((NonNull::from(relation), span, record));
+        Ok((record, created))
+    }
+
+    fn record_miss(&mut self, relation: &'r Relation, key: &[u8]) -> Result<(), TxError> {
+        let bufs = self.bufs();
+        let key = bufs.push_bytes(key)?;
+        bufs.misses.push(MissEntry {
+            relation: NonNull::from(relation),
+            key,
+        });
+        Ok(())
+    }
+
+    /// Stable read of the record's TID only, recorded in the read set.
+    fn observe_tid(&mut self, record: RecordRef) -> Result<Tid, TxError> {
+        let (tid, ()) = record.tid().stable_read(|| ());
+        if !tid.is_latest() {
+            return Err(TxError::Conflict(ConflictKind::RecordUnlinked));
+        }
+        self.bufs().reads.push(ReadEntry {
+            record,
+            observed: tid,
+        });
+        Ok(tid)
+    }
+
+    fn add_write(
+        &mut self,
+        relation: &'r Relation,
+        record: RecordRef,
+        created: bool,
+        op: WriteOp,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), TxError> {
+        let bufs = self.bufs();
+        let value = bufs.push_bytes(value)?;
+        if let Some(i) = bufs.find_write(record) {
+            let entry = &mut bufs.writes[i];
+            entry.op = op;
+            entry.value = value;
+            return Ok(());
+        }
+        let key = bufs.push_bytes(key)?;
+        bufs.writes.push(WriteEntry {
+            relation: NonNull::from(relation),
+            record,
+            op,
+            created,
+            key,
+            value,
+        });
+        Ok(())
+    }
+
+    /// Reads `key`, passing its value to `read`. `None` if the key is absent.
+    pub fn get_with<T>(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, TxError> {
+        let Some(record) = self.lookup(relation, key)? else {
+            self.record_miss(relation, key)?;
+            return Ok(None);
+        };
+        let bufs = &mut self.worker.buffers;
+        if let Some(i) = bufs.find_write(record) {
+            let entry = bufs.writes[i];
+            return Ok(match entry.op {
+                WriteOp::Put => Some(read(bufs.bytes(entry.value))),
+                WriteOp::Delete => None,
+            });
+        }
+        let tid = record.read_into(&mut bufs.scratch);
+        if !tid.is_latest() {
+            // Unlinked by a concurrent delete: the key is absent, and stays
+            // absent only if no new record appears before commit.
+            self.record_miss(relation, key)?;
+            return Ok(None);
+        }
+        bufs.reads.push(ReadEntry {
+            record,
+            observed: tid,
+        });
+        if tid.is_absent() {
+            return Ok(None);
+        }
+        Ok(Some(read(&bufs.scratch)))
+    }
+
+    /// Reads `key` into a new vector.
+    pub fn get(&mut self, relation: &'r Relation, key: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
+        self.get_with(relation, key, <[u8]>::to_vec)
+    }
+
+    /// Writes `key` whether or not it exists (a blind write).
+    pub fn put(&mut self, relation: &'r Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
+        check_value(value)?;
+        let (record, created) = self.lookup_or_create(relation, key)?;
+        self.add_write(relation, record, created, WriteOp::Put, key, value)
+    }
+
+    /// Inserts `key`, which must not exist.
+    pub fn insert(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), TxError> {
+        check_value(value)?;
+        let (record, created) = self.lookup_or_create(relation, key)?;
+        let duplicate = || {
+            TxError::Constraint(ConstraintViolation::DuplicateKey {
+                relation: relation.name().to_owned(),
+            })
+        };
+        if let Some(i) = self.bufs().find_write(record) {
+            if self.bufs().writes[i].op == WriteOp::Put {
+                return Err(duplicate());
+            }
+        } else if created {
+            // Another inserter may find the placeholder too; whichever commits
+            // second sees the version move and aborts.
+            self.bufs().reads.push(ReadEntry {
+                record,
+                observed: Tid::PLACEHOLDER,
+            });
+        } else if !self.observe_tid(record)?.is_absent() {
+            return Err(duplicate());
+        }
+        self.add_write(relation, record, created, WriteOp::Put, key, value)
+    }
+
+    /// Overwrites `key`, which must exist.
+    pub fn update(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), TxError> {
+        check_value(value)?;
+        if !self.exists_for_write(relation, key)? {
+            return Err(TxError::Constraint(ConstraintViolation::MissingKey {
+                relation: relation.name().to_owned(),
+            }));
+        }
+        let record = self
+            .lookup(relation, key)?
+            .expect("exists_for_write found it");
+        self.add_write(relation, record, false, WriteOp::Put, key, value)
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    pub fn delete(&mut self, relation: &'r Relation, key: &[u8]) -> Result<bool, TxError> {
+        if !self.exists_for_write(relation, key)? {
+            return Ok(false);
+        }
+        let record = self
+            .lookup(relation, key)?
+            .expect("exists_for_write found it");
+        self.add_write(relation, record, false, WriteOp::Delete, key, &[])?;
+        Ok(true)
+    }
+
+    /// Whether `key` exists, as seen by this transaction, recording the
+    /// observation for validation.
+    fn exists_for_write(&mut self, relation: &'r Relation, key: &[u8]) -> Result<bool, TxError> {
+        let Some(record) = self.lookup(relation, key)? else {
+            self.record_miss(relation, key)?;
+            return Ok(false);
+        };
+        if let Some(i) = self.bufs().find_write(record) {
+            return Ok(self.bufs().writes[i].op == WriteOp::Put);
+        }
+        Ok(!self.observe_tid(record)?.is_absent())
+    }
+
+    /// Scans `bounds` in `direction`, passing up to `limit` present records to
+    /// `visit` (which returns `false` to stop early). Returns how many it passed.
+    pub fn scan(
+        &mut self,
+        relation: &'r Relation,
+        bounds: KeyBounds<'_>,
+        direction: ScanDirection,
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        for b in [bounds.0, bounds.1] {
+            if let Bound::Included(k) | Bound::Excluded(k) = b {
+                check_key(k)?;
+            }
+        }
+        if limit == 0 {
+            return Ok(0);
+        }
+        let bufs = &mut self.worker.buffers;
+        let lower = bufs.save_bound(bounds.0)?;
+        let upper = bufs.save_bound(bounds.1)?;
+        let visited_from = bufs.scanned.len() as u32;
+        let mut delivered = 0usize;
+        let mut exhausted = true;
+        let mut step = |key: &[u8], record: RecordRef, bufs: &mut TxBuffers| -> bool {
+            if let Some(i) = bufs.find_write(record) {
+                let entry = bufs.writes[i];
+                if !entry.created {
+                    bufs.scanned.push(record);
+                }
+                if entry.op == WriteOp::Delete {
+                    return true;
+                }
+                delivered += 1;
+                return visit(key, bufs.bytes(entry.value)) && delivered < limit;
+            }
+            let tid = record.read_into(&mut bufs.scratch);
+            bufs.scanned.push(record);
+            bufs.reads.push(ReadEntry {
+                record,
+                observed: tid,
+            });
+            if tid.is_absent() || !tid.is_latest() {
+                return true;
+            }
+            delivered += 1;
+            visit(key, &bufs.scratch) && delivered < limit
+        };
+        let iter = relation.range(bounds, &self.guard);
+        match direction {
+            ScanDirection::Forward => {
+                for (key, record) in iter {
+                    if !step(key.as_slice(), *record, bufs) {
+                        exhausted = false;
+                        break;
+                    }
+                }
+            }
+            ScanDirection::Reverse => {
+                for (key, record) in iter.rev() {
+                    if !step(key.as_slice(), *record, bufs) {
+                        exhausted = false;
+                        break;
+                    }
+                }
+            }
+        }
+        let visited_to = bufs.scanned.len() as u32;
+        bufs.scans.push(ScanEntry {
+            relation: NonNull::from(relation),
+            lower,
+            upper,
+            direction,
+            visited_from,
+            visited_to,
+            exhausted,
+        });
+        Ok(delivered)
+    }
+
+    /// Commits: Silo's lock, validate, install. On a conflict the transaction is
+    /// aborted and its effects undone.
+    pub fn commit(mut self) -> Result<CommitInfo, CommitError> {
+        self.finished = true;
+        let worker = &mut *self.worker;
+        let result = commit_core(
+            &mut worker.buffers,
+            &self.guard,
+            worker.last_tid,
+            worker.planted,
+            &worker.engine.epoch,
+        );
+        match result {
+            Ok(info) => {
+                if !info.read_only {
+                    self.worker.last_tid = info.tid.version();
+                }
+                self.worker.stats.commits += 1;
+            }
+            Err(_) => {
+                abort_core(&mut self.worker.buffers, &self.guard);
+                self.worker.stats.aborts += 1;
+            }
+        }
+        self.worker.buffers.clear();
+        result
+    }
+
+    /// Aborts, undoing placeholder inserts.
+    pub fn abort(mut self) {
+        self.finish_abort();
+    }
+
+    fn finish_abort(&mut self) {
+        self.finished = true;
+        abort_core(&mut self.worker.buffers, &self.guard);
+        self.worker.buffers.clear();
+        self.worker.stats.aborts += 1;
+    }
+}
+
+impl Drop for Transaction<'_, '_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finish_abort();
+        }
+    }
+}
+
+fn commit_core(
+    bufs: &mut TxBuffers,
+    guard: &Guard,
+    last_tid: u64,
+    planted: PlantedBugs,
+    global_epoch: &GlobalEpoch,
+) -> Result<CommitInfo, CommitError> {
+    if bufs.writes.is_empty() {
+        // Read-only: validation alone serializes it at the validation point.
+        validate(bufs, guard, planted)?;
+        return Ok(CommitInfo {
+            tid: Tid::from_raw(0),
+            read_only: true,
+        });
+    }
+    // Phase 1: lock the write set in address order.
+    bufs.writes.sort_unstable_by(|a, b| a.record.cmp(&b.record));
+    let mut max_version = last_tid;
+    for (i, w) in bufs.writes.iter().enumerate() {
+        let before = w.record.tid().lock();
+        if !before.is_latest() {
+            unlock_prefix(&bufs.writes[..=i]);
+            return Err(CommitError::Conflict(ConflictKind::RecordUnlinked));
+        }
+        max_version = max_version.max(before.version());
+    }
+    commit_fence();
+    let epoch = global_epoch.current();
+    // Phase 2: validate.
+    if let Err(e) = validate(bufs, guard, planted) {
+        unlock_prefix(&bufs.writes);
+        return Err(e);
+    }
+    // Phase 3: a TID above everything observed, in the current epoch.
+    for r in &bufs.reads {
+        max_version = max_version.max(r.observed.version());
+    }
+    let candidate = max_version + (1 << SEQUENCE_SHIFT);
+    let epoch_floor = Tid::new(epoch, 0, 0).version();
+    let tid = Tid::from_raw(candidate.max(epoch_floor));
+    install(bufs, guard, tid);
+    Ok(CommitInfo {
+        tid,
+        read_only: false,
+    })
+}
+
+fn unlock_prefix(writes: &[WriteEntry]) {
+    for w in writes {
+        let current = w.record.load_tid();
+        w.record.tid().unlock_to(current.unlocked());
+    }
+}
+
+fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(), CommitError> {
+    if !planted.skip_read_validation {
+        for r in &bufs.reads {
+            let mine = bufs.find_sorted(r.record).is_some();
+            if !r.record.tid().validate(r.observed, mine) {
+                return Err(CommitError::Conflict(ConflictKind::ReadValidation));
+            }
+        }
+    }
+    if planted.skip_phantom_validation {
+        return Ok(());
+    }
+    for m in &bufs.misses {
+        let relation = relation_ref(m.relation);
+        if let Some(record) = relation.lookup(bufs.bytes(m.key), guard) {
+            if !bufs.find_sorted(record).is_some_and(|w| w.created) {
+                return Err(CommitError::Conflict(ConflictKind::Phantom));
+            }
+        }
+    }
+    for scan in &bufs.scans {
+        if !rescan_matches(bufs, scan, guard) {
+            return Err(CommitError::Conflict(ConflictKind::Phantom));
+        }
+    }
+    Ok(())
+}
+
+/// Re-runs a scan and checks it visits the same records: no record linked into
+/// or unlinked from the range since (this transaction's own inserts excepted).
+fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard) -> bool {
+    let relation = relation_ref(scan.relation);
+    let visited = &bufs.scanned[scan.visited_from as usize..scan.visited_to as usize];
+    let bounds = (bufs.bound(scan.lower), bufs.bound(scan.upper));
+    let mut next = 0usize;
+    let mut check = |record: &RecordRef| -> Option<bool> {
+        if bufs.find_sorted(*record).is_some_and(|w| w.created) {
+            return None;
+        }
+        if next == visited.len() {
+            // Past the last visited record: a new record matters only if the
+            // original scan covered the whole range.
+            return Some(!scan.exhausted);
+        }
+        if *record != visited[next] {
+            return Some(false);
+        }
+        next += 1;
+        None
+    };
+    let iter = relation.range(bounds, guard);
+    let verdict = match scan.direction {
+        ScanDirection::Forward => iter.map(|(_, r)| r).find_map(&mut check),
+        ScanDirection::Reverse => iter.rev().map(|(_, r)| r).find_map(&mut check),
+    };
+    match verdict {
+        Some(ok) => ok,
+        None => next == visited.len(),
+    }
+}
+
+fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid) {
+    for w in &bufs.writes {
+        match w.op {
+            WriteOp::Put => {
+                w.record.write_value(bufs.bytes(w.value), guard);
+                w.record
+                    .tid()
+                    .unlock_to(Tid::with_status(tid.version(), LATEST_BIT));
+            }
+            WriteOp::Delete => {
+                // Deleted records leave the index at once: absent and no longer
+                // latest, so anyone still holding the pointer fails validation.
+                w.record
+                    .tid()
+                    .unlock_to(Tid::with_status(tid.version(), ABSENT_BIT));
+                relation_ref(w.relation).unlink(bufs.bytes(w.key), w.record, guard);
+            }
+        }
+    }
+}
+
+/// Undoes an aborted transaction's placeholder inserts that nobody else filled.
+fn abort_core(bufs: &TxBuffers, guard: &Guard) {
+    for w in bufs.writes.iter().filter(|w| w.created) {
+        let before = w.record.tid().lock();
+        if before.is_absent() && before.is_latest() {
+            w.record
+                .tid()
+                .unlock_to(Tid::with_status(before.version(), ABSENT_BIT));
+            relation_ref(w.relation).unlink(bufs.bytes(w.key), w.record, guard);
+        } else {
+            w.record.tid().unlock_to(before);
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Single-threaded semantics of the transaction API.
+
+use std::ops::Bound;
+
+use roost_storage::{
+    ConflictKind, ConstraintViolation, Engine, KeyCodec, RetryPolicy, ScanDirection, Table, TxError,
+};
+
+#[test]
+fn put_get_delete_and_read_own_writes() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"a").unwrap(), None);
+    tx.put(&rel, b"a", b"1").unwrap();
+    assert_eq!(tx.get(&rel, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    tx.commit().unwrap();
+
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(tx.delete(&rel, b"a").unwrap());
+    assert_eq!(tx.get(&rel, b"a").unwrap(), None);
+    assert!(!tx.delete(&rel, b"a").unwrap());
+    tx.commit().unwrap();
+
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"a").unwrap(), None);
+    tx.commit().unwrap();
+    assert_eq!(rel.index_len(), 0, "deleted record was unlinked");
+}
+
+#[test]
+fn insert_and_update_enforce_constraints() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    tx.insert(&rel, b"k", b"v").unwrap();
+    assert!(matches!(
+        tx.insert(&rel, b"k", b"v2"),
+        Err(TxError::Constraint(
+            ConstraintViolation::DuplicateKey { .. }
+        ))
+    ));
+    assert!(matches!(
+        tx.update(&rel, b"missing", b"x"),
+        Err(TxError::Constraint(ConstraintViolation::MissingKey { .. }))
+    ));
+    tx.commit().unwrap();
+    let mut tx = w.begin();
+    assert!(matches!(
+        tx.insert(&rel, b"k", b"v3"),
+        Err(TxError::Constraint(_))
+    ));
+    tx.update(&rel, b"k", b"v4").unwrap();
+    tx.commit().unwrap();
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"k").unwrap().as_deref(), Some(&b"v4"[..]));
+}
+
+#[test]
+fn aborted_inserts_leave_nothing_behind() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    tx.insert(&rel, b"x", b"1").unwrap();
+    tx.put(&rel, b"y", b"2").unwrap();
+    tx.abort();
+    assert_eq!(rel.index_len(), 0);
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"x").unwrap(), None);
+    drop(tx); // dropping aborts
+    assert_eq!(w.stats().aborts, 2);
+}
+
+#[test]
+fn scans_forward_reverse_with_limits_and_own_writes() {
+    let engine = Engine::default();
+    let table: Table<u64, String> = Table::create(&engine, "t").unwrap();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    for i in 0..100u64 {
+        table.insert(&mut tx, &i, &format!("v{i}")).unwrap();
+    }
+    tx.commit().unwrap();
+    let mut tx = w.begin();
+    table.delete(&mut tx, &11).unwrap();
+    table.put(&mut tx, &12, &"new".to_string()).unwrap();
+    let rows = table
+        .scan(&mut tx, 10..20, ScanDirection::Forward, 3)
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![(10, "v10".into()), (12, "new".into()), (13, "v13".into())]
+    );
+    let rows = table
+        .scan(&mut tx, 10..=20, ScanDirection::Reverse, 2)
+        .unwrap();
+    assert_eq!(rows, vec![(20, "v20".into()), (19, "v19".into())]);
+    let all = table
+        .scan(&mut tx, .., ScanDirection::Forward, usize::MAX)
+        .unwrap();
+    assert_eq!(all.len(), 99);
+    tx.commit().unwrap();
+}
+
+#[test]
+fn conflicting_writer_aborts_reader() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let (mut w1, mut w2) = (engine.worker(), engine.worker());
+    let mut setup = w1.begin();
+    setup.put(&rel, b"a", b"0").unwrap();
+    setup.commit().unwrap();
+
+    let mut t1 = w1.begin();
+    let v = t1.get(&rel, b"a").unwrap().unwrap();
+    let mut t2 = w2.begin();
+    t2.put(&rel, b"a", b"2").unwrap();
+    t2.commit().unwrap();
+    t1.put(&rel, b"b", &v).unwrap();
+    assert_eq!(
+        t1.commit().unwrap_err().to_string(),
+        "commit aborted: a record read by the transaction changed or was locked before commit"
+    );
+}
+
+#[test]
+fn missing_key_read_conflicts_with_insert() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let (mut w1, mut w2) = (engine.worker(), engine.worker());
+    let mut t1 = w1.begin();
+    assert_eq!(t1.get(&rel, b"k").unwrap(), None);
+    let mut t2 = w2.begin();
+    t2.insert(&rel, b"k", b"v").unwrap();
+    t2.commit().unwrap();
+    t1.put(&rel, b"other", b"x").unwrap();
+    assert!(matches!(
+        t1.commit(),
+        Err(roost_storage::CommitError::Conflict(ConflictKind::Phantom))
+    ));
+}
+
+#[test]
+fn retry_helper_returns_user_errors_and_limits_attempts() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let err = w
+        .run(RetryPolicy::default(), |tx| {
+            tx.put(&rel, b"a", b"1")?;
+            Err::<(), _>(TxError::user_abort("no"))
+        })
+        .unwrap_err();
+    assert_eq!(err, TxError::user_abort("no"));
+    let mut calls = 0;
+    let err = w
+        .run(
+            RetryPolicy {
+                max_attempts: 3,
+                initial_backoff_us: 1,
+                max_backoff_us: 10,
+            },
+            |_tx| {
+                calls += 1;
+                Err::<(), _>(TxError::Conflict(ConflictKind::ReadValidation))
+            },
+        )
+        .unwrap_err();
+    assert_eq!(calls, 3);
+    assert!(matches!(err, TxError::RetriesExhausted { attempts: 3, .. }));
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"a").unwrap(), None, "user abort rolled back");
+}
+
+#[test]
+fn large_values_and_bad_sizes() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let big = vec![7u8; 5000];
+    let mut tx = w.begin();
+    tx.put(&rel, b"k", b"small").unwrap();
+    tx.commit().unwrap();
+    let mut tx = w.begin();
+    tx.put(&rel, b"k", &big).unwrap();
+    tx.commit().unwrap();
+    let mut tx = w.begin();
+    assert_eq!(tx.get(&rel, b"k").unwrap().unwrap(), big);
+    assert!(matches!(
+        tx.put(&rel, &vec![0u8; 5000], b"v"),
+        Err(TxError::KeyTooLarge { .. })
+    ));
+    assert!(matches!(
+        tx.put(&rel, b"k", &vec![0u8; 17 << 20]),
+        Err(TxError::ValueTooLarge { .. })
+    ));
+    let _ = (Bound::<&[u8]>::Unbounded, 1u8.encode());
+}

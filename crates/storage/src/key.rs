@@ -53,10 +53,7 @@ pub trait KeyCodec: Sized {
     }
 }
 
-fn take<'a, const N: usize>(
-    input: &mut &'a [u8],
-    what: &'static str,
-) -> Result<[u8; N], KeyDecodeError> {
+fn take<const N: usize>(input: &mut &[u8], what: &'static str) -> Result<[u8; N], KeyDecodeError> {
     if input.len() < N {
         return Err(KeyDecodeError::Truncated {
             what,

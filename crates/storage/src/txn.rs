@@ -560,7 +560,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
                 self.worker.stats.commits += 1;
             }
             Err(_) => {
-                abort_core(&mut self.worker.buffers, &self.guard);
+                abort_core(&self.worker.buffers, &self.guard);
                 self.worker.stats.aborts += 1;
             }
         }
@@ -575,7 +575,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
 
     fn finish_abort(&mut self) {
         self.finished = true;
-        abort_core(&mut self.worker.buffers, &self.guard);
+        abort_core(&self.worker.buffers, &self.guard);
         self.worker.buffers.clear();
         self.worker.stats.aborts += 1;
     }
@@ -605,7 +605,7 @@ fn commit_core(
         });
     }
     // Phase 1: lock the write set in address order.
-    bufs.writes.sort_unstable_by(|a, b| a.record.cmp(&b.record));
+    bufs.writes.sort_unstable_by_key(|w| w.record);
     let mut max_version = last_tid;
     for (i, w) in bufs.writes.iter().enumerate() {
         let before = w.record.tid().lock();

@@ -14,10 +14,13 @@ use crate::key::KeyCodec;
 use crate::relation::{Relation, ScanDirection};
 use crate::txn::Transaction;
 
+/// Invariant in `K` and `V`, and `Send`/`Sync` whatever they are.
+type TypeMarker<K, V> = fn(K, V) -> (K, V);
+
 /// A relation with typed keys `K` and values `V`.
 pub struct Table<K, V> {
     relation: Arc<Relation>,
-    _types: PhantomData<fn(K, V) -> (K, V)>,
+    _types: PhantomData<TypeMarker<K, V>>,
 }
 
 impl<K, V> Clone for Table<K, V> {

@@ -1,0 +1,359 @@
+//! Concurrent stress tests whose assertions can fail, and proof that they do
+//! when Silo's validation is switched off (`PlantedBugs`).
+//!
+//! Each scenario runs for a bounded time (`ROOST_STRESS_MS`, default 1500 ms)
+//! and reports the invariant violations it saw; the planted-bug variants run
+//! until they see one (bounded by 20 s) and fail if they never do.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use roost_storage::{
+    Engine, EngineConfig, PlantedBugs, Relation, RetryPolicy, ScanDirection, TxError, Worker,
+};
+
+const THREADS: usize = 4;
+const PLANTED_BUDGET: Duration = Duration::from_secs(20);
+
+fn stress_duration() -> Duration {
+    let ms = std::env::var("ROOST_STRESS_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    Duration::from_millis(ms)
+}
+
+fn engine(planted: PlantedBugs) -> Engine {
+    Engine::new(EngineConfig {
+        planted_bugs: planted,
+        ..EngineConfig::default()
+    })
+}
+
+fn key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn read_i64<'r>(
+    tx: &mut roost_storage::Transaction<'_, 'r>,
+    rel: &'r Relation,
+    k: u64,
+) -> Result<i64, TxError> {
+    Ok(tx
+        .get_with(rel, &key(k), |v| {
+            i64::from_le_bytes(v.try_into().expect("8-byte value"))
+        })?
+        .unwrap_or(0))
+}
+
+fn write_i64<'r>(
+    tx: &mut roost_storage::Transaction<'_, 'r>,
+    rel: &'r Relation,
+    k: u64,
+    v: i64,
+) -> Result<(), TxError> {
+    tx.put(rel, &key(k), &v.to_le_bytes())
+}
+
+fn retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: u32::MAX,
+        initial_backoff_us: 1,
+        max_backoff_us: 200,
+    }
+}
+
+/// Runs `body(worker, rng, stop)` on `THREADS` threads until `stop` is set by
+/// the deadline or by a thread that saw a violation.
+fn run_threads(
+    engine: &Engine,
+    deadline: Duration,
+    body: impl Fn(&mut Worker, &mut SmallRng) -> bool + Sync,
+) -> u64 {
+    let stop = AtomicBool::new(false);
+    let violations = AtomicU64::new(0);
+    let barrier = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (stop, violations, barrier, body, engine) =
+                (&stop, &violations, &barrier, &body, engine);
+            s.spawn(move || {
+                let mut worker = engine.worker();
+                let mut rng = SmallRng::seed_from_u64(t as u64 + 1);
+                barrier.wait();
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
+                    if !body(&mut worker, &mut rng) {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    violations.load(Ordering::Relaxed)
+}
+
+// ---- Bank: transfers conserve the total; read-only audits always see it.
+
+const ACCOUNTS: u64 = 8;
+const INITIAL_BALANCE: i64 = 1000;
+
+fn bank(planted: PlantedBugs, deadline: Duration) -> u64 {
+    let engine = engine(planted);
+    let rel = engine.create_relation("accounts").unwrap();
+    let mut w = engine.worker();
+    w.run(retry(), |tx| {
+        (0..ACCOUNTS).try_for_each(|a| write_i64(tx, &rel, a, INITIAL_BALANCE))
+    })
+    .unwrap();
+    let expected = ACCOUNTS as i64 * INITIAL_BALANCE;
+    let mut violations = run_threads(&engine, deadline, |worker, rng| {
+        if rng.random_ratio(1, 4) {
+            let total = worker
+                .run(retry(), |tx| {
+                    (0..ACCOUNTS).try_fold(0i64, |sum, a| Ok(sum + read_i64(tx, &rel, a)?))
+                })
+                .unwrap();
+            return total == expected;
+        }
+        let (from, to) = (rng.random_range(0..ACCOUNTS), rng.random_range(0..ACCOUNTS));
+        let amount = rng.random_range(1..50);
+        worker
+            .run(retry(), |tx| {
+                let a = read_i64(tx, &rel, from)?;
+                let b = read_i64(tx, &rel, to)?;
+                if from != to {
+                    write_i64(tx, &rel, from, a - amount)?;
+                    write_i64(tx, &rel, to, b + amount)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        true
+    });
+    let total: i64 = w
+        .run(retry(), |tx| {
+            (0..ACCOUNTS).try_fold(0i64, |sum, a| Ok(sum + read_i64(tx, &rel, a)?))
+        })
+        .unwrap();
+    if total != expected {
+        violations += 1;
+    }
+    violations
+}
+
+#[test]
+fn bank_transfers_conserve_the_total() {
+    assert_eq!(bank(PlantedBugs::default(), stress_duration()), 0);
+}
+
+#[test]
+fn bank_catches_skipped_read_validation() {
+    let planted = PlantedBugs {
+        skip_read_validation: true,
+        ..PlantedBugs::default()
+    };
+    assert!(
+        bank(planted, PLANTED_BUDGET) > 0,
+        "the bank test missed a planted bug"
+    );
+}
+
+// ---- Counters: no increment is lost.
+
+fn counters(planted: PlantedBugs, deadline: Duration) -> u64 {
+    const COUNTERS: u64 = 4;
+    let engine = engine(planted);
+    let rel = engine.create_relation("counters").unwrap();
+    let increments = AtomicU64::new(0);
+    run_threads(&engine, deadline, |worker, rng| {
+        let c = rng.random_range(0..COUNTERS);
+        worker
+            .run(retry(), |tx| {
+                let v = read_i64(tx, &rel, c)?;
+                write_i64(tx, &rel, c, v + 1)
+            })
+            .unwrap();
+        increments.fetch_add(1, Ordering::Relaxed);
+        true
+    });
+    let mut w = engine.worker();
+    let sum = w
+        .run(retry(), |tx| {
+            (0..COUNTERS).try_fold(0i64, |s, c| Ok(s + read_i64(tx, &rel, c)?))
+        })
+        .unwrap();
+    let expected = increments.load(Ordering::Relaxed) as i64;
+    assert!(expected > 0);
+    u64::from(sum != expected)
+}
+
+#[test]
+fn counters_lose_no_increment() {
+    assert_eq!(counters(PlantedBugs::default(), stress_duration()), 0);
+}
+
+#[test]
+fn counters_catch_skipped_read_validation() {
+    let planted = PlantedBugs {
+        skip_read_validation: true,
+        ..PlantedBugs::default()
+    };
+    let start = Instant::now();
+    let mut caught = 0;
+    while caught == 0 && start.elapsed() < PLANTED_BUDGET {
+        caught += counters(planted, Duration::from_millis(500));
+    }
+    assert!(caught > 0, "the counter test missed a planted bug");
+}
+
+// ---- Phantoms: "insert only if fewer than LIMIT keys are in the group".
+
+const GROUPS: u64 = 2;
+const GROUP_LIMIT: usize = 3;
+
+fn group_bounds(g: u64) -> ([u8; 8], [u8; 8]) {
+    (key(g << 32), key((g + 1) << 32))
+}
+
+fn count_group<'r>(
+    tx: &mut roost_storage::Transaction<'_, 'r>,
+    rel: &'r Relation,
+    g: u64,
+    keys: &mut Vec<u64>,
+) -> Result<usize, TxError> {
+    let (lo, hi) = group_bounds(g);
+    keys.clear();
+    tx.scan(
+        rel,
+        (Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
+        ScanDirection::Forward,
+        usize::MAX,
+        |k, _| {
+            keys.push(u64::from_be_bytes(k.try_into().expect("8-byte key")));
+            true
+        },
+    )
+}
+
+fn phantoms(planted: PlantedBugs, deadline: Duration) -> u64 {
+    let engine = engine(planted);
+    let rel = engine.create_relation("groups").unwrap();
+    let next_id = AtomicU64::new(1);
+    let mut violations = run_threads(&engine, deadline, |worker, rng| {
+        let g = rng.random_range(0..GROUPS);
+        let mut keys = Vec::new();
+        let audit = rng.random_ratio(1, 8);
+        let seen = worker
+            .run(retry(), |tx| {
+                let n = count_group(tx, &rel, g, &mut keys)?;
+                if audit {
+                    return Ok(n);
+                }
+                if n < GROUP_LIMIT {
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    tx.insert(&rel, &key((g << 32) | id), b"x")?;
+                } else if rng.random_ratio(1, 2) {
+                    tx.delete(&rel, &key(keys[rng.random_range(0..keys.len())]))?;
+                }
+                Ok(n)
+            })
+            .unwrap();
+        seen <= GROUP_LIMIT
+    });
+    let mut w = engine.worker();
+    let mut keys = Vec::new();
+    for g in 0..GROUPS {
+        if w.run(retry(), |tx| count_group(tx, &rel, g, &mut keys))
+            .unwrap()
+            > GROUP_LIMIT
+        {
+            violations += 1;
+        }
+    }
+    violations
+}
+
+#[test]
+fn scan_then_insert_never_exceeds_the_limit() {
+    assert_eq!(phantoms(PlantedBugs::default(), stress_duration()), 0);
+}
+
+#[test]
+fn phantom_test_catches_skipped_phantom_validation() {
+    let planted = PlantedBugs {
+        skip_phantom_validation: true,
+        ..PlantedBugs::default()
+    };
+    assert!(
+        phantoms(planted, PLANTED_BUDGET) > 0,
+        "the phantom test missed a planted bug"
+    );
+}
+
+// ---- Write skew: withdraw from one of two accounts only if their sum allows.
+
+fn write_skew(planted: PlantedBugs, deadline: Duration) -> u64 {
+    const PAIRS: u64 = 2;
+    let engine = engine(planted);
+    let rel = engine.create_relation("pairs").unwrap();
+    let mut w = engine.worker();
+    w.run(retry(), |tx| {
+        (0..PAIRS * 2).try_for_each(|a| write_i64(tx, &rel, a, 50))
+    })
+    .unwrap();
+    let mut violations = run_threads(&engine, deadline, |worker, rng| {
+        let p = rng.random_range(0..PAIRS);
+        let side = rng.random_range(0..2);
+        worker
+            .run(retry(), |tx| {
+                let x = read_i64(tx, &rel, 2 * p)?;
+                let y = read_i64(tx, &rel, 2 * p + 1)?;
+                let mine = if side == 0 { x } else { y };
+                if x + y >= 100 {
+                    write_i64(tx, &rel, 2 * p + side, mine - 100)?;
+                } else {
+                    write_i64(tx, &rel, 2 * p + side, mine + 100)?;
+                }
+                Ok(x + y >= 0)
+            })
+            .unwrap()
+    });
+    for p in 0..PAIRS {
+        let sum = w
+            .run(retry(), |tx| {
+                Ok(read_i64(tx, &rel, 2 * p)? + read_i64(tx, &rel, 2 * p + 1)?)
+            })
+            .unwrap();
+        if sum < 0 {
+            violations += 1;
+        }
+    }
+    violations
+}
+
+#[test]
+fn write_skew_is_prevented() {
+    assert_eq!(write_skew(PlantedBugs::default(), stress_duration()), 0);
+}
+
+#[test]
+fn write_skew_test_catches_skipped_read_validation() {
+    let planted = PlantedBugs {
+        skip_read_validation: true,
+        ..PlantedBugs::default()
+    };
+    assert!(
+        write_skew(planted, PLANTED_BUDGET) > 0,
+        "the write-skew test missed a planted bug"
+    );
+}
+
+/// Unused-import guard for the shared helper types.
+#[allow(dead_code)]
+fn _types(_: Arc<Relation>) {}

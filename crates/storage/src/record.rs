@@ -69,9 +69,9 @@ fn store_words(words: &[AtomicU64], value: &[u8]) {
 fn load_words(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
     let n = words_for(len).min(words.len());
     out.clear();
-    out.reserve(n * WORD_BYTES);
-    for word in &words[..n] {
-        out.extend_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    out.resize(n * WORD_BYTES, 0);
+    for (chunk, word) in out.chunks_exact_mut(WORD_BYTES).zip(&words[..n]) {
+        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
     }
     out.truncate(len);
 }

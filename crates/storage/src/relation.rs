@@ -52,7 +52,11 @@ impl Relation {
     }
 
     pub(crate) fn lookup(&self, key: &[u8], guard: &Guard) -> Option<RecordRef> {
-        self.index.peek(key, guard).copied()
+        // Search with an `EncodedKey` rather than a slice so the index compares
+        // with `EncodedKey`'s integer-prefix `Ord` instead of `memcmp`.
+        self.index
+            .peek(&EncodedKey::from_slice(key), guard)
+            .copied()
     }
 
     /// Finds the record for `key`, creating an absent placeholder if there is

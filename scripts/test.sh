@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Roost's test command (the README's second command; `.ci/run` runs exactly this).
+# Formatting, lints, every crate's tests, and the loom model checks of the commit core.
+# ROOST_STRESS_MS bounds each concurrent stress scenario (default 1500 ms).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test --workspace (release: the stress tests need real concurrency)"
+cargo test --workspace --release
+
+step "loom: model-check the TID word and commit validation"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test -p roost-storage --release --test loom_commit
+
+step "all tests passed"

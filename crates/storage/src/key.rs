@@ -269,6 +269,12 @@ impl Ord for EncodedKey {
     }
 }
 
+impl std::hash::Hash for EncodedKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
 impl fmt::Debug for EncodedKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "EncodedKey({:02x?})", self.as_slice())

@@ -77,9 +77,26 @@ fn load_words(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
 }
 
 impl RecordRef {
+    /// An absent placeholder with inline room for a value of `capacity_bytes`,
+    /// so the insert that creates it writes its value without another allocation.
+    pub fn placeholder(capacity_bytes: usize) -> RecordRef {
+        let record = RecordRef::allocate(Tid::PLACEHOLDER, &[]);
+        if capacity_bytes <= record.inline_bytes() {
+            return record;
+        }
+        // SAFETY: never published.
+        unsafe { record.free() };
+        RecordRef::allocate_with_capacity(Tid::PLACEHOLDER, &[], capacity_bytes)
+    }
+
     /// Allocates a record holding `value` with TID word `tid`.
     pub fn allocate(tid: Tid, value: &[u8]) -> RecordRef {
-        let inline_words = words_for(value.len()).max(1);
+        RecordRef::allocate_with_capacity(tid, value, value.len())
+    }
+
+    fn allocate_with_capacity(tid: Tid, value: &[u8], capacity_bytes: usize) -> RecordRef {
+        debug_assert!(value.len() <= capacity_bytes);
+        let inline_words = words_for(capacity_bytes).max(1);
         let inline_words =
             u32::try_from(inline_words).expect("value length bounded by MAX_VALUE_BYTES");
         let layout = layout(inline_words);
@@ -155,8 +172,10 @@ impl RecordRef {
         self.tid().load()
     }
 
-    /// Writes a new value. The caller holds the TID word's lock (or, for the
-    /// no-concurrency-control baseline, accepts torn reads).
+    /// Writes a new value in place when it fits (inline or in the current
+    /// overflow buffer), else in a new overflow buffer. The caller holds the TID
+    /// word's lock: concurrent readers are detected by the seqlock, but two
+    /// concurrent writers would both retire the same replaced buffer.
     pub fn write_value(&self, value: &[u8], guard: &Guard) {
         let header = self.header();
         let old_len = header.len.load(Ordering::Relaxed) as usize;
@@ -167,6 +186,12 @@ impl RecordRef {
         };
         if value.len() <= self.inline_bytes() {
             store_words(self.inline(), value);
+        } else if !old_overflow.is_null() && value.len() <= overflow_bytes(old_overflow) {
+            // SAFETY: the overflow buffer is live while it is published in this
+            // record, and only the lock holder replaces it.
+            store_words(unsafe { &(*old_overflow).words }, value);
+            header.len.store(value.len() as u32, Ordering::Relaxed);
+            return;
         } else {
             let words: Box<[AtomicU64]> = (0..words_for(value.len()))
                 .map(|_| AtomicU64::new(0))
@@ -223,6 +248,12 @@ impl RecordRef {
     }
 }
 
+fn overflow_bytes(overflow: *const Overflow) -> usize {
+    // SAFETY: see the caller.
+    let words: &[AtomicU64] = unsafe { &(*overflow).words };
+    words.len() * WORD_BYTES
+}
+
 fn retire_overflow(overflow: *mut Overflow, guard: &Guard) {
     let addr = overflow as usize;
     guard.defer_execute(move || {
@@ -259,6 +290,22 @@ mod tests {
         }
         drop(guard);
         // SAFETY: never published to any index.
+        unsafe { record.free() };
+    }
+
+    #[test]
+    fn placeholders_make_room_for_the_inserted_value() {
+        let guard = Guard::new();
+        let record = RecordRef::placeholder(100);
+        assert_eq!(record.heap_bytes(), 16 + 104);
+        record.tid().lock();
+        record.write_value(&[3u8; 100], &guard);
+        record.tid().unlock_to(Tid::new(1, 1, LATEST_BIT));
+        let mut out = Vec::new();
+        record.read_into(&mut out);
+        assert_eq!(out, [3u8; 100]);
+        drop(guard);
+        // SAFETY: never published.
         unsafe { record.free() };
     }
 

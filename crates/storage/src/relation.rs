@@ -8,7 +8,7 @@ use scc::{Guard, TreeIndex};
 
 use crate::key::EncodedKey;
 use crate::record::RecordRef;
-use crate::tid::Tid;
+use crate::tid::{Tid, LATEST_BIT};
 
 /// Direction of a range scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +64,7 @@ impl Relation {
     pub(crate) fn lookup_or_insert_placeholder(
         &self,
         key: &[u8],
+        value_capacity_bytes: usize,
         guard: &Guard,
     ) -> (RecordRef, bool) {
         // Bounded: each failed insert means another thread linked a record for
@@ -72,7 +73,7 @@ impl Relation {
             if let Some(record) = self.lookup(key, guard) {
                 return (record, false);
             }
-            let record = RecordRef::allocate(Tid::PLACEHOLDER, &[]);
+            let record = RecordRef::placeholder(value_capacity_bytes);
             match self.index.insert_sync(EncodedKey::from_slice(key), record) {
                 Ok(()) => return (record, true),
                 // SAFETY: never published.
@@ -114,17 +115,33 @@ impl Relation {
         }
     }
 
-    /// Baseline write: overwrite in place, or insert a new record.
+    /// Baseline write: overwrite in place, or insert a new record. The record's
+    /// lock bit is held around the copy as a latch (memory safety when an
+    /// overflow buffer is replaced); the TID version is left alone.
     pub fn raw_put(&self, key: &[u8], value: &[u8]) {
         let guard = Guard::new();
-        let (record, _) = self.lookup_or_insert_placeholder(key, &guard);
-        record.write_value(value, &guard);
-        let tid = record.load_tid();
-        if tid.is_absent() {
-            record.tid().lock();
-            record
-                .tid()
-                .unlock_to(Tid::with_status(tid.version(), crate::tid::LATEST_BIT));
+        let (record, _) = self.lookup_or_insert_placeholder(key, value.len(), &guard);
+        raw_write(record, value, &guard);
+    }
+
+    /// Baseline read-modify-write with one index traversal: copies the value
+    /// into `buf`, lets `modify` change it, writes it back. No isolation: two
+    /// concurrent updates of one key may lose one. Returns false if absent.
+    pub fn raw_update(
+        &self,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+        modify: impl FnOnce(&mut Vec<u8>),
+    ) -> bool {
+        let guard = Guard::new();
+        match self.lookup(key, &guard) {
+            Some(record) if !record.load_tid().is_absent() => {
+                record.raw_read_into(buf);
+                modify(buf);
+                raw_write(record, buf, &guard);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -134,17 +151,17 @@ impl Relation {
         bounds: KeyBounds<'_>,
         direction: ScanDirection,
         limit: usize,
+        value: &mut Vec<u8>,
         mut visit: impl FnMut(&[u8], &[u8]),
     ) -> usize {
         let guard = Guard::new();
-        let mut value = Vec::new();
         let mut seen = 0;
         let mut each = |key: &EncodedKey, record: &RecordRef| {
             if record.load_tid().is_absent() {
                 return true;
             }
-            record.raw_read_into(&mut value);
-            visit(key.as_slice(), &value);
+            record.raw_read_into(value);
+            visit(key.as_slice(), value);
             seen += 1;
             seen < limit
         };
@@ -173,6 +190,14 @@ impl Relation {
         let guard = Guard::new();
         self.index.iter(&guard).map(|(_, r)| r.heap_bytes()).sum()
     }
+}
+
+fn raw_write(record: RecordRef, value: &[u8], guard: &Guard) {
+    let before = record.tid().lock();
+    record.write_value(value, guard);
+    record
+        .tid()
+        .unlock_to(Tid::with_status(before.version(), LATEST_BIT));
 }
 
 impl Drop for Relation {

@@ -274,11 +274,13 @@ impl<'w, 'r> Transaction<'w, 'r> {
         &mut self,
         relation: &'r Relation,
         key: &[u8],
+        value_capacity_bytes: usize,
     ) -> Result<(RecordRef, bool), TxError> {
         if let Some(record) = self.lookup(relation, key)? {
             return Ok((record, false));
         }
-        let (record, created) = relation.lookup_or_insert_placeholder(key, &self.guard);
+        let (record, created) =
+            relation.lookup_or_insert_placeholder(key, value_capacity_bytes, &self.guard);
         let bufs = self.bufs();
         let span = bufs.push_bytes(key)?;
         bufs.last_lookup = Some((NonNull::from(relation), span, record));
@@ -381,7 +383,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     /// Writes `key` whether or not it exists (a blind write).
     pub fn put(&mut self, relation: &'r Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
         check_value(value)?;
-        let (record, created) = self.lookup_or_create(relation, key)?;
+        let (record, created) = self.lookup_or_create(relation, key, value.len())?;
         self.add_write(relation, record, created, WriteOp::Put, key, value)
     }
 
@@ -393,7 +395,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
         value: &[u8],
     ) -> Result<(), TxError> {
         check_value(value)?;
-        let (record, created) = self.lookup_or_create(relation, key)?;
+        let (record, created) = self.lookup_or_create(relation, key, value.len())?;
         let duplicate = || {
             TxError::Constraint(ConstraintViolation::DuplicateKey {
                 relation: relation.name().to_owned(),

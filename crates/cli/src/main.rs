@@ -1,0 +1,225 @@
+//! `roost`: one binary for running, inspecting and benchmarking Roost.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use roost_bench::engine::{self, EngineBenchConfig};
+
+/// Roost: an in-memory transactional database.
+#[derive(Debug, Parser)]
+#[command(name = "roost", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a benchmark; writes <out>/<benchmark>.json, .md and .png.
+    #[command(subcommand)]
+    Bench(Benchmark),
+}
+
+#[derive(Debug, Subcommand)]
+enum Benchmark {
+    /// The storage engine alone: Silo OCC against a no-concurrency-control
+    /// baseline (read-only, rmw, txn-10, scan-mix; uniform and Zipfian keys).
+    Engine(EngineArgs),
+}
+
+#[derive(Debug, Args)]
+struct EngineArgs {
+    /// CI-sized run: 1 repetition of 1 s per row (default: 3 of 3 s).
+    #[arg(long)]
+    quick: bool,
+    /// Directory for engine.json, engine.md and engine.png.
+    #[arg(long, value_name = "DIR", default_value = "bench/results")]
+    out: PathBuf,
+    /// Records loaded before measuring.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000_000,
+        value_parser = clap::value_parser!(u64).range(engine::MIN_RECORDS..=engine::MAX_RECORDS)
+    )]
+    records: u64,
+    /// Measured seconds per row and repetition (overrides --quick's 1 s).
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    seconds: Option<f64>,
+    /// Repetitions per row; rows report the median (overrides --quick's 1).
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    reps: Option<u32>,
+    /// Comma-separated worker thread counts.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "1,2",
+        value_parser = clap::value_parser!(u32).range(1..=engine::MAX_THREADS as i64)
+    )]
+    threads: Vec<u32>,
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= engine::MAX_SECONDS_PER_ROW {
+        Ok(seconds)
+    } else {
+        Err(format!(
+            "must be more than 0 and at most {}",
+            engine::MAX_SECONDS_PER_ROW
+        ))
+    }
+}
+
+impl EngineArgs {
+    fn config(&self) -> EngineBenchConfig {
+        let mut config = if self.quick {
+            EngineBenchConfig::quick()
+        } else {
+            EngineBenchConfig::full()
+        };
+        config.records = self.records;
+        if let Some(seconds) = self.seconds {
+            config.seconds_per_row = seconds;
+        }
+        if let Some(reps) = self.reps {
+            config.repetitions = reps as usize;
+        }
+        config.threads = dedup_in_order(self.threads.iter().map(|&t| t as usize));
+        config
+    }
+}
+
+fn dedup_in_order(items: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut out = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// The command line as typed, for the results' `command` field.
+fn command_line(args: &[OsString]) -> String {
+    args.iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Bench(Benchmark::Engine(args)) => {
+            engine::run(&args.config(), &args.out, command)?;
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = Cli::parse_from(&args);
+    match run(cli, &command_line(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("roost").chain(args.iter().copied()))
+    }
+
+    fn engine_args(args: &[&str]) -> EngineArgs {
+        match parse(args).expect("valid arguments").command {
+            Command::Bench(Benchmark::Engine(engine)) => engine,
+        }
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn quick_run_with_overrides() {
+        let args = engine_args(&[
+            "bench",
+            "engine",
+            "--quick",
+            "--records",
+            "5000",
+            "--threads",
+            "2,1,2",
+            "--seconds",
+            "0.5",
+            "--out",
+            "/tmp/x",
+        ]);
+        let config = args.config();
+        assert_eq!(config.records, 5000);
+        assert_eq!(config.threads, vec![2, 1]);
+        assert_eq!(config.seconds_per_row, 0.5);
+        assert_eq!(config.repetitions, 1);
+        assert_eq!(args.out, PathBuf::from("/tmp/x"));
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn defaults_are_the_full_run() {
+        let config = engine_args(&["bench", "engine"]).config();
+        assert_eq!(config, EngineBenchConfig::full());
+        assert_eq!(
+            engine_args(&["bench", "engine", "--reps", "5"])
+                .config()
+                .repetitions,
+            5
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_clap_errors_not_panics() {
+        let bad: &[&[&str]] = &[
+            &[],
+            &["bench"],
+            &["bench", "nope"],
+            &["bench", "engine", "--records", "-1"],
+            &["bench", "engine", "--records", "3"],
+            &["bench", "engine", "--records", "lots"],
+            &["bench", "engine", "--seconds", "0"],
+            &["bench", "engine", "--seconds", "NaN"],
+            &["bench", "engine", "--seconds", "inf"],
+            &["bench", "engine", "--reps", "0"],
+            &["bench", "engine", "--threads", "0"],
+            &["bench", "engine", "--threads", "1,,2"],
+            &["bench", "engine", "--threads", "a"],
+            &["bench", "engine", "--frobnicate"],
+        ];
+        for args in bad {
+            assert!(parse(args).is_err(), "{args:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn command_line_joins_argv() {
+        let argv: Vec<OsString> = ["roost", "bench", "engine", "--quick"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert_eq!(command_line(&argv), "roost bench engine --quick");
+    }
+}

@@ -108,10 +108,15 @@ impl Engine {
     }
 }
 
+/// What a worker's transactions did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkerStats {
     pub commits: u64,
+    /// Every abort: conflicts, user aborts, constraint errors, dropped transactions.
     pub aborts: u64,
+    /// The aborts caused by a conflict (failed validation at commit, or a
+    /// conflict an operation reported to `Worker::run`).
+    pub conflicts: u64,
 }
 
 /// Per-thread transaction context.
@@ -172,6 +177,7 @@ impl Worker {
                 },
                 Err(TxError::Conflict(kind)) => {
                     tx.abort();
+                    self.stats.conflicts += 1;
                     kind
                 }
                 Err(other) => {

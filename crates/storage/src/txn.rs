@@ -564,6 +564,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
             Err(_) => {
                 abort_core(&self.worker.buffers, &self.guard);
                 self.worker.stats.aborts += 1;
+                self.worker.stats.conflicts += 1;
             }
         }
         self.worker.buffers.clear();

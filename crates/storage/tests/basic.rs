@@ -171,6 +171,8 @@ fn retry_helper_returns_user_errors_and_limits_attempts() {
         )
         .unwrap_err();
     assert_eq!(calls, 3);
+    assert_eq!(w.stats().conflicts, 3);
+    assert_eq!(w.stats().aborts, 4, "the user abort and three conflicts");
     assert!(matches!(err, TxError::RetriesExhausted { attempts: 3, .. }));
     let mut tx = w.begin();
     assert_eq!(tx.get(&rel, b"a").unwrap(), None, "user abort rolled back");

@@ -5,7 +5,9 @@
 //! - [`tid`]: Silo's TID word (lock, latest, absent, sequence, epoch);
 //! - [`Transaction`]: Silo OCC with read/write sets and phantom protection;
 //! - [`Table`]: a typed layer (keys via [`KeyCodec`], values via serde);
-//! - [`Worker::run`]: the retry helper with bounded backoff.
+//! - [`Worker::run`]: the retry helper with bounded backoff;
+//! - [`TxContext`], [`commit_contexts`]: per-container contexts of one
+//!   transaction, committed together (the reactor layer's two-phase commit).
 //!
 //! Under `--cfg loom` only the TID word and its shim are compiled, for the
 //! model-checked tests of the commit core.
@@ -13,6 +15,8 @@
 mod sync;
 pub mod tid;
 
+#[cfg(not(loom))]
+mod context;
 #[cfg(not(loom))]
 mod engine;
 #[cfg(not(loom))]
@@ -31,6 +35,8 @@ mod txn;
 mod typed;
 
 #[cfg(not(loom))]
+pub use context::{commit_contexts, TxContext};
+#[cfg(not(loom))]
 pub use engine::{Engine, EngineConfig, PlantedBugs, RetryPolicy, Worker, WorkerStats};
 #[cfg(not(loom))]
 pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, TxError};
@@ -38,6 +44,8 @@ pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, Tx
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
 #[cfg(not(loom))]
 pub use relation::{KeyBounds, Relation, ScanDirection};
+#[cfg(not(loom))]
+pub use scc::Guard;
 #[cfg(not(loom))]
 pub use txn::{CommitInfo, Transaction, MAX_VALUE_BYTES};
 #[cfg(not(loom))]

@@ -25,7 +25,6 @@ use std::ptr::NonNull;
 
 use scc::Guard;
 
-use crate::epoch::GlobalEpoch;
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
@@ -127,6 +126,13 @@ pub(crate) struct TxBuffers {
 }
 
 impl TxBuffers {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.reads.is_empty()
+            && self.writes.is_empty()
+            && self.misses.is_empty()
+            && self.scans.is_empty()
+    }
+
     fn clear(&mut self) {
         self.reads.clear();
         self.writes.clear();
@@ -236,24 +242,20 @@ fn relation_ref<'a>(relation: NonNull<Relation>) -> &'a Relation {
     unsafe { relation.as_ref() }
 }
 
-impl<'w, 'r> Transaction<'w, 'r> {
-    pub(crate) fn new(worker: &'w mut Worker) -> Self {
-        debug_assert!(worker.buffers.writes.is_empty() && worker.buffers.reads.is_empty());
-        Transaction {
-            worker,
-            guard: Guard::new(),
-            finished: false,
-            _relations: PhantomData,
-        }
-    }
+/// The transaction operations, shared by [`Transaction`] and [`TxContext`].
+pub(crate) struct TxOps<'a> {
+    pub(crate) worker: &'a mut Worker,
+    pub(crate) guard: &'a Guard,
+}
 
+impl TxOps<'_> {
     fn bufs(&mut self) -> &mut TxBuffers {
         &mut self.worker.buffers
     }
 
     /// Index lookup with a one-entry cache, so read-modify-write of one key
     /// traverses the index once.
-    fn lookup(&mut self, relation: &'r Relation, key: &[u8]) -> Result<Option<RecordRef>, TxError> {
+    fn lookup(&mut self, relation: &Relation, key: &[u8]) -> Result<Option<RecordRef>, TxError> {
         check_key(key)?;
         let rel = NonNull::from(relation);
         let bufs = &mut self.worker.buffers;
@@ -262,7 +264,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
                 return Ok(Some(record));
             }
         }
-        let found = relation.lookup(key, &self.guard);
+        let found = relation.lookup(key, self.guard);
         if let Some(record) = found {
             let span = bufs.push_bytes(key)?;
             bufs.last_lookup = Some((rel, span, record));
@@ -272,7 +274,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
 
     fn lookup_or_create(
         &mut self,
-        relation: &'r Relation,
+        relation: &Relation,
         key: &[u8],
         value_capacity_bytes: usize,
     ) -> Result<(RecordRef, bool), TxError> {
@@ -280,14 +282,14 @@ impl<'w, 'r> Transaction<'w, 'r> {
             return Ok((record, false));
         }
         let (record, created) =
-            relation.lookup_or_insert_placeholder(key, value_capacity_bytes, &self.guard);
+            relation.lookup_or_insert_placeholder(key, value_capacity_bytes, self.guard);
         let bufs = self.bufs();
         let span = bufs.push_bytes(key)?;
         bufs.last_lookup = Some((NonNull::from(relation), span, record));
         Ok((record, created))
     }
 
-    fn record_miss(&mut self, relation: &'r Relation, key: &[u8]) -> Result<(), TxError> {
+    fn record_miss(&mut self, relation: &Relation, key: &[u8]) -> Result<(), TxError> {
         let bufs = self.bufs();
         let key = bufs.push_bytes(key)?;
         bufs.misses.push(MissEntry {
@@ -312,7 +314,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
 
     fn add_write(
         &mut self,
-        relation: &'r Relation,
+        relation: &Relation,
         record: RecordRef,
         created: bool,
         op: WriteOp,
@@ -342,7 +344,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     /// Reads `key`, passing its value to `read`. `None` if the key is absent.
     pub fn get_with<T>(
         &mut self,
-        relation: &'r Relation,
+        relation: &Relation,
         key: &[u8],
         read: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, TxError> {
@@ -375,25 +377,15 @@ impl<'w, 'r> Transaction<'w, 'r> {
         Ok(Some(read(&bufs.scratch)))
     }
 
-    /// Reads `key` into a new vector.
-    pub fn get(&mut self, relation: &'r Relation, key: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
-        self.get_with(relation, key, <[u8]>::to_vec)
-    }
-
     /// Writes `key` whether or not it exists (a blind write).
-    pub fn put(&mut self, relation: &'r Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
+    pub fn put(&mut self, relation: &Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
         check_value(value)?;
         let (record, created) = self.lookup_or_create(relation, key, value.len())?;
         self.add_write(relation, record, created, WriteOp::Put, key, value)
     }
 
     /// Inserts `key`, which must not exist.
-    pub fn insert(
-        &mut self,
-        relation: &'r Relation,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<(), TxError> {
+    pub fn insert(&mut self, relation: &Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
         check_value(value)?;
         let (record, created) = self.lookup_or_create(relation, key, value.len())?;
         let duplicate = || {
@@ -419,12 +411,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     }
 
     /// Overwrites `key`, which must exist.
-    pub fn update(
-        &mut self,
-        relation: &'r Relation,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<(), TxError> {
+    pub fn update(&mut self, relation: &Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
         check_value(value)?;
         if !self.exists_for_write(relation, key)? {
             return Err(TxError::Constraint(ConstraintViolation::MissingKey {
@@ -438,7 +425,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     }
 
     /// Deletes `key`; returns whether it existed.
-    pub fn delete(&mut self, relation: &'r Relation, key: &[u8]) -> Result<bool, TxError> {
+    pub fn delete(&mut self, relation: &Relation, key: &[u8]) -> Result<bool, TxError> {
         if !self.exists_for_write(relation, key)? {
             return Ok(false);
         }
@@ -451,7 +438,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
 
     /// Whether `key` exists, as seen by this transaction, recording the
     /// observation for validation.
-    fn exists_for_write(&mut self, relation: &'r Relation, key: &[u8]) -> Result<bool, TxError> {
+    fn exists_for_write(&mut self, relation: &Relation, key: &[u8]) -> Result<bool, TxError> {
         let Some(record) = self.lookup(relation, key)? else {
             self.record_miss(relation, key)?;
             return Ok(false);
@@ -466,7 +453,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     /// `visit` (which returns `false` to stop early). Returns how many it passed.
     pub fn scan(
         &mut self,
-        relation: &'r Relation,
+        relation: &Relation,
         bounds: KeyBounds<'_>,
         direction: ScanDirection,
         limit: usize,
@@ -510,7 +497,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
             delivered += 1;
             visit(key, &bufs.scratch) && delivered < limit
         };
-        let iter = relation.range(bounds, &self.guard);
+        let iter = relation.range(bounds, self.guard);
         match direction {
             ScanDirection::Forward => {
                 for (key, record) in iter {
@@ -541,33 +528,90 @@ impl<'w, 'r> Transaction<'w, 'r> {
         });
         Ok(delivered)
     }
+}
+
+impl<'w, 'r> Transaction<'w, 'r> {
+    pub(crate) fn new(worker: &'w mut Worker) -> Self {
+        debug_assert!(worker.buffers.writes.is_empty() && worker.buffers.reads.is_empty());
+        Transaction {
+            worker,
+            guard: Guard::new(),
+            finished: false,
+            _relations: PhantomData,
+        }
+    }
+
+    fn ops(&mut self) -> TxOps<'_> {
+        TxOps {
+            worker: &mut *self.worker,
+            guard: &self.guard,
+        }
+    }
+
+    /// Reads `key`, passing its value to `read`. `None` if the key is absent.
+    pub fn get_with<T>(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, TxError> {
+        self.ops().get_with(relation, key, read)
+    }
+
+    /// Reads `key` into a new vector.
+    pub fn get(&mut self, relation: &'r Relation, key: &[u8]) -> Result<Option<Vec<u8>>, TxError> {
+        self.ops().get_with(relation, key, <[u8]>::to_vec)
+    }
+
+    /// Writes `key` whether or not it exists (a blind write).
+    pub fn put(&mut self, relation: &'r Relation, key: &[u8], value: &[u8]) -> Result<(), TxError> {
+        self.ops().put(relation, key, value)
+    }
+
+    /// Inserts `key`, which must not exist.
+    pub fn insert(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), TxError> {
+        self.ops().insert(relation, key, value)
+    }
+
+    /// Overwrites `key`, which must exist.
+    pub fn update(
+        &mut self,
+        relation: &'r Relation,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), TxError> {
+        self.ops().update(relation, key, value)
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    pub fn delete(&mut self, relation: &'r Relation, key: &[u8]) -> Result<bool, TxError> {
+        self.ops().delete(relation, key)
+    }
+
+    /// Scans `bounds` in `direction`, passing up to `limit` present records to
+    /// `visit` (which returns `false` to stop early). Returns how many it passed.
+    pub fn scan(
+        &mut self,
+        relation: &'r Relation,
+        bounds: KeyBounds<'_>,
+        direction: ScanDirection,
+        limit: usize,
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        self.ops().scan(relation, bounds, direction, limit, visit)
+    }
 
     /// Commits: Silo's lock, validate, install. On a conflict the transaction is
     /// aborted and its effects undone.
     pub fn commit(mut self) -> Result<CommitInfo, CommitError> {
         self.finished = true;
-        let worker = &mut *self.worker;
-        let result = commit_core(
-            &mut worker.buffers,
-            &self.guard,
-            worker.last_tid,
-            worker.planted,
-            &worker.engine.epoch,
-        );
-        match result {
-            Ok(info) => {
-                if !info.read_only {
-                    self.worker.last_tid = info.tid.version();
-                }
-                self.worker.stats.commits += 1;
-            }
-            Err(_) => {
-                abort_core(&self.worker.buffers, &self.guard);
-                self.worker.stats.aborts += 1;
-                self.worker.stats.conflicts += 1;
-            }
-        }
-        self.worker.buffers.clear();
+        let result = commit_parts(&mut [&mut *self.worker], &self.guard);
+        finish_part(self.worker, &self.guard, &result);
         result
     }
 
@@ -578,9 +622,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
 
     fn finish_abort(&mut self) {
         self.finished = true;
-        abort_core(&self.worker.buffers, &self.guard);
-        self.worker.buffers.clear();
-        self.worker.stats.aborts += 1;
+        abort_part(self.worker, &self.guard);
     }
 }
 
@@ -592,51 +634,118 @@ impl Drop for Transaction<'_, '_> {
     }
 }
 
-fn commit_core(
-    bufs: &mut TxBuffers,
+/// Bookkeeping after a commit attempt of one part: stats, undo on failure, and
+/// the buffers cleared for the next transaction.
+pub(crate) fn finish_part(
+    worker: &mut Worker,
     guard: &Guard,
-    last_tid: u64,
-    planted: PlantedBugs,
-    global_epoch: &GlobalEpoch,
+    result: &Result<CommitInfo, CommitError>,
+) {
+    match result {
+        Ok(_) => {
+            worker.stats.commits += 1;
+            worker.buffers.clear();
+        }
+        Err(_) => {
+            worker.stats.conflicts += 1;
+            abort_part(worker, guard);
+        }
+    }
+}
+
+pub(crate) fn abort_part(worker: &mut Worker, guard: &Guard) {
+    abort_core(&worker.buffers, guard);
+    worker.buffers.clear();
+    worker.stats.aborts += 1;
+}
+
+/// Silo's commit over one or more parts (one part per container a transaction
+/// touched): the write sets of all parts are locked in one global address
+/// order before any part is validated, so the parts commit as one
+/// serializable transaction. This is the in-process two-phase commit:
+/// phase one locks and validates everywhere, phase two installs everywhere
+/// with one TID, or unlocks everywhere.
+pub(crate) fn commit_parts(
+    parts: &mut [&mut Worker],
+    guard: &Guard,
 ) -> Result<CommitInfo, CommitError> {
-    if bufs.writes.is_empty() {
+    assert!(!parts.is_empty(), "a commit needs at least one part");
+    let planted = parts[0].planted;
+    if parts.iter().all(|w| w.buffers.writes.is_empty()) {
         // Read-only: validation alone serializes it at the validation point.
-        validate(bufs, guard, planted)?;
+        for w in parts.iter() {
+            validate(&w.buffers, guard, planted)?;
+        }
         return Ok(CommitInfo {
             tid: Tid::from_raw(0),
             read_only: true,
         });
     }
-    // Phase 1: lock the write set in address order.
-    bufs.writes.sort_unstable_by_key(|w| w.record);
-    let mut max_version = last_tid;
-    for (i, w) in bufs.writes.iter().enumerate() {
-        let before = w.record.tid().lock();
-        if !before.is_latest() {
-            unlock_prefix(&bufs.writes[..=i]);
-            return Err(CommitError::Conflict(ConflictKind::RecordUnlinked));
-        }
-        max_version = max_version.max(before.version());
+    let mut max_version = 0;
+    for w in parts.iter_mut() {
+        w.buffers.writes.sort_unstable_by_key(|e| e.record);
+        max_version = max_version.max(w.last_tid);
     }
+    // Phase 1: lock every write set in one global address order.
+    max_version = max_version.max(lock_parts(parts)?);
     commit_fence();
-    let epoch = global_epoch.current();
-    // Phase 2: validate.
-    if let Err(e) = validate(bufs, guard, planted) {
-        unlock_prefix(&bufs.writes);
-        return Err(e);
+    let epoch = parts[0].engine.epoch.current();
+    // Phase 2: validate every part.
+    for w in parts.iter() {
+        if let Err(e) = validate(&w.buffers, guard, planted) {
+            for w in parts.iter() {
+                unlock_prefix(&w.buffers.writes);
+            }
+            return Err(e);
+        }
+        for r in &w.buffers.reads {
+            max_version = max_version.max(r.observed.version());
+        }
     }
-    // Phase 3: a TID above everything observed, in the current epoch.
-    for r in &bufs.reads {
-        max_version = max_version.max(r.observed.version());
-    }
+    // Phase 3: one TID above everything observed, in the current epoch.
     let candidate = max_version + (1 << SEQUENCE_SHIFT);
     let epoch_floor = Tid::new(epoch, 0, 0).version();
     let tid = Tid::from_raw(candidate.max(epoch_floor));
-    install(bufs, guard, tid);
+    for w in parts.iter_mut() {
+        install(&w.buffers, guard, tid);
+        w.last_tid = tid.version();
+    }
     Ok(CommitInfo {
         tid,
         read_only: false,
     })
+}
+
+/// Locks the write sets of all parts in ascending record address. Returns the
+/// largest version seen under the locks; on an unlinked record, unlocks
+/// everything it locked and reports the conflict.
+fn lock_parts(parts: &[&mut Worker]) -> Result<u64, CommitError> {
+    if let [only] = parts {
+        return lock_in_order(only.buffers.writes.iter().map(|w| w.record));
+    }
+    // Parts hold disjoint relations, so a record appears in at most one part.
+    let mut all: Vec<RecordRef> = parts
+        .iter()
+        .flat_map(|w| w.buffers.writes.iter().map(|e| e.record))
+        .collect();
+    all.sort_unstable();
+    lock_in_order(all.into_iter())
+}
+
+fn lock_in_order(records: impl Iterator<Item = RecordRef> + Clone) -> Result<u64, CommitError> {
+    let mut max_version = 0;
+    for (i, record) in records.clone().enumerate() {
+        let before = record.tid().lock();
+        if !before.is_latest() {
+            for locked in records.take(i + 1) {
+                let current = locked.load_tid();
+                locked.tid().unlock_to(current.unlocked());
+            }
+            return Err(CommitError::Conflict(ConflictKind::RecordUnlinked));
+        }
+        max_version = max_version.max(before.version());
+    }
+    Ok(max_version)
 }
 
 fn unlock_prefix(writes: &[WriteEntry]) {

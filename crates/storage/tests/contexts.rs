@@ -1,0 +1,145 @@
+//! Per-container contexts committed together (`commit_contexts`): atomic across
+//! containers, and serializable under concurrency.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use roost_storage::{commit_contexts, Engine, Guard, Relation, TxContext, TxError};
+
+fn key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn read(ctx: &mut TxContext, guard: &Guard, rel: &Arc<Relation>, k: u64) -> Result<i64, TxError> {
+    // SAFETY: `guard` outlives the context's use in every test below.
+    let v = unsafe {
+        ctx.get_with(guard, rel, &key(k), |v| {
+            i64::from_le_bytes(v.try_into().unwrap())
+        })?
+    };
+    Ok(v.unwrap_or(0))
+}
+
+fn write(
+    ctx: &mut TxContext,
+    guard: &Guard,
+    rel: &Arc<Relation>,
+    k: u64,
+    v: i64,
+) -> Result<(), TxError> {
+    // SAFETY: as above.
+    unsafe { ctx.put(guard, rel, &key(k), &v.to_le_bytes()) }
+}
+
+#[test]
+fn contexts_commit_atomically_or_not_at_all() {
+    let engine = Engine::default();
+    let (a, b) = (
+        engine.create_relation("a").unwrap(),
+        engine.create_relation("b").unwrap(),
+    );
+    let guard = Guard::new();
+    let (mut ca, mut cb) = (TxContext::new(&engine), TxContext::new(&engine));
+    write(&mut ca, &guard, &a, 1, 10).unwrap();
+    write(&mut cb, &guard, &b, 1, 20).unwrap();
+    // SAFETY: one guard for everything.
+    unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard).unwrap() };
+    assert!(
+        ca.is_untouched() && cb.is_untouched(),
+        "contexts are cleared for reuse"
+    );
+
+    // A transaction that reads in `a` and writes in `b` loses to a concurrent
+    // writer of its read: neither part installs.
+    assert_eq!(read(&mut ca, &guard, &a, 1).unwrap(), 10);
+    write(&mut cb, &guard, &b, 1, 99).unwrap();
+    let mut other = TxContext::new(&engine);
+    write(&mut other, &guard, &a, 1, 11).unwrap();
+    unsafe { commit_contexts(&mut [&mut other], &guard).unwrap() };
+    assert!(unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard) }.is_err());
+    assert_eq!(
+        read(&mut ca, &guard, &b, 1).unwrap(),
+        20,
+        "the failed part installed nothing"
+    );
+    unsafe { ca.abort(&guard) };
+}
+
+/// Transfers between two relations (two containers), each side in its own
+/// context on its own thread's guard, committed together; audits read both.
+#[test]
+fn cross_context_transfers_conserve_the_total() {
+    const ACCOUNTS: u64 = 4;
+    let engine = Engine::default();
+    let (a, b) = (
+        engine.create_relation("a").unwrap(),
+        engine.create_relation("b").unwrap(),
+    );
+    {
+        let guard = Guard::new();
+        let (mut ca, mut cb) = (TxContext::new(&engine), TxContext::new(&engine));
+        for k in 0..ACCOUNTS {
+            write(&mut ca, &guard, &a, k, 100).unwrap();
+            write(&mut cb, &guard, &b, k, 100).unwrap();
+        }
+        unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard).unwrap() };
+    }
+    let stop = AtomicBool::new(false);
+    let bad_audits = AtomicU64::new(0);
+    let commits = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (engine, a, b, stop, bad_audits, commits) =
+                (&engine, &a, &b, &stop, &bad_audits, &commits);
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                let (mut ca, mut cb) = (TxContext::new(engine), TxContext::new(engine));
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_millis(1500)
+                {
+                    let guard = Guard::new();
+                    let (ka, kb) = (rng.random_range(0..ACCOUNTS), rng.random_range(0..ACCOUNTS));
+                    let audit = rng.random_ratio(1, 4);
+                    let attempt = (|| -> Result<i64, TxError> {
+                        if audit {
+                            let mut total = 0;
+                            for k in 0..ACCOUNTS {
+                                total +=
+                                    read(&mut ca, &guard, a, k)? + read(&mut cb, &guard, b, k)?;
+                            }
+                            return Ok(total);
+                        }
+                        let (x, y) = (read(&mut ca, &guard, a, ka)?, read(&mut cb, &guard, b, kb)?);
+                        write(&mut ca, &guard, a, ka, x - 7)?;
+                        write(&mut cb, &guard, b, kb, y + 7)?;
+                        Ok(0)
+                    })();
+                    match attempt {
+                        Ok(total) => {
+                            if unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard) }.is_ok() {
+                                commits.fetch_add(1, Ordering::Relaxed);
+                                if audit && total != (2 * ACCOUNTS * 100) as i64 {
+                                    bad_audits.fetch_add(1, Ordering::Relaxed);
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                        Err(_) => unsafe {
+                            ca.abort(&guard);
+                            cb.abort(&guard);
+                        },
+                    }
+                }
+            });
+        }
+    });
+    assert!(commits.load(Ordering::Relaxed) > 100);
+    assert_eq!(
+        bad_audits.load(Ordering::Relaxed),
+        0,
+        "an audit saw a partial transfer"
+    );
+}

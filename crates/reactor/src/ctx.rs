@@ -1,0 +1,340 @@
+//! The context a procedure runs in: its reactor, its container's database
+//! context for the root transaction, typed access to the reactor's relations,
+//! and asynchronous calls on other reactors.
+
+use std::future::Future;
+use std::ops::{Bound, RangeBounds};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use roost_storage::{KeyCodec, Relation, ScanDirection, TxError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::oneshot;
+
+use crate::database::ReactorId;
+use crate::executor::{with_local, Participant};
+use crate::schema::RelationDef;
+use crate::txn::{ReactorError, RootTxn};
+
+/// Bytes of the reactor id that prefixes every key: a reactor's rows are one
+/// contiguous range of each relation.
+const REACTOR_PREFIX_BYTES: usize = 4;
+
+/// What a procedure sees. Cheap to clone; lives on its executor.
+#[derive(Clone)]
+pub struct ReactorCtx {
+    root: Arc<RootTxn>,
+    reactor: ReactorId,
+    reactor_type: u16,
+    container: usize,
+    participant: Rc<Participant>,
+}
+
+impl ReactorCtx {
+    /// Enters `container` (on the executor serving it for this root),
+    /// creating the root's context there on first use.
+    pub(crate) fn enter(
+        root: Arc<RootTxn>,
+        reactor: ReactorId,
+        container: usize,
+    ) -> Result<Self, ReactorError> {
+        let (reactor_type, placed) = root.db.reactor_entry(reactor)?;
+        debug_assert_eq!(placed as usize, container);
+        let (participant, created) = with_local(|l| l.participant(root.id));
+        if created {
+            root.register_context(container, &participant.context);
+        }
+        Ok(ReactorCtx {
+            root,
+            reactor,
+            reactor_type,
+            container,
+            participant,
+        })
+    }
+
+    pub fn reactor(&self) -> ReactorId {
+        self.reactor
+    }
+
+    /// The root transaction's identifier, shared by every call in its tree.
+    pub fn transaction_id(&self) -> u64 {
+        self.root.id
+    }
+
+    fn relation<K, V>(&self, def: &RelationDef<K, V>) -> Result<&Arc<Relation>, ReactorError> {
+        let actual = self.root.db.schema.reactor_types[self.reactor_type as usize];
+        if def.reactor_type() != actual {
+            return Err(ReactorError::WrongReactorType {
+                relation: def.name(),
+                expected: def.reactor_type(),
+                actual,
+            });
+        }
+        Ok(&self.root.db.containers[self.container].relations[def.index()?])
+    }
+
+    fn key<K: KeyCodec>(&self, key: &K) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        out.extend_from_slice(&self.reactor.0.to_be_bytes());
+        key.encode_into(&mut out);
+        out
+    }
+
+    fn with_context<R>(
+        &self,
+        op: impl FnOnce(&mut roost_storage::TxContext, &roost_storage::Guard) -> R,
+    ) -> R {
+        let mut context = self
+            .participant
+            .context
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        op(&mut context, &self.participant.guard)
+    }
+
+    pub fn get<K: KeyCodec, V: DeserializeOwned>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+    ) -> Result<Option<V>, ReactorError> {
+        let relation = self.relation(def)?;
+        let key = self.key(key);
+        // SAFETY: the participant's guard lives until the context is released.
+        let value =
+            self.with_context(|c, g| unsafe { c.get_with(g, relation, &key, decode::<V>) })?;
+        Ok(value.transpose()?)
+    }
+
+    pub fn put<K: KeyCodec, V: Serialize>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+        value: &V,
+    ) -> Result<(), ReactorError> {
+        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
+        // SAFETY: as in `get`.
+        Ok(self.with_context(|c, g| unsafe { c.put(g, relation, &key, &value) })?)
+    }
+
+    pub fn insert<K: KeyCodec, V: Serialize>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+        value: &V,
+    ) -> Result<(), ReactorError> {
+        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
+        // SAFETY: as in `get`.
+        Ok(self.with_context(|c, g| unsafe { c.insert(g, relation, &key, &value) })?)
+    }
+
+    pub fn update<K: KeyCodec, V: Serialize>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+        value: &V,
+    ) -> Result<(), ReactorError> {
+        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
+        // SAFETY: as in `get`.
+        Ok(self.with_context(|c, g| unsafe { c.update(g, relation, &key, &value) })?)
+    }
+
+    pub fn delete<K: KeyCodec, V>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+    ) -> Result<bool, ReactorError> {
+        let (relation, key) = (self.relation(def)?, self.key(key));
+        // SAFETY: as in `get`.
+        Ok(self.with_context(|c, g| unsafe { c.delete(g, relation, &key) })?)
+    }
+
+    /// Up to `limit` rows of this reactor in `range`, in key order or reversed.
+    pub fn scan<K: KeyCodec, V: DeserializeOwned>(
+        &self,
+        def: &RelationDef<K, V>,
+        range: impl RangeBounds<K>,
+        direction: ScanDirection,
+        limit: usize,
+    ) -> Result<Vec<(K, V)>, ReactorError> {
+        let relation = self.relation(def)?;
+        let prefix = self.reactor.0.to_be_bytes();
+        let next_prefix = (u64::from(self.reactor.0) + 1).to_be_bytes();
+        let lower = match range.start_bound() {
+            Bound::Included(k) => Bound::Included(self.key(k)),
+            Bound::Excluded(k) => Bound::Excluded(self.key(k)),
+            Bound::Unbounded => Bound::Included(prefix.to_vec()),
+        };
+        let upper = match range.end_bound() {
+            Bound::Included(k) => Bound::Included(self.key(k)),
+            Bound::Excluded(k) => Bound::Excluded(self.key(k)),
+            // The next reactor's prefix, as 4 bytes (or past every 4-byte id).
+            Bound::Unbounded if self.reactor.0 == u32::MAX => Bound::Unbounded,
+            Bound::Unbounded => Bound::Excluded(next_prefix[4..].to_vec()),
+        };
+        let bounds = (
+            lower.as_ref().map(Vec::as_slice),
+            upper.as_ref().map(Vec::as_slice),
+        );
+        let mut rows = Vec::new();
+        let mut failure = None;
+        // SAFETY: as in `get`.
+        self.with_context(|c, g| unsafe {
+            c.scan(g, relation, bounds, direction, limit, |k, v| {
+                let row = K::decode(&k[REACTOR_PREFIX_BYTES..])
+                    .map_err(|e| TxError::Codec(e.to_string()))
+                    .and_then(|k| Ok((k, decode::<V>(v)?)));
+                match row {
+                    Ok(row) => rows.push(row),
+                    Err(e) => failure = Some(e),
+                }
+                failure.is_none()
+            })
+        })?;
+        match failure {
+            Some(e) => Err(e.into()),
+            None => Ok(rows),
+        }
+    }
+
+    /// Calls `procedure` on reactor `target` (the seed's `fn(args) on reactor
+    /// X`) as part of this transaction. Returns a future; await it now, later,
+    /// or never: the root transaction commits only after every call finished.
+    /// In the same container the call runs inline on this executor; in another
+    /// container it is enqueued on the executor serving this transaction there.
+    pub fn call<T, F, Fut>(&self, target: ReactorId, procedure: F) -> Call<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(ReactorCtx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ReactorError>> + 'static,
+    {
+        let root = Arc::clone(&self.root);
+        root.call_started();
+        let container = match root.db.reactor_entry(target) {
+            Ok((_, container)) => container as usize,
+            Err(e) => {
+                let result = Err(e);
+                root.call_finished(&result);
+                return Call {
+                    state: CallState::Done(Some(result)),
+                };
+            }
+        };
+        if container == self.container {
+            let child = ReactorCtx {
+                reactor: target,
+                reactor_type: self.reactor_type_of(target),
+                ..self.clone()
+            };
+            let future: Pin<Box<dyn Future<Output = Result<T, ReactorError>>>> =
+                Box::pin(procedure(child));
+            return Call {
+                state: CallState::Inline {
+                    future: Some(future),
+                    root,
+                },
+            };
+        }
+        let executor = root.executor_for(container, target);
+        let (reply, result) = oneshot::channel();
+        let remote_root = Arc::clone(&root);
+        let sent = root.db.executors[executor].send(move || {
+            tokio::task::spawn_local(async move {
+                let outcome = match ReactorCtx::enter(Arc::clone(&remote_root), target, container) {
+                    Ok(ctx) => procedure(ctx).await,
+                    Err(e) => Err(e),
+                };
+                remote_root.call_finished(&outcome);
+                let _ = reply.send(outcome);
+            });
+        });
+        if !sent {
+            let result = Err(ReactorError::Shutdown);
+            root.call_finished(&result);
+            return Call {
+                state: CallState::Done(Some(result)),
+            };
+        }
+        Call {
+            state: CallState::Remote(result),
+        }
+    }
+
+    fn reactor_type_of(&self, reactor: ReactorId) -> u16 {
+        self.root
+            .db
+            .reactor_entry(reactor)
+            .map(|(t, _)| t)
+            .unwrap_or(self.reactor_type)
+    }
+}
+
+fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, TxError> {
+    postcard::from_bytes(bytes).map_err(|e| TxError::Codec(e.to_string()))
+}
+
+fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, TxError> {
+    postcard::to_allocvec(value).map_err(|e| TxError::Codec(e.to_string()))
+}
+
+type LocalFuture<T> = Pin<Box<dyn Future<Output = Result<T, ReactorError>>>>;
+
+enum CallState<T> {
+    /// Same container: polled by whoever awaits the call; if nobody does, it is
+    /// spawned on this executor when the handle is dropped.
+    Inline {
+        future: Option<LocalFuture<T>>,
+        root: Arc<RootTxn>,
+    },
+    Remote(oneshot::Receiver<Result<T, ReactorError>>),
+    Done(Option<Result<T, ReactorError>>),
+}
+
+/// The future of a call on a reactor.
+pub struct Call<T: 'static> {
+    state: CallState<T>,
+}
+
+// Nothing in a `Call` is structurally pinned: the inline future is boxed.
+impl<T: 'static> Unpin for Call<T> {}
+
+impl<T: 'static> Future for Call<T> {
+    type Output = Result<T, ReactorError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.state {
+            CallState::Inline { future, root } => {
+                let f = future.as_mut().expect("polled after completion");
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(result) => {
+                        *future = None;
+                        root.call_finished(&result);
+                        Poll::Ready(result)
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            CallState::Remote(receiver) => Pin::new(receiver)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(ReactorError::Shutdown))),
+            CallState::Done(result) => Poll::Ready(result.take().expect("polled after completion")),
+        }
+    }
+}
+
+impl<T: 'static> Drop for Call<T> {
+    fn drop(&mut self) {
+        if let CallState::Inline { future, root } = &mut self.state {
+            if let Some(future) = future.take() {
+                let root = Arc::clone(root);
+                tokio::task::spawn_local(async move {
+                    let result = future.await;
+                    root.call_finished(&result);
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Transaction executors: one OS thread each, running a single-threaded async
+//! scheduler (tokio's current-thread runtime with a `LocalSet`): the seed's
+//! thread pool with cooperative scheduling, where a blocked (sub-)transaction
+//! is simply a pending future. Each executor drains its mailbox of jobs
+//! ((sub-)transactions dispatched to it) and admits at most
+//! `max_active_transactions` root transactions at once.
+//!
+//! Per executor, the thread-local [`ExecutorLocal`] holds the database context
+//! of every root transaction that touched this executor's container here, with
+//! the epoch guard that keeps the context's record pointers valid.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use roost_storage::{Engine, Guard, TxContext};
+use tokio::sync::{mpsc, Semaphore};
+
+/// Work sent to an executor.
+pub(crate) enum Job {
+    Run(Box<dyn FnOnce() + Send>),
+    Stop,
+}
+
+/// One root transaction's context in one container, on the executor serving it.
+pub(crate) struct Participant {
+    /// Held from the context's first operation until it is released after
+    /// commit or abort: the storage rule for detached contexts.
+    pub(crate) guard: Guard,
+    pub(crate) context: Arc<Mutex<TxContext>>,
+}
+
+pub(crate) struct ExecutorLocal {
+    pub(crate) executor: usize,
+    pub(crate) admission: Rc<Semaphore>,
+    participants: HashMap<u64, Rc<Participant>>,
+    /// Reusable contexts, so a transaction does not allocate fresh buffers.
+    pool: Vec<TxContext>,
+    engine: Engine,
+}
+
+/// Contexts kept for reuse per executor.
+const CONTEXT_POOL_LIMIT: usize = 256;
+
+thread_local! {
+    static LOCAL: RefCell<Option<ExecutorLocal>> = const { RefCell::new(None) };
+}
+
+pub(crate) fn with_local<R>(f: impl FnOnce(&mut ExecutorLocal) -> R) -> R {
+    LOCAL.with(|local| {
+        f(local
+            .borrow_mut()
+            .as_mut()
+            .expect("called on an executor thread"))
+    })
+}
+
+impl ExecutorLocal {
+    /// The context of root transaction `txn_id` here, created on first use.
+    /// Returns it and whether it was created.
+    pub(crate) fn participant(&mut self, txn_id: u64) -> (Rc<Participant>, bool) {
+        if let Some(p) = self.participants.get(&txn_id) {
+            return (Rc::clone(p), false);
+        }
+        let context = self
+            .pool
+            .pop()
+            .unwrap_or_else(|| TxContext::new(&self.engine));
+        assert!(context.is_untouched(), "pooled contexts are clean");
+        let p = Rc::new(Participant {
+            guard: Guard::new(),
+            context: Arc::new(Mutex::new(context)),
+        });
+        self.participants.insert(txn_id, Rc::clone(&p));
+        (p, true)
+    }
+
+    /// Drops the context of a finished root transaction (after its commit or
+    /// abort), ending its epoch guard; the buffers go back to the pool.
+    pub(crate) fn release(&mut self, txn_id: u64) {
+        let Some(p) = self.participants.remove(&txn_id) else {
+            return;
+        };
+        let Ok(p) = Rc::try_unwrap(p) else { return };
+        let Participant { guard, context } = p;
+        if let Ok(context) = Arc::try_unwrap(context) {
+            let context = context.into_inner().unwrap_or_else(|e| e.into_inner());
+            if context.is_untouched() && self.pool.len() < CONTEXT_POOL_LIMIT {
+                self.pool.push(context);
+            }
+        }
+        drop(guard);
+    }
+}
+
+pub(crate) struct ExecutorHandle {
+    pub(crate) sender: mpsc::UnboundedSender<Job>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ExecutorHandle {
+    pub(crate) fn spawn(executor: usize, engine: Engine, max_active: usize) -> Self {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name(format!("roost-exec-{executor}"))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("executor runtime");
+                LOCAL.with(|local| {
+                    *local.borrow_mut() = Some(ExecutorLocal {
+                        executor,
+                        admission: Rc::new(Semaphore::new(max_active)),
+                        participants: HashMap::new(),
+                        pool: Vec::new(),
+                        engine,
+                    })
+                });
+                let tasks = tokio::task::LocalSet::new();
+                tasks.block_on(&runtime, async move {
+                    while let Some(job) = receiver.recv().await {
+                        match job {
+                            Job::Run(run) => run(),
+                            Job::Stop => break,
+                        }
+                    }
+                });
+                drop(tasks);
+                LOCAL.with(|local| local.borrow_mut().take());
+            })
+            .expect("spawn executor thread");
+        ExecutorHandle {
+            sender,
+            thread: Some(thread),
+        }
+    }
+
+    /// Sends a job; false if the executor has stopped.
+    pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
+        self.sender.send(Job::Run(Box::new(job))).is_ok()
+    }
+
+    pub(crate) fn stop(&mut self) {
+        let _ = self.sender.send(Job::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

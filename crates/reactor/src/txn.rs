@@ -1,0 +1,281 @@
+//! Root transactions: the call tree of one request, its per-container
+//! contexts, the wait for every descendant, and the commit across containers.
+//!
+//! Commit is Silo's commit over all the contexts the tree touched
+//! (`roost_storage::commit_contexts`): every container's write set is locked in
+//! one global order, every container validated, then all install with one TID.
+//! This replaces the seed's linear two-phase commit, whose per-container round
+//! trips its authors name as an overhead: inside one process the coordinator
+//! runs both phases over all contexts itself, with no message per container. A
+//! transaction that touched one container commits with no message at all.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use roost_storage::{commit_contexts, CommitError, ConflictKind, Guard, TxContext, TxError};
+use thiserror::Error;
+use tokio::sync::Notify;
+
+use crate::ctx::ReactorCtx;
+use crate::database::{DbShared, ReactorId};
+use crate::error::{DirectoryError, SchemaError};
+use crate::executor::with_local;
+
+/// Attempts of a root transaction before giving up on conflicts.
+const MAX_ATTEMPTS: u32 = 1000;
+const MAX_BACKOFF_US: u64 = 2000;
+
+/// The error a caller of a procedure gets.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReactorError {
+    #[error(transparent)]
+    Tx(#[from] TxError),
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    #[error("relation `{relation}` belongs to reactor type `{expected}`, not `{actual}`")]
+    WrongReactorType {
+        relation: &'static str,
+        expected: &'static str,
+        actual: &'static str,
+    },
+    #[error("the database is shutting down")]
+    Shutdown,
+}
+
+impl ReactorError {
+    pub fn user_abort(reason: impl Into<String>) -> Self {
+        ReactorError::Tx(TxError::user_abort(reason))
+    }
+
+    fn is_conflict(&self) -> bool {
+        matches!(self, ReactorError::Tx(TxError::Conflict(_)))
+    }
+}
+
+struct Member {
+    container: usize,
+    executor: usize,
+    context: Option<Arc<Mutex<TxContext>>>,
+}
+
+#[derive(Default)]
+struct RootState {
+    /// Containers this transaction runs in, the executor serving each (a
+    /// container's sub-calls of one root all go to one executor, which
+    /// serializes them on one context), and the context once created.
+    members: Vec<Member>,
+    /// The first error anywhere in the call tree aborts the whole transaction.
+    error: Option<ReactorError>,
+}
+
+/// One attempt of a root transaction.
+pub(crate) struct RootTxn {
+    pub(crate) id: u64,
+    pub(crate) db: Arc<DbShared>,
+    state: Mutex<RootState>,
+    /// Calls started and not yet finished, anywhere in the tree.
+    outstanding: AtomicUsize,
+    all_done: Notify,
+}
+
+impl RootTxn {
+    fn state(&self) -> MutexGuard<'_, RootState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The executor serving `container` for this transaction, chosen by the
+    /// router on first use.
+    pub(crate) fn executor_for(&self, container: usize, reactor: ReactorId) -> usize {
+        let mut state = self.state();
+        if let Some(m) = state.members.iter().find(|m| m.container == container) {
+            return m.executor;
+        }
+        let executor = self.db.route(container, reactor);
+        state.members.push(Member {
+            container,
+            executor,
+            context: None,
+        });
+        executor
+    }
+
+    /// Records the context created for `container` on its executor.
+    pub(crate) fn register_context(&self, container: usize, context: &Arc<Mutex<TxContext>>) {
+        let mut state = self.state();
+        let member = state
+            .members
+            .iter_mut()
+            .find(|m| m.container == container)
+            .expect("executor chosen first");
+        assert!(
+            member.context.is_none(),
+            "one context per container per transaction"
+        );
+        member.context = Some(Arc::clone(context));
+    }
+
+    pub(crate) fn call_started(&self) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn call_finished<T>(&self, result: &Result<T, ReactorError>) {
+        if let Err(e) = result {
+            self.record_error(e);
+        }
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all_done.notify_waiters();
+        }
+    }
+
+    fn record_error(&self, error: &ReactorError) {
+        let mut state = self.state();
+        if state.error.is_none() {
+            state.error = Some(error.clone());
+        }
+    }
+
+    async fn wait_for_descendants(&self) {
+        loop {
+            let notified = self.all_done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.outstanding.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Commits (or, after an error, aborts) every context, then releases them
+    /// on their executors.
+    fn finish(&self, body: Result<(), ReactorError>) -> Result<(), ReactorError> {
+        let (members, error) = {
+            let mut state = self.state();
+            (std::mem::take(&mut state.members), state.error.take())
+        };
+        let verdict = body.and(error.map_or(Ok(()), Err));
+        let contexts: Vec<Arc<Mutex<TxContext>>> =
+            members.iter().filter_map(|m| m.context.clone()).collect();
+        let guard = Guard::new();
+        let outcome = {
+            let mut locked: Vec<MutexGuard<'_, TxContext>> = contexts
+                .iter()
+                .map(|c| c.lock().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            let mut refs: Vec<&mut TxContext> = locked.iter_mut().map(|g| &mut **g).collect();
+            match verdict {
+                Err(e) => {
+                    for context in refs.iter_mut() {
+                        // SAFETY: each context's guard lives on its executor
+                        // until the release below.
+                        unsafe { context.abort(&guard) };
+                    }
+                    Err(e)
+                }
+                Ok(()) if refs.is_empty() => Ok(()),
+                // SAFETY: as above; all descendants have finished.
+                Ok(()) => unsafe { commit_contexts(&mut refs, &guard) }
+                    .map(|_| ())
+                    .map_err(|e| match e {
+                        CommitError::Conflict(kind) => ReactorError::Tx(TxError::Conflict(kind)),
+                    }),
+            }
+        };
+        drop(contexts);
+        self.release(&members);
+        outcome
+    }
+
+    fn release(&self, members: &[Member]) {
+        let id = self.id;
+        let here = with_local(|l| l.executor);
+        for m in members.iter().filter(|m| m.context.is_some()) {
+            if m.executor == here {
+                with_local(|l| l.release(id));
+            } else {
+                self.db.executors[m.executor].send(move || with_local(|l| l.release(id)));
+            }
+        }
+    }
+}
+
+/// Runs a root transaction on this executor until it commits, fails with a
+/// non-conflict error, or runs out of attempts.
+pub(crate) async fn run_root<T, F, Fut>(
+    db: Arc<DbShared>,
+    reactor: ReactorId,
+    executor: usize,
+    procedure: Arc<F>,
+) -> Result<T, ReactorError>
+where
+    F: Fn(ReactorCtx) -> Fut,
+    Fut: Future<Output = Result<T, ReactorError>>,
+{
+    let admission = with_local(|l| Rc::clone(&l.admission));
+    let _permit = admission
+        .acquire()
+        .await
+        .map_err(|_| ReactorError::Shutdown)?;
+    let mut backoff_us = 1u64;
+    let mut last = ConflictKind::ReadValidation;
+    for attempt in 1..=MAX_ATTEMPTS {
+        let root = Arc::new(RootTxn {
+            id: db.next_txn_id.fetch_add(1, Ordering::Relaxed),
+            db: Arc::clone(&db),
+            state: Mutex::new(RootState::default()),
+            outstanding: AtomicUsize::new(0),
+            all_done: Notify::new(),
+        });
+        let (_, container) = db.reactor_entry(reactor)?;
+        let container = container as usize;
+        {
+            let mut state = root.state();
+            state.members.push(Member {
+                container,
+                executor,
+                context: None,
+            });
+        }
+        let ctx = ReactorCtx::enter(Arc::clone(&root), reactor, container)?;
+        let body = procedure(ctx).await;
+        root.wait_for_descendants().await;
+        let (value, body) = match body {
+            Ok(v) => (Some(v), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
+        match root.finish(body) {
+            Ok(()) => return Ok(value.expect("a committed body produced a value")),
+            Err(ReactorError::Tx(TxError::Conflict(kind))) => last = kind,
+            Err(e) => {
+                debug_assert!(!e.is_conflict());
+                return Err(e);
+            }
+        }
+        if attempt > 2 {
+            tokio::time::sleep(Duration::from_micros(backoff_us)).await;
+            backoff_us = (backoff_us * 2).min(MAX_BACKOFF_US);
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+    Err(ReactorError::Tx(TxError::RetriesExhausted {
+        attempts: MAX_ATTEMPTS,
+        last,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflicts_are_retryable() {
+        assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).is_conflict());
+        assert!(!ReactorError::user_abort("x").is_conflict());
+    }
+}

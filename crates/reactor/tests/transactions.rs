@@ -1,0 +1,311 @@
+//! Reactor transactions under concurrency, run under two deployments of the
+//! same code: shared-everything (one container) and shared-nothing
+//! (warehouses in their own containers).
+
+use std::sync::Arc;
+
+use roost_reactor::{
+    Database, Deployment, ReactorCtx, ReactorError, ReactorId, RelationDef, Schema, TxError,
+};
+
+static STOCK: RelationDef<u32, i64> = RelationDef::new("warehouse", "stock");
+static SOLD: RelationDef<u32, i64> = RelationDef::new("customer", "sold");
+static NOTES: RelationDef<u32, String> = RelationDef::new("customer", "notes");
+
+const WAREHOUSES: u32 = 4;
+const ITEMS: u32 = 3;
+const INITIAL_STOCK: i64 = 40;
+
+fn schema() -> Schema {
+    Schema::new()
+        .reactor_type("warehouse", &[&STOCK])
+        .unwrap()
+        .reactor_type("customer", &[&SOLD, &NOTES])
+        .unwrap()
+}
+
+fn shared_everything() -> Deployment {
+    Deployment::shared_everything(2)
+}
+
+fn shared_nothing() -> Deployment {
+    Deployment::from_toml(
+        r#"
+        router = "affinity"
+        [[containers]]
+        name = "customers"
+        executors = 2
+        [[containers]]
+        name = "w0"
+        [[containers]]
+        name = "w1"
+        [placement]
+        default = "customers"
+        by_hash = { warehouse = ["w0", "w1"] }
+        "#,
+    )
+    .unwrap()
+}
+
+struct Shop {
+    db: Arc<Database>,
+    warehouses: Vec<ReactorId>,
+    customers: Vec<ReactorId>,
+}
+
+fn shop(deployment: Deployment) -> Shop {
+    let db = Arc::new(Database::new(schema(), deployment).unwrap());
+    let warehouses: Vec<_> = (0..WAREHOUSES)
+        .map(|w| db.create_reactor("warehouse", &format!("w{w}")).unwrap())
+        .collect();
+    let customers: Vec<_> = (0..4)
+        .map(|c| db.create_reactor("customer", &format!("c{c}")).unwrap())
+        .collect();
+    for &w in &warehouses {
+        db.run_blocking(w, |ctx| async move {
+            for item in 0..ITEMS {
+                ctx.insert(&STOCK, &item, &INITIAL_STOCK)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    Shop {
+        db,
+        warehouses,
+        customers,
+    }
+}
+
+/// Takes `qty` of `item` from the warehouse, or aborts the whole transaction.
+async fn take(ctx: ReactorCtx, item: u32, qty: i64) -> Result<i64, ReactorError> {
+    let stock = ctx.get(&STOCK, &item)?.unwrap_or(0);
+    if stock < qty {
+        return Err(ReactorError::user_abort(format!(
+            "item {item}: {stock} left, {qty} wanted"
+        )));
+    }
+    ctx.put(&STOCK, &item, &(stock - qty))?;
+    Ok(qty)
+}
+
+/// Checkout on a customer: take one item from every warehouse in parallel,
+/// record what was sold.
+async fn checkout(
+    ctx: ReactorCtx,
+    warehouses: Arc<Vec<ReactorId>>,
+    item: u32,
+    qty: i64,
+) -> Result<(), ReactorError> {
+    let calls: Vec<_> = warehouses
+        .iter()
+        .map(|&w| ctx.call(w, move |c| take(c, item, qty)))
+        .collect();
+    let mut total = 0;
+    for call in calls {
+        total += call.await?;
+    }
+    let sold = ctx.get(&SOLD, &item)?.unwrap_or(0);
+    ctx.put(&SOLD, &item, &(sold + total))
+}
+
+fn stock_and_sales(shop: &Shop) -> (Vec<i64>, i64) {
+    let mut stock = Vec::new();
+    for &w in &shop.warehouses {
+        for item in 0..ITEMS {
+            stock.push(
+                shop.db
+                    .run_blocking(
+                        w,
+                        move |ctx| async move { Ok(ctx.get(&STOCK, &item)?.unwrap()) },
+                    )
+                    .unwrap(),
+            );
+        }
+    }
+    let mut sold = 0;
+    for &c in &shop.customers {
+        sold += shop
+            .db
+            .run_blocking(c, |ctx| async move {
+                let rows = ctx.scan(&SOLD, .., roost_reactor::ScanDirection::Forward, 100)?;
+                Ok(rows.iter().map(|(_, v)| v).sum::<i64>())
+            })
+            .unwrap();
+    }
+    (stock, sold)
+}
+
+fn concurrent_checkouts_conserve_stock(deployment: Deployment) {
+    let shop = shop(deployment);
+    let warehouses = Arc::new(shop.warehouses.clone());
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (db, customer, warehouses) = (
+                Arc::clone(&shop.db),
+                shop.customers[t],
+                Arc::clone(&warehouses),
+            );
+            s.spawn(move || {
+                let mut aborted = 0;
+                for i in 0..60u32 {
+                    let (item, qty) = (i % ITEMS, 1 + i64::from(i % 3));
+                    let w = Arc::clone(&warehouses);
+                    match db.run_blocking(customer, move |ctx| {
+                        checkout(ctx, Arc::clone(&w), item, qty)
+                    }) {
+                        Ok(()) => {}
+                        Err(ReactorError::Tx(TxError::UserAbort { .. })) => aborted += 1,
+                        Err(e) => panic!("unexpected error {e}"),
+                    }
+                }
+                assert!(aborted > 0, "stock runs out, so some checkouts must abort");
+            });
+        }
+    });
+    let (stock, sold) = stock_and_sales(&shop);
+    assert!(
+        stock.iter().all(|&s| s >= 0),
+        "stock went negative: {stock:?}"
+    );
+    let remaining: i64 = stock.iter().sum();
+    let initial = i64::from(WAREHOUSES * ITEMS) * INITIAL_STOCK;
+    assert_eq!(
+        remaining + sold,
+        initial,
+        "sales not conserved: {remaining} left + {sold} sold"
+    );
+}
+
+fn nested_abort_aborts_everything(deployment: Deployment) {
+    let shop = shop(deployment);
+    let (w0, w1) = (shop.warehouses[0], shop.warehouses[1]);
+    let err = shop
+        .db
+        .run_blocking(shop.customers[0], move |ctx| async move {
+            ctx.put(&SOLD, &0, &1000)?;
+            let first = ctx.call(w0, |c| take(c, 0, 1));
+            // A grandchild two levels down aborts; nobody awaits its parent.
+            let _ignored = ctx.call(w1, move |c| async move {
+                c.call(w0, |g| take(g, 1, 1_000_000)).await
+            });
+            first.await?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, ReactorError::Tx(TxError::UserAbort { .. })),
+        "got {err}"
+    );
+    let (stock, sold) = stock_and_sales(&shop);
+    assert_eq!(sold, 0, "the root's own write was rolled back");
+    assert!(
+        stock.iter().all(|&s| s == INITIAL_STOCK),
+        "a child's write survived the abort: {stock:?}"
+    );
+}
+
+fn unawaited_calls_finish_before_commit(deployment: Deployment) {
+    let shop = shop(deployment);
+    let warehouses = shop.warehouses.clone();
+    shop.db
+        .run_blocking(shop.customers[1], move |ctx| {
+            let warehouses = warehouses.clone();
+            async move {
+                for &w in &warehouses {
+                    drop(ctx.call(w, |c| async move {
+                        tokio::task::yield_now().await;
+                        take(c, 2, 5).await
+                    }));
+                }
+                // Same-container call, never awaited either.
+                let me = ctx.reactor();
+                drop(ctx.call(me, |c| async move {
+                    c.put(&NOTES, &7, &"written by an un-awaited call".to_string())
+                }));
+                Ok(())
+            }
+        })
+        .unwrap();
+    let (stock, _) = stock_and_sales(&shop);
+    for w in 0..WAREHOUSES as usize {
+        assert_eq!(
+            stock[w * ITEMS as usize + 2],
+            INITIAL_STOCK - 5,
+            "un-awaited call {w} did not commit"
+        );
+    }
+    let note = shop
+        .db
+        .run_blocking(shop.customers[1], |ctx| async move { ctx.get(&NOTES, &7) })
+        .unwrap();
+    assert_eq!(note.as_deref(), Some("written by an un-awaited call"));
+}
+
+fn bad_requests_are_errors(deployment: Deployment) {
+    let shop = shop(deployment);
+    // A customer procedure touching a warehouse relation directly.
+    let err = shop
+        .db
+        .run_blocking(shop.customers[0], |ctx| async move { ctx.get(&STOCK, &0) })
+        .unwrap_err();
+    assert!(
+        matches!(err, ReactorError::WrongReactorType { .. }),
+        "got {err}"
+    );
+    assert!(shop.db.reactor("nobody").is_err());
+    assert!(
+        shop.db.create_reactor("warehouse", "w0").is_err(),
+        "duplicate name"
+    );
+    assert!(
+        shop.db.create_reactor("spaceship", "x").is_err(),
+        "unknown type"
+    );
+}
+
+macro_rules! suite {
+    ($($deployment:ident),*) => {$(
+        mod $deployment {
+            #[test]
+            fn concurrent_checkouts_conserve_stock() {
+                super::concurrent_checkouts_conserve_stock(super::$deployment());
+            }
+            #[test]
+            fn nested_abort_aborts_everything() {
+                super::nested_abort_aborts_everything(super::$deployment());
+            }
+            #[test]
+            fn unawaited_calls_finish_before_commit() {
+                super::unawaited_calls_finish_before_commit(super::$deployment());
+            }
+            #[test]
+            fn bad_requests_are_errors() {
+                super::bad_requests_are_errors(super::$deployment());
+            }
+        }
+    )*};
+}
+
+suite!(shared_everything, shared_nothing);
+
+#[test]
+fn shared_nothing_places_warehouses_apart_from_customers() {
+    let shop = shop(shared_nothing());
+    let mut containers: Vec<&str> = shop
+        .warehouses
+        .iter()
+        .map(|&w| shop.db.container_of(w).unwrap())
+        .collect();
+    containers.sort_unstable();
+    containers.dedup();
+    assert_eq!(
+        containers,
+        ["w0", "w1"],
+        "warehouses hash over both warehouse containers"
+    );
+    assert!(shop
+        .customers
+        .iter()
+        .all(|&c| shop.db.container_of(c).unwrap() == "customers"));
+}

@@ -239,6 +239,7 @@ impl ReactorCtx {
             };
         }
         let executor = root.executor_for(container, target);
+        let caller = with_local(|l| l.executor);
         let (reply, result) = oneshot::channel();
         let remote_root = Arc::clone(&root);
         let sent = root.db.executors[executor].send(move || {
@@ -249,6 +250,7 @@ impl ReactorCtx {
                 };
                 remote_root.call_finished(&outcome);
                 let _ = reply.send(outcome);
+                remote_root.db.executors[caller].notify_incoming();
             });
         });
         if !sent {

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use roost_storage::{KeyCodec, Relation, ScanDirection, TxError};
+use roost_storage::{ConflictKind, KeyCodec, Relation, ScanDirection, TxError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -35,14 +35,29 @@ pub struct ReactorCtx {
 
 impl ReactorCtx {
     /// Enters `container` (on the executor serving it for this root),
-    /// creating the root's context there on first use.
+    /// creating the root's context there on first use, and checks the reactor
+    /// has not moved away from it.
     pub(crate) fn enter(
         root: Arc<RootTxn>,
         reactor: ReactorId,
         container: usize,
     ) -> Result<Self, ReactorError> {
-        let (reactor_type, placed) = root.db.reactor_entry(reactor)?;
-        debug_assert_eq!(placed as usize, container);
+        let ctx = ReactorCtx::enter_unchecked(root, reactor, container)?;
+        if ctx.has_moved_away()? {
+            return Err(ReactorError::Tx(TxError::Conflict(
+                ConflictKind::RecordUnlinked,
+            )));
+        }
+        Ok(ctx)
+    }
+
+    /// Enters without the placement check (the install half of a move).
+    pub(crate) fn enter_unchecked(
+        root: Arc<RootTxn>,
+        reactor: ReactorId,
+        container: usize,
+    ) -> Result<Self, ReactorError> {
+        let (reactor_type, _) = root.db.reactor_entry(reactor)?;
         let (participant, created) = with_local(|l| l.participant(root.id));
         if created {
             root.register_context(container, &participant.context);
@@ -54,6 +69,108 @@ impl ReactorCtx {
             container,
             participant,
         })
+    }
+
+    /// Reads this reactor's row in the container's moved-away relation (as part
+    /// of the transaction, so a concurrent move aborts it).
+    fn has_moved_away(&self) -> Result<bool, ReactorError> {
+        let relation = &self.root.db.containers[self.container].moved_away;
+        let key = self.reactor.0.to_be_bytes();
+        // SAFETY: the participant's guard lives until the context is released.
+        Ok(self
+            .with_context(|c, g| unsafe { c.get_with(g, relation, &key, |_| ()) })?
+            .is_some())
+    }
+
+    pub(crate) fn set_moved_away(&self, moved: bool) -> Result<(), ReactorError> {
+        let relation = &self.root.db.containers[self.container].moved_away;
+        let key = self.reactor.0.to_be_bytes();
+        // SAFETY: as above.
+        self.with_context(|c, g| unsafe {
+            if moved {
+                c.put(g, relation, &key, &[]).map(|_| ())
+            } else {
+                c.delete(g, relation, &key).map(|_| ())
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Every row of this reactor, per schema relation index, as raw bytes
+    /// (keys without the reactor prefix), deleting them if `remove`.
+    pub(crate) fn extract_rows(
+        &self,
+        remove: bool,
+    ) -> Result<Vec<(usize, Vec<u8>, Vec<u8>)>, ReactorError> {
+        let schema = &self.root.db.schema;
+        let my_type = schema.reactor_types[self.reactor_type as usize];
+        let prefix = self.reactor.0.to_be_bytes();
+        let next = (u64::from(self.reactor.0) + 1).to_be_bytes();
+        let upper = if self.reactor.0 == u32::MAX {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(&next[4..])
+        };
+        let mut rows = Vec::new();
+        for (index, def) in schema
+            .relations
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.reactor_type() == my_type)
+        {
+            let relation = &self.root.db.containers[self.container].relations[index];
+            let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            // SAFETY: as above.
+            self.with_context(|c, g| unsafe {
+                c.scan(
+                    g,
+                    relation,
+                    (Bound::Included(&prefix[..]), upper),
+                    ScanDirection::Forward,
+                    usize::MAX,
+                    |k, v| {
+                        found.push((k.to_vec(), v.to_vec()));
+                        true
+                    },
+                )
+            })?;
+            for (key, value) in found {
+                if remove {
+                    // SAFETY: as above.
+                    self.with_context(|c, g| unsafe { c.delete(g, relation, &key) })?;
+                }
+                let _ = def;
+                rows.push((index, key[REACTOR_PREFIX_BYTES..].to_vec(), value));
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Installs rows extracted by `extract_rows` for this reactor here.
+    pub(crate) fn install_rows(
+        &self,
+        rows: &[(usize, Vec<u8>, Vec<u8>)],
+    ) -> Result<(), ReactorError> {
+        for (index, key, value) in rows {
+            let relation = &self.root.db.containers[self.container].relations[*index];
+            let mut full = Vec::with_capacity(REACTOR_PREFIX_BYTES + key.len());
+            full.extend_from_slice(&self.reactor.0.to_be_bytes());
+            full.extend_from_slice(key);
+            // SAFETY: as above.
+            self.with_context(|c, g| unsafe { c.put(g, relation, &full, value) })?;
+        }
+        Ok(())
+    }
+
+    /// Runs `procedure` for this reactor in another container (the install
+    /// half of a move), as part of this transaction.
+    pub(crate) fn call_in_container<T, F, Fut>(&self, container: usize, procedure: F) -> Call<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(ReactorCtx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ReactorError>> + 'static,
+    {
+        self.dispatch(container, self.reactor, false, procedure)
     }
 
     pub fn reactor(&self) -> ReactorId {
@@ -213,22 +330,29 @@ impl ReactorCtx {
     {
         let root = Arc::clone(&self.root);
         root.call_started();
-        let container = match root.db.reactor_entry(target) {
-            Ok((_, container)) => container as usize,
-            Err(e) => {
-                let result = Err(e);
-                root.call_finished(&result);
-                return Call {
-                    state: CallState::Done(Some(result)),
-                };
-            }
+        let (reactor_type, container) = match root.db.reactor_entry(target) {
+            Ok(entry) => entry,
+            Err(e) => return Call::failed(&root, e),
         };
+        let container = container as usize;
         if container == self.container {
             let child = ReactorCtx {
                 reactor: target,
-                reactor_type: self.reactor_type_of(target),
+                reactor_type,
                 ..self.clone()
             };
+            if target != self.reactor {
+                match child.has_moved_away() {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        return Call::failed(
+                            &root,
+                            ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked)),
+                        )
+                    }
+                    Err(e) => return Call::failed(&root, e),
+                }
+            }
             let future: Pin<Box<dyn Future<Output = Result<T, ReactorError>>>> =
                 Box::pin(procedure(child));
             return Call {
@@ -238,13 +362,40 @@ impl ReactorCtx {
                 },
             };
         }
+        drop(root);
+        self.dispatch(container, target, true, procedure)
+    }
+
+    /// Enqueues `procedure` on the executor serving this transaction in
+    /// `container`; the call was already counted as started.
+    fn dispatch<T, F, Fut>(
+        &self,
+        container: usize,
+        target: ReactorId,
+        check_placement: bool,
+        procedure: F,
+    ) -> Call<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(ReactorCtx) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ReactorError>> + 'static,
+    {
+        let root = Arc::clone(&self.root);
+        if !check_placement {
+            root.call_started();
+        }
         let executor = root.executor_for(container, target);
         let caller = with_local(|l| l.executor);
         let (reply, result) = oneshot::channel();
         let remote_root = Arc::clone(&root);
         let sent = root.db.executors[executor].send(move || {
             tokio::task::spawn_local(async move {
-                let outcome = match ReactorCtx::enter(Arc::clone(&remote_root), target, container) {
+                let entered = if check_placement {
+                    ReactorCtx::enter(Arc::clone(&remote_root), target, container)
+                } else {
+                    ReactorCtx::enter_unchecked(Arc::clone(&remote_root), target, container)
+                };
+                let outcome = match entered {
                     Ok(ctx) => procedure(ctx).await,
                     Err(e) => Err(e),
                 };
@@ -254,23 +405,11 @@ impl ReactorCtx {
             });
         });
         if !sent {
-            let result = Err(ReactorError::Shutdown);
-            root.call_finished(&result);
-            return Call {
-                state: CallState::Done(Some(result)),
-            };
+            return Call::failed(&root, ReactorError::Shutdown);
         }
         Call {
             state: CallState::Remote(result),
         }
-    }
-
-    fn reactor_type_of(&self, reactor: ReactorId) -> u16 {
-        self.root
-            .db
-            .reactor_entry(reactor)
-            .map(|(t, _)| t)
-            .unwrap_or(self.reactor_type)
     }
 }
 
@@ -298,6 +437,17 @@ enum CallState<T> {
 /// The future of a call on a reactor.
 pub struct Call<T: 'static> {
     state: CallState<T>,
+}
+
+impl<T: 'static> Call<T> {
+    /// A call that failed before it started (it was counted as started).
+    fn failed(root: &RootTxn, error: ReactorError) -> Self {
+        let result = Err(error);
+        root.call_finished(&result);
+        Call {
+            state: CallState::Done(Some(result)),
+        }
+    }
 }
 
 // Nothing in a `Call` is structurally pinned: the inline future is boxed.

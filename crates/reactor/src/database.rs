@@ -38,6 +38,10 @@ pub(crate) struct Directory {
 pub(crate) struct Container {
     /// One storage relation per schema relation: this container's memory.
     pub(crate) relations: Vec<Arc<Relation>>,
+    /// Placement as data: a row per reactor that moved out of this container.
+    /// Every transaction entering a reactor here reads its (absent) row, so a
+    /// move, which inserts it, aborts every transaction that raced with it.
+    pub(crate) moved_away: Arc<Relation>,
     /// Indexes into `DbShared::executors`.
     pub(crate) executors: Vec<usize>,
     round_robin: AtomicUsize,
@@ -104,8 +108,12 @@ impl Database {
                 );
                 executors.push(handle);
             }
+            let moved_away = engine
+                .create_relation(&format!("{}/moved_away", spec.name))
+                .map_err(|e| DeploymentError::Toml(e.to_string()))?;
             containers.push(Container {
                 relations,
+                moved_away,
                 executors: own,
                 round_robin: AtomicUsize::new(0),
             });
@@ -168,6 +176,31 @@ impl Database {
     pub fn container_of(&self, reactor: ReactorId) -> Result<&str, ReactorError> {
         let (_, container) = self.shared.reactor_entry(reactor)?;
         Ok(&self.shared.deployment.containers[container as usize].name)
+    }
+
+    /// Moves `reactor` to container `to` while other transactions keep running:
+    /// one transaction extracts all its rows from its container and installs
+    /// them in `to`, committed atomically across both; then the directory
+    /// points at `to`. Transactions that raced with the move abort and retry;
+    /// none sees the reactor half-moved.
+    pub fn move_reactor(&self, reactor: ReactorId, to: &str) -> Result<(), ReactorError> {
+        let target = self
+            .shared
+            .deployment
+            .containers
+            .iter()
+            .position(|c| c.name == to)
+            .ok_or_else(|| {
+                ReactorError::Directory(DirectoryError::NoSuchContainer(to.to_owned()))
+            })?;
+        let (_, from) = self.shared.reactor_entry(reactor)?;
+        if from as usize == target {
+            return Ok(());
+        }
+        self.run_blocking(reactor, move |ctx| crate::relocate::move_out(ctx, target))?;
+        let mut directory = self.shared.directory.write().expect("directory lock");
+        directory.entries[reactor.0 as usize].container = target as u16;
+        Ok(())
     }
 
     /// Runs `procedure` on `reactor` as a root transaction, retrying it on

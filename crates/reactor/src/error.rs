@@ -66,6 +66,8 @@ pub enum DirectoryError {
     UnknownReactorType(String),
     #[error("reactor names must be 1..=256 bytes")]
     BadName,
+    #[error("no container named `{0}`")]
+    NoSuchContainer(String),
     #[error("the directory is full ({0} reactors)")]
     Full(usize),
 }

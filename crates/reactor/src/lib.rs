@@ -15,6 +15,7 @@ mod database;
 pub mod deployment;
 pub mod error;
 mod executor;
+mod relocate;
 pub mod schema;
 mod txn;
 

@@ -241,8 +241,12 @@ where
                 context: None,
             });
         }
-        let ctx = ReactorCtx::enter(Arc::clone(&root), reactor, container)?;
-        let body = procedure(ctx).await;
+        // Entering can conflict (the reactor moved away): that attempt aborts
+        // and retries like any other conflict, with the directory re-read.
+        let body = match ReactorCtx::enter(Arc::clone(&root), reactor, container) {
+            Ok(ctx) => procedure(ctx).await,
+            Err(e) => Err(e),
+        };
         root.wait_for_descendants().await;
         let (value, body) = match body {
             Ok(v) => (Some(v), Ok(())),

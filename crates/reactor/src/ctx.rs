@@ -23,6 +23,14 @@ use crate::txn::{ReactorError, RootTxn};
 /// contiguous range of each relation.
 const REACTOR_PREFIX_BYTES: usize = 4;
 
+/// One row of a reactor being moved: schema relation index, key without the
+/// reactor prefix, value bytes.
+pub(crate) struct ExtractedRow {
+    relation: usize,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
 /// What a procedure sees. Cheap to clone; lives on its executor.
 #[derive(Clone)]
 pub struct ReactorCtx {
@@ -139,8 +147,11 @@ impl ReactorCtx {
                     // SAFETY: as above.
                     self.with_context(|c, g| unsafe { c.delete(g, relation, &key) })?;
                 }
-                let _ = def;
-                rows.push((index, key[REACTOR_PREFIX_BYTES..].to_vec(), value));
+                rows.push(ExtractedRow {
+                    relation: index,
+                    key: key[REACTOR_PREFIX_BYTES..].to_vec(),
+                    value,
+                });
             }
         }
         Ok(rows)

@@ -106,10 +106,7 @@ impl ReactorCtx {
 
     /// Every row of this reactor, per schema relation index, as raw bytes
     /// (keys without the reactor prefix), deleting them if `remove`.
-    pub(crate) fn extract_rows(
-        &self,
-        remove: bool,
-    ) -> Result<Vec<(usize, Vec<u8>, Vec<u8>)>, ReactorError> {
+    pub(crate) fn extract_rows(&self, remove: bool) -> Result<Vec<ExtractedRow>, ReactorError> {
         let schema = &self.root.db.schema;
         let my_type = schema.reactor_types[self.reactor_type as usize];
         let prefix = self.reactor.0.to_be_bytes();
@@ -120,7 +117,7 @@ impl ReactorCtx {
             Bound::Excluded(&next[4..])
         };
         let mut rows = Vec::new();
-        for (index, def) in schema
+        for (index, _) in schema
             .relations
             .iter()
             .enumerate()
@@ -158,12 +155,14 @@ impl ReactorCtx {
     }
 
     /// Installs rows extracted by `extract_rows` for this reactor here.
-    pub(crate) fn install_rows(
-        &self,
-        rows: &[(usize, Vec<u8>, Vec<u8>)],
-    ) -> Result<(), ReactorError> {
-        for (index, key, value) in rows {
-            let relation = &self.root.db.containers[self.container].relations[*index];
+    pub(crate) fn install_rows(&self, rows: &[ExtractedRow]) -> Result<(), ReactorError> {
+        for ExtractedRow {
+            relation,
+            key,
+            value,
+        } in rows
+        {
+            let relation = &self.root.db.containers[self.container].relations[*relation];
             let mut full = Vec::with_capacity(REACTOR_PREFIX_BYTES + key.len());
             full.extend_from_slice(&self.reactor.0.to_be_bytes());
             full.extend_from_slice(key);

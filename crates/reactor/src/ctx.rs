@@ -6,6 +6,7 @@ use std::future::Future;
 use std::ops::{Bound, RangeBounds};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -50,8 +51,14 @@ impl ReactorCtx {
         reactor: ReactorId,
         container: usize,
     ) -> Result<Self, ReactorError> {
+        let planted_bug = root.db.skip_placement_check.load(Ordering::Relaxed);
+        if !planted_bug && root.moving != Some(reactor) && root.db.placements.is_moving(reactor) {
+            return Err(ReactorError::Tx(TxError::Conflict(
+                ConflictKind::RecordUnlinked,
+            )));
+        }
         let ctx = ReactorCtx::enter_unchecked(root, reactor, container)?;
-        if ctx.has_moved_away()? {
+        if !planted_bug && ctx.has_moved_away()? {
             return Err(ReactorError::Tx(TxError::Conflict(
                 ConflictKind::RecordUnlinked,
             )));

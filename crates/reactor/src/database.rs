@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use roost_storage::{Engine, Relation};
 use tokio::sync::oneshot;
@@ -21,18 +21,100 @@ use crate::txn::{run_root, ReactorError};
 pub struct ReactorId(pub u32);
 
 /// Most reactors one database holds.
-pub const MAX_REACTORS: usize = u32::MAX as usize - 1;
+pub const MAX_REACTORS: usize = 1 << 28;
 const MAX_REACTOR_NAME_BYTES: usize = 256;
 
-pub(crate) struct ReactorEntry {
-    pub(crate) reactor_type: u16,
-    pub(crate) container: u16,
+const PLACEMENT_SEGMENT_SLOTS: usize = 1 << 16;
+/// In a placement slot: a move of the reactor is in progress. Bits 0..16 hold
+/// the container, bits 16..31 the reactor type.
+const MOVING_BIT: u32 = 1 << 31;
+/// Reactor types a schema may declare (they share a slot with the moving bit).
+pub const MAX_REACTOR_TYPES: usize = 1 << 15;
+const PLACEMENT_SEGMENTS: usize = MAX_REACTORS / PLACEMENT_SEGMENT_SLOTS;
+
+/// Reactor id to (reactor type, container), read on every call without a lock
+/// (a shared read lock would bounce its cache line between executors): slots
+/// are atomics in segments allocated as the directory grows. Written only under
+/// the directory's write lock.
+pub(crate) struct PlacementTable {
+    segments: Box<[OnceLock<Box<[AtomicU32]>>]>,
+    len: AtomicU32,
+}
+
+impl PlacementTable {
+    fn new() -> Self {
+        PlacementTable {
+            segments: (0..PLACEMENT_SEGMENTS).map(|_| OnceLock::new()).collect(),
+            len: AtomicU32::new(0),
+        }
+    }
+
+    fn slot(&self, id: u32) -> Option<&AtomicU32> {
+        if id >= self.len.load(Ordering::Acquire) {
+            return None;
+        }
+        let id = id as usize;
+        self.segments[id / PLACEMENT_SEGMENT_SLOTS]
+            .get()
+            .map(|s| &s[id % PLACEMENT_SEGMENT_SLOTS])
+    }
+
+    pub(crate) fn get(&self, id: ReactorId) -> Option<(u16, u16)> {
+        let packed = self.slot(id.0)?.load(Ordering::Acquire);
+        Some((((packed & !MOVING_BIT) >> 16) as u16, packed as u16))
+    }
+
+    /// Whether a move of the reactor is in progress.
+    pub(crate) fn is_moving(&self, id: ReactorId) -> bool {
+        self.slot(id.0)
+            .is_some_and(|s| s.load(Ordering::Acquire) & MOVING_BIT != 0)
+    }
+
+    /// Marks a move as started or finished; the caller holds the write lock.
+    fn set_moving(&self, id: ReactorId, moving: bool) {
+        let slot = self.slot(id.0).expect("existing reactor");
+        let packed = slot.load(Ordering::Acquire) & !MOVING_BIT;
+        slot.store(
+            if moving { packed | MOVING_BIT } else { packed },
+            Ordering::Release,
+        );
+    }
+
+    /// Appends an entry; the caller holds the directory's write lock.
+    fn push(&self, reactor_type: u16, container: u16) -> ReactorId {
+        let id = self.len.load(Ordering::Acquire) as usize;
+        assert!(id < MAX_REACTORS, "checked by the caller");
+        let segment = self.segments[id / PLACEMENT_SEGMENT_SLOTS].get_or_init(|| {
+            (0..PLACEMENT_SEGMENT_SLOTS)
+                .map(|_| AtomicU32::new(0))
+                .collect()
+        });
+        segment[id % PLACEMENT_SEGMENT_SLOTS].store(
+            (u32::from(reactor_type) << 16) | u32::from(container),
+            Ordering::Release,
+        );
+        self.len.store(id as u32 + 1, Ordering::Release);
+        ReactorId(id as u32)
+    }
+
+    /// Points a reactor at another container; the caller holds the write lock.
+    fn set_container(&self, id: ReactorId, container: u16) {
+        let slot = self.slot(id.0).expect("existing reactor");
+        let reactor_type = slot.load(Ordering::Acquire) >> 16;
+        slot.store(
+            (reactor_type << 16) | u32::from(container),
+            Ordering::Release,
+        );
+    }
+
+    fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire) as usize
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct Directory {
     by_name: HashMap<Box<str>, ReactorId>,
-    pub(crate) entries: Vec<ReactorEntry>,
 }
 
 pub(crate) struct Container {
@@ -52,17 +134,19 @@ pub(crate) struct DbShared {
     pub(crate) deployment: Deployment,
     pub(crate) containers: Vec<Container>,
     pub(crate) executors: Vec<ExecutorHandle>,
+    /// Names; taken for writing when reactors are created or moved.
     pub(crate) directory: RwLock<Directory>,
+    pub(crate) placements: PlacementTable,
     pub(crate) next_txn_id: AtomicU64,
+    /// Planted bug for tests: skip the placement checks on entering a reactor.
+    pub(crate) skip_placement_check: AtomicBool,
 }
 
 impl DbShared {
     pub(crate) fn reactor_entry(&self, reactor: ReactorId) -> Result<(u16, u16), ReactorError> {
-        let directory = self.directory.read().expect("directory lock");
-        let entry = directory.entries.get(reactor.0 as usize).ok_or_else(|| {
+        self.placements.get(reactor).ok_or_else(|| {
             ReactorError::Directory(DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))
-        })?;
-        Ok((entry.reactor_type, entry.container))
+        })
     }
 
     /// The router: picks one of a container's executors for a reactor.
@@ -125,6 +209,8 @@ impl Database {
                 containers,
                 executors,
                 directory: RwLock::new(Directory::default()),
+                placements: PlacementTable::new(),
+                skip_placement_check: AtomicBool::new(false),
                 next_txn_id: AtomicU64::new(1),
             }),
         })
@@ -146,19 +232,22 @@ impl Database {
             .iter()
             .position(|t| *t == reactor_type)
             .ok_or_else(|| DirectoryError::UnknownReactorType(reactor_type.to_owned()))?;
+        assert!(
+            type_index < MAX_REACTOR_TYPES,
+            "schemas declare fewer than 2^15 reactor types"
+        );
         let container = self.shared.deployment.place(name, reactor_type);
         let mut directory = self.shared.directory.write().expect("directory lock");
         if directory.by_name.contains_key(name) {
             return Err(DirectoryError::AlreadyExists(name.to_owned()));
         }
-        if directory.entries.len() >= MAX_REACTORS {
+        if self.shared.placements.len() >= MAX_REACTORS {
             return Err(DirectoryError::Full(MAX_REACTORS));
         }
-        let id = ReactorId(directory.entries.len() as u32);
-        directory.entries.push(ReactorEntry {
-            reactor_type: type_index as u16,
-            container: container as u16,
-        });
+        let id = self
+            .shared
+            .placements
+            .push(type_index as u16, container as u16);
         directory.by_name.insert(name.into(), id);
         Ok(id)
     }
@@ -197,10 +286,35 @@ impl Database {
         if from as usize == target {
             return Ok(());
         }
-        self.run_blocking(reactor, move |ctx| crate::relocate::move_out(ctx, target))?;
-        let mut directory = self.shared.directory.write().expect("directory lock");
-        directory.entries[reactor.0 as usize].container = target as u16;
-        Ok(())
+        // While the move runs, new transactions on the reactor back off instead
+        // of racing it: under steady load a long move would otherwise keep
+        // losing validation to short transactions (OCC starves long writers).
+        self.set_moving(reactor, true);
+        let moved = self
+            .submit(reactor, Some(reactor), move |ctx| {
+                crate::relocate::move_out(ctx, target)
+            })
+            .and_then(|reply| reply.blocking_recv().unwrap_or(Err(ReactorError::Shutdown)));
+        let _directory = self.shared.directory.write().expect("directory lock");
+        if moved.is_ok() {
+            self.shared.placements.set_container(reactor, target as u16);
+        }
+        self.shared.placements.set_moving(reactor, false);
+        moved
+    }
+
+    /// Plants a bug for the tests that show the move tests can fail: entering
+    /// a reactor no longer checks whether it is moving or moved away.
+    #[doc(hidden)]
+    pub fn plant_bug_skip_placement_check(&self) {
+        self.shared
+            .skip_placement_check
+            .store(true, Ordering::Relaxed);
+    }
+
+    fn set_moving(&self, reactor: ReactorId, moving: bool) {
+        let _directory = self.shared.directory.write().expect("directory lock");
+        self.shared.placements.set_moving(reactor, moving);
     }
 
     /// Runs `procedure` on `reactor` as a root transaction, retrying it on
@@ -211,7 +325,7 @@ impl Database {
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        self.submit(reactor, procedure)?
+        self.submit(reactor, None, procedure)?
             .await
             .unwrap_or(Err(ReactorError::Shutdown))
     }
@@ -227,7 +341,7 @@ impl Database {
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        self.submit(reactor, procedure)?
+        self.submit(reactor, None, procedure)?
             .blocking_recv()
             .unwrap_or(Err(ReactorError::Shutdown))
     }
@@ -235,6 +349,7 @@ impl Database {
     fn submit<T, F, Fut>(
         &self,
         reactor: ReactorId,
+        moving: Option<ReactorId>,
         procedure: F,
     ) -> Result<oneshot::Receiver<Result<T, ReactorError>>, ReactorError>
     where
@@ -249,7 +364,7 @@ impl Database {
         let procedure = Arc::new(procedure);
         let sent = self.shared.executors[executor].send(move || {
             tokio::task::spawn_local(async move {
-                let outcome = run_root(shared, reactor, executor, procedure).await;
+                let outcome = run_root(shared, reactor, executor, moving, procedure).await;
                 let _ = reply.send(outcome);
             });
         });

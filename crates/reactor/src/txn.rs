@@ -81,6 +81,9 @@ pub(crate) struct RootTxn {
     /// Calls started and not yet finished, anywhere in the tree.
     outstanding: AtomicUsize,
     all_done: Notify,
+    /// The reactor this transaction is moving, if it is a move: it may enter
+    /// that reactor while other transactions back off.
+    pub(crate) moving: Option<ReactorId>,
 }
 
 impl RootTxn {
@@ -210,6 +213,7 @@ pub(crate) async fn run_root<T, F, Fut>(
     db: Arc<DbShared>,
     reactor: ReactorId,
     executor: usize,
+    moving: Option<ReactorId>,
     procedure: Arc<F>,
 ) -> Result<T, ReactorError>
 where
@@ -230,6 +234,7 @@ where
             state: Mutex::new(RootState::default()),
             outstanding: AtomicUsize::new(0),
             all_done: Notify::new(),
+            moving,
         });
         let (_, container) = db.reactor_entry(reactor)?;
         let container = container as usize;

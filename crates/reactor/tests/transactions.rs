@@ -392,23 +392,27 @@ fn a_moved_reactor_keeps_its_rows() {
     assert!(shop.db.move_reactor(w, "nowhere").is_err());
 }
 
-/// Increments race with a reactor moving back and forth: an increment that
-/// ran against a container the reactor had left would miss the row. None may,
-/// and none may be lost.
-#[test]
-fn increments_race_with_moves() {
+/// Increments race with a reactor moving back and forth. Returns how many
+/// increments saw the reactor half-moved (its row missing) plus whether any
+/// increment was lost.
+fn increments_racing_moves(planted_bug: bool) -> u64 {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let shop = shop(shared_nothing());
+    if planted_bug {
+        shop.db.plant_bug_skip_placement_check();
+    }
     let w = shop.warehouses[0];
     shop.db
         .run_blocking(w, |ctx| async move { ctx.insert(&COUNT, &0, &0) })
         .unwrap();
-    let committed = std::sync::atomic::AtomicU64::new(0);
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (committed, half_moved, stop) =
+        (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
     std::thread::scope(|s| {
         for _ in 0..3 {
-            let (db, committed, stop) = (Arc::clone(&shop.db), &committed, &stop);
+            let (db, committed, half_moved, stop) =
+                (Arc::clone(&shop.db), &committed, &half_moved, &stop);
             s.spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     let result = db.run_blocking(w, |ctx| async move {
                         match ctx.get(&COUNT, &0)? {
                             Some(n) => ctx.put(&COUNT, &0, &(n + 1)),
@@ -417,28 +421,44 @@ fn increments_race_with_moves() {
                             )),
                         }
                     });
-                    result.expect("an increment never sees a half-moved reactor");
-                    committed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    match result {
+                        Ok(()) => committed.fetch_add(1, Ordering::Relaxed),
+                        Err(ReactorError::Tx(TxError::UserAbort { .. })) => {
+                            half_moved.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(e) => panic!("unexpected error {e}"),
+                    };
                 }
             });
         }
-        let db = Arc::clone(&shop.db);
-        let stop = &stop;
+        let (db, stop) = (Arc::clone(&shop.db), &stop);
         s.spawn(move || {
             for i in 0..300 {
                 db.move_reactor(w, if i % 2 == 0 { "customers" } else { "w1" })
                     .expect("move commits");
             }
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
         });
     });
     let count = shop
         .db
         .run_blocking(w, |ctx| async move { ctx.get(&COUNT, &0) })
         .unwrap();
+    let lost = u64::from(count != Some(committed.load(Ordering::Relaxed)));
+    half_moved.load(Ordering::Relaxed) + lost
+}
+
+#[test]
+fn increments_race_with_moves() {
     assert_eq!(
-        count,
-        Some(committed.load(std::sync::atomic::Ordering::Relaxed)),
-        "an increment was lost"
+        increments_racing_moves(false),
+        0,
+        "an increment saw a half-moved reactor or was lost"
     );
+}
+
+#[test]
+fn increments_race_catches_a_skipped_placement_check() {
+    let caught = (0..5).any(|_| increments_racing_moves(true) > 0);
+    assert!(caught, "the move test missed a planted bug");
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
 
 use roost_storage::{Engine, Relation};
 use tokio::sync::oneshot;
@@ -171,6 +172,7 @@ impl Database {
         let engine = Engine::default();
         let mut containers = Vec::new();
         let mut executors = Vec::new();
+        let spin = Duration::from_micros(deployment.spin_before_park_us());
         for spec in &deployment.containers {
             let relations = schema
                 .relations
@@ -189,6 +191,7 @@ impl Database {
                     executors.len(),
                     engine.clone(),
                     deployment.max_active_transactions,
+                    spin,
                 );
                 executors.push(handle);
             }

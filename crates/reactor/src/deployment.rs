@@ -5,6 +5,7 @@
 //!
 //! ```toml
 //! max_active_transactions = 64      # per executor
+//! spin_before_park_us = 50          # default: 50 if executors <= cores, else 0
 //! router = "round-robin"            # or "affinity"
 //!
 //! [[containers]]
@@ -31,6 +32,8 @@ use crate::schema::Schema;
 
 const MAX_EXECUTORS_PER_CONTAINER: usize = 64;
 const MAX_ACTIVE_TRANSACTIONS: usize = 65_536;
+const DEFAULT_SPIN_BEFORE_PARK_US: u64 = 50;
+const MAX_SPIN_BEFORE_PARK_US: u64 = 10_000;
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -82,6 +85,12 @@ pub struct Deployment {
     /// Root transactions an executor runs at once (admission control).
     #[serde(default = "default_active")]
     pub max_active_transactions: usize,
+    /// How long an idle executor spins looking for work before it parks its
+    /// thread. Default: 50 us when there are no more executors than cores
+    /// (waking a parked thread costs tens of microseconds), else 0 (spinning
+    /// executors would take the cores from the ones with work).
+    #[serde(default)]
+    pub spin_before_park_us: Option<u64>,
 }
 
 impl Deployment {
@@ -99,7 +108,21 @@ impl Deployment {
             placement: PlacementSpec::default(),
             router: RouterPolicy::RoundRobin,
             max_active_transactions: default_active(),
+            spin_before_park_us: None,
         }
+    }
+
+    /// The spin budget in effect (see `spin_before_park_us`).
+    pub fn spin_before_park_us(&self) -> u64 {
+        self.spin_before_park_us.unwrap_or_else(|| {
+            let executors: usize = self.containers.iter().map(|c| c.executors).sum();
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if executors <= cores {
+                DEFAULT_SPIN_BEFORE_PARK_US
+            } else {
+                0
+            }
+        })
     }
 
     pub(crate) fn validate(&self, schema: &Schema) -> Result<(), DeploymentError> {
@@ -123,6 +146,12 @@ impl Deployment {
             return Err(DeploymentError::BadActiveLimit(
                 self.max_active_transactions,
             ));
+        }
+        if let Some(us) = self
+            .spin_before_park_us
+            .filter(|&us| us > MAX_SPIN_BEFORE_PARK_US)
+        {
+            return Err(DeploymentError::BadSpin(us));
         }
         let p = &self.placement;
         let named = p

@@ -53,6 +53,8 @@ pub enum DeploymentError {
     UnknownReactorType(String),
     #[error("max_active_transactions must be 1..=65536, got {0}")]
     BadActiveLimit(usize),
+    #[error("spin_before_park_us must be at most 10000, got {0}")]
+    BadSpin(u64),
 }
 
 /// Errors of the reactor directory.

@@ -97,13 +97,11 @@ impl ExecutorLocal {
     }
 }
 
-/// How long an executor about to park keeps spinning for new work instead:
-/// waking a parked thread (an idle virtual CPU, here) costs tens of
-/// microseconds, far more than a whole cross-container call should.
-const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
-
-/// Spins until `incoming` moves or the budget is spent (tokio's park hook).
-fn spin_before_park(incoming: &AtomicU64) {
+/// Spins until `incoming` moves or `budget` is spent (tokio's park hook): an
+/// executor about to park keeps looking for new work instead, because waking
+/// a parked thread (an idle virtual CPU, here) costs tens of microseconds, far
+/// more than a whole cross-container call should.
+fn spin_before_park(incoming: &AtomicU64, budget: Duration) {
     let seen = incoming.load(Ordering::Acquire);
     let start = Instant::now();
     loop {
@@ -115,7 +113,7 @@ fn spin_before_park(incoming: &AtomicU64) {
             }
             std::hint::spin_loop();
         }
-        if start.elapsed() >= SPIN_BEFORE_PARK {
+        if start.elapsed() >= budget {
             return;
         }
     }
@@ -130,7 +128,12 @@ pub(crate) struct ExecutorHandle {
 }
 
 impl ExecutorHandle {
-    pub(crate) fn spawn(executor: usize, engine: Engine, max_active: usize) -> Self {
+    pub(crate) fn spawn(
+        executor: usize,
+        engine: Engine,
+        max_active: usize,
+        spin: Duration,
+    ) -> Self {
         let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
         let incoming = Arc::new(AtomicU64::new(0));
         let hook = Arc::clone(&incoming);
@@ -139,7 +142,11 @@ impl ExecutorHandle {
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_time()
-                    .on_thread_park(move || spin_before_park(&hook))
+                    .on_thread_park(move || {
+                        if !spin.is_zero() {
+                            spin_before_park(&hook, spin)
+                        }
+                    })
                     .build()
                     .expect("executor runtime");
                 LOCAL.with(|local| {

@@ -5,11 +5,14 @@
 //! - [`harness`]: fixed-duration multi-threaded measurement with HDR latency;
 //! - [`plot`]: grouped bar charts as PNG;
 //! - [`engine`]: `roost bench engine`, Silo OCC against a no-concurrency-control
-//!   baseline on the storage engine alone.
+//!   baseline on the storage engine alone;
+//! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
+//!   application on the reactor layer, sync against async deployments.
 
 pub mod engine;
 pub mod harness;
 pub mod plot;
 pub mod results;
+pub mod smartmart;
 pub mod sys;
 pub mod zipf;

@@ -11,6 +11,7 @@ use std::io::BufWriter;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use thiserror::Error;
@@ -29,18 +30,31 @@ const FONT_CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
     "/System/Library/Fonts/Supplemental/Arial.ttf",
 ];
+/// Size of one panel of a multi-panel figure.
+const PANEL_WIDTH_PX: u32 = 900;
+const PANEL_HEIGHT_PX: u32 = 520;
+/// Most panels one figure holds.
+pub const MAX_PANELS: usize = 16;
 /// Series colours, in order.
-const PALETTE: [RGBColor; 4] = [
+const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(214, 39, 40),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
 ];
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
 #[derive(Debug, Error)]
 pub enum PlotError {
     #[error("chart has no categories or no series")]
     Empty,
+    #[error("a figure needs 1..={MAX_PANELS} panels and at least one column")]
+    Panels,
     #[error("series `{0}` has a different number of values than there are categories")]
     Ragged(String),
     #[error("drawing failed: {0}")]
@@ -111,27 +125,14 @@ impl BarChart {
 
     /// Renders the chart as a PNG at `path`.
     pub fn render_png(&self, path: &Path) -> Result<Labels, PlotError> {
-        self.check()?;
-        let mut rgb = vec![0u8; (WIDTH_PX * HEIGHT_PX * 3) as usize];
-        let labels = if sans_serif_font_registered() {
-            self.draw_labelled(&mut rgb)
-                .map_err(|e| PlotError::Draw(e.to_string()))?;
-            Labels::Drawn
-        } else {
-            self.draw_unlabelled(&mut rgb)
-                .map_err(|e| PlotError::Draw(e.to_string()))?;
-            Labels::SkippedNoFont
-        };
-        write_png(path, &rgb).map_err(|e| PlotError::Encode(e.to_string()))?;
-        Ok(labels)
+        render_panels_png(std::slice::from_ref(self), 1, (WIDTH_PX, HEIGHT_PX), path)
     }
 
-    fn draw_labelled(&self, rgb: &mut [u8]) -> Result<(), Box<dyn Error>> {
-        let root = BitMapBackend::with_buffer(rgb, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+    fn draw_labelled(&self, root: &Area<'_>) -> Result<(), Box<dyn Error>> {
         root.fill(&WHITE)?;
         let categories = self.categories.len();
         let y_max = self.max_value() * 1.15;
-        let mut chart = ChartBuilder::on(&root)
+        let mut chart = ChartBuilder::on(root)
             .caption(&self.title, (FONT_FAMILY, 24))
             .margin(20)
             .x_label_area_size(50)
@@ -187,16 +188,15 @@ impl BarChart {
             .border_style(BLACK)
             .label_font((FONT_FAMILY, 14))
             .draw()?;
-        root.present()?;
         Ok(())
     }
 
     /// Bars only, in pixel coordinates, with an axis line: for machines
     /// without a font.
-    fn draw_unlabelled(&self, rgb: &mut [u8]) -> Result<(), Box<dyn Error>> {
-        let root = BitMapBackend::with_buffer(rgb, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+    fn draw_unlabelled(&self, root: &Area<'_>) -> Result<(), Box<dyn Error>> {
         root.fill(&WHITE)?;
-        let (width, height) = (WIDTH_PX as f64, HEIGHT_PX as f64);
+        let (width_px, height_px) = root.dim_in_pixel();
+        let (width, height) = (f64::from(width_px), f64::from(height_px));
         let plot_w = width - 2.0 * MARGIN_PX as f64;
         let plot_h = height - 2.0 * MARGIN_PX as f64;
         let unit_px = plot_w / self.categories.len() as f64;
@@ -215,12 +215,11 @@ impl BarChart {
                 ))?;
             }
         }
-        let axis_y = HEIGHT_PX as i32 - MARGIN_PX;
+        let axis_y = height_px as i32 - MARGIN_PX;
         root.draw(&PathElement::new(
-            [(MARGIN_PX, axis_y), (WIDTH_PX as i32 - MARGIN_PX, axis_y)],
+            [(MARGIN_PX, axis_y), (width_px as i32 - MARGIN_PX, axis_y)],
             BLACK,
         ))?;
-        root.present()?;
         Ok(())
     }
 
@@ -238,20 +237,76 @@ impl BarChart {
     }
 }
 
-/// 1_234_567.0 -> "1.23M", 12_345.0 -> "12.3k".
+/// Renders several charts into one PNG at `path`, `columns` panels per row
+/// (rows as needed), each panel [`PANEL_WIDTH_PX`] x [`PANEL_HEIGHT_PX`].
+pub fn render_figure_png(
+    charts: &[BarChart],
+    columns: usize,
+    path: &Path,
+) -> Result<Labels, PlotError> {
+    if columns == 0 || charts.is_empty() || charts.len() > MAX_PANELS {
+        return Err(PlotError::Panels);
+    }
+    let columns = columns.min(charts.len());
+    let rows = charts.len().div_ceil(columns);
+    let size = (
+        PANEL_WIDTH_PX * columns as u32,
+        PANEL_HEIGHT_PX * rows as u32,
+    );
+    render_panels_png(charts, columns, size, path)
+}
+
+fn render_panels_png(
+    charts: &[BarChart],
+    columns: usize,
+    (width, height): (u32, u32),
+    path: &Path,
+) -> Result<Labels, PlotError> {
+    for chart in charts {
+        chart.check()?;
+    }
+    let rows = charts.len().div_ceil(columns);
+    let mut rgb = vec![0u8; (width * height * 3) as usize];
+    let labelled = sans_serif_font_registered();
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (width, height)).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| PlotError::Draw(e.to_string()))?;
+        let panels = root.split_evenly((rows, columns));
+        for (chart, panel) in charts.iter().zip(&panels) {
+            let drawn = if labelled {
+                chart.draw_labelled(panel)
+            } else {
+                chart.draw_unlabelled(panel)
+            };
+            drawn.map_err(|e| PlotError::Draw(e.to_string()))?;
+        }
+        root.present().map_err(|e| PlotError::Draw(e.to_string()))?;
+    }
+    write_png(path, &rgb, width, height).map_err(|e| PlotError::Encode(e.to_string()))?;
+    Ok(if labelled {
+        Labels::Drawn
+    } else {
+        Labels::SkippedNoFont
+    })
+}
+
+/// 1_234_567.0 -> "1.23M", 12_345.0 -> "12.3k", 1.5 -> "1.50".
 fn format_short(value: f64) -> String {
     if value >= 1e6 {
         format!("{:.2}M", value / 1e6)
     } else if value >= 1e3 {
         format!("{:.1}k", value / 1e3)
-    } else {
+    } else if value >= 10.0 || value == 0.0 {
         format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
     }
 }
 
-fn write_png(path: &Path, rgb: &[u8]) -> Result<(), Box<dyn Error>> {
+fn write_png(path: &Path, rgb: &[u8], width: u32, height: u32) -> Result<(), Box<dyn Error>> {
     let writer = BufWriter::new(File::create(path)?);
-    let mut encoder = png::Encoder::new(writer, WIDTH_PX, HEIGHT_PX);
+    let mut encoder = png::Encoder::new(writer, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
     let mut png_writer = encoder.write_header()?;
@@ -322,7 +377,12 @@ mod tests {
     fn renders_without_a_font() {
         let chart = sample_chart();
         let mut rgb = vec![0u8; (WIDTH_PX * HEIGHT_PX * 3) as usize];
-        chart.draw_unlabelled(&mut rgb).expect("draw");
+        {
+            let root =
+                BitMapBackend::with_buffer(&mut rgb, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+            chart.draw_unlabelled(&root).expect("draw");
+            root.present().expect("present");
+        }
         assert!(rgb.iter().any(|&b| b != 255), "something was drawn");
     }
 
@@ -346,5 +406,25 @@ mod tests {
         assert_eq!(format_short(1_234_567.0), "1.23M");
         assert_eq!(format_short(12_345.0), "12.3k");
         assert_eq!(format_short(12.0), "12");
+        assert_eq!(format_short(1.523), "1.52");
+        assert_eq!(format_short(0.0), "0");
+    }
+
+    #[test]
+    fn renders_a_multi_panel_figure() {
+        let path = temp_png("panels");
+        let charts = vec![sample_chart(), sample_chart(), sample_chart()];
+        render_figure_png(&charts, 2, &path).expect("render");
+        let bytes = std::fs::read(&path).expect("read png");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        std::fs::remove_file(&path).expect("clean up");
+        assert!(matches!(
+            render_figure_png(&charts, 0, &path),
+            Err(PlotError::Panels)
+        ));
+        assert!(matches!(
+            render_figure_png(&[], 2, &path),
+            Err(PlotError::Panels)
+        ));
     }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
+use roost_bench::smartmart::{self, SmartMartBenchConfig};
 
 /// Roost: an in-memory transactional database.
 #[derive(Debug, Parser)]
@@ -27,6 +28,10 @@ enum Benchmark {
     /// The storage engine alone: Silo OCC against a no-concurrency-control
     /// baseline (read-only, rmw, txn-10, scan-mix; uniform and Zipfian keys).
     Engine(EngineArgs),
+    /// SmartMart on reactors (the ReactDB seed's Figures 6, 9 and 12): the
+    /// sync deployment (one container) against the async one (store sections
+    /// in their own containers).
+    Smartmart(SmartmartArgs),
 }
 
 #[derive(Debug, Args)]
@@ -62,18 +67,58 @@ struct EngineArgs {
     threads: Vec<u32>,
 }
 
+#[derive(Debug, Args)]
+struct SmartmartArgs {
+    /// About a minute on 2 cores: fewer points, shorter rows, a smaller store
+    /// (default: every point, 3 repetitions, about 10 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Directory for smartmart.json, smartmart.md and smartmart.png.
+    #[arg(long, value_name = "DIR", default_value = "bench/results")]
+    out: PathBuf,
+    /// Measured seconds per row and repetition (Delay rows too).
+    #[arg(long, value_name = "S", value_parser = parse_smartmart_seconds)]
+    seconds: Option<f64>,
+    /// Repetitions per row; rows report the median.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    reps: Option<u32>,
+}
+
+impl SmartmartArgs {
+    fn config(&self) -> SmartMartBenchConfig {
+        let mut config = if self.quick {
+            SmartMartBenchConfig::quick()
+        } else {
+            SmartMartBenchConfig::full()
+        };
+        if let Some(seconds) = self.seconds {
+            config.seconds_per_row = seconds;
+            config.delay_seconds_per_row = seconds;
+        }
+        if let Some(reps) = self.reps {
+            config.repetitions = reps as usize;
+        }
+        config
+    }
+}
+
+fn parse_smartmart_seconds(text: &str) -> Result<f64, String> {
+    parse_seconds_up_to(text, smartmart::MAX_SECONDS_PER_ROW)
+}
+
 fn parse_seconds(text: &str) -> Result<f64, String> {
+    parse_seconds_up_to(text, engine::MAX_SECONDS_PER_ROW)
+}
+
+fn parse_seconds_up_to(text: &str, max: f64) -> Result<f64, String> {
     let seconds: f64 = text
         .trim()
         .parse()
         .map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    if seconds.is_finite() && seconds > 0.0 && seconds <= engine::MAX_SECONDS_PER_ROW {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= max {
         Ok(seconds)
     } else {
-        Err(format!(
-            "must be more than 0 and at most {}",
-            engine::MAX_SECONDS_PER_ROW
-        ))
+        Err(format!("must be more than 0 and at most {max}"))
     }
 }
 
@@ -119,6 +164,9 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Bench(Benchmark::Engine(args)) => {
             engine::run(&args.config(), &args.out, command)?;
         }
+        Command::Bench(Benchmark::Smartmart(args)) => {
+            smartmart::run(&args.config(), &args.out, command)?;
+        }
     }
     Ok(())
 }
@@ -147,6 +195,14 @@ mod tests {
     fn engine_args(args: &[&str]) -> EngineArgs {
         match parse(args).expect("valid arguments").command {
             Command::Bench(Benchmark::Engine(engine)) => engine,
+            other => panic!("not the engine benchmark: {other:?}"),
+        }
+    }
+
+    fn smartmart_args(args: &[&str]) -> SmartmartArgs {
+        match parse(args).expect("valid arguments").command {
+            Command::Bench(Benchmark::Smartmart(smartmart)) => smartmart,
+            other => panic!("not the smartmart benchmark: {other:?}"),
         }
     }
 
@@ -208,10 +264,36 @@ mod tests {
             &["bench", "engine", "--threads", "1,,2"],
             &["bench", "engine", "--threads", "a"],
             &["bench", "engine", "--frobnicate"],
+            &["bench", "smartmart", "--seconds", "0"],
+            &["bench", "smartmart", "--seconds", "-2"],
+            &["bench", "smartmart", "--seconds", "NaN"],
+            &["bench", "smartmart", "--reps", "0"],
+            &["bench", "smartmart", "--reps", "x"],
+            &["bench", "smartmart", "--quick", "--quick"],
+            &["bench", "smartmart", "--out"],
+            &["bench", "smartmart", "--records", "5"],
         ];
         for args in bad {
             assert!(parse(args).is_err(), "{args:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn smartmart_quick_and_full() {
+        let quick = smartmart_args(&["bench", "smartmart", "--quick", "--out", "/tmp/smq"]);
+        assert_eq!(quick.out, PathBuf::from("/tmp/smq"));
+        assert_eq!(quick.config(), SmartMartBenchConfig::quick());
+        let full = smartmart_args(&["bench", "smartmart"]);
+        assert_eq!(full.out, PathBuf::from("bench/results"));
+        assert_eq!(full.config(), SmartMartBenchConfig::full());
+        let custom =
+            smartmart_args(&["bench", "smartmart", "--seconds", "0.25", "--reps", "2"]).config();
+        assert_eq!(
+            (custom.seconds_per_row, custom.delay_seconds_per_row),
+            (0.25, 0.25)
+        );
+        assert_eq!(custom.repetitions, 2);
+        assert!(custom.validate().is_ok());
     }
 
     #[test]

@@ -18,9 +18,35 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The main job on the embedded default: SmartMart on one node (async
+    /// deployment) with live progress, then the sync deployment for comparison.
+    Demo(DemoArgs),
     /// Run a benchmark; writes <out>/<benchmark>.json, .md and .png.
     #[command(subcommand)]
     Bench(Benchmark),
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Seconds to run the async deployment (the sync comparison runs half as long).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_demo_seconds)]
+    seconds: f64,
+    /// Client threads, each with its own cart.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    workers: u32,
+    /// Items per order.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
+    order_size: u32,
+    /// Store sections an order spans (each its own container in the async deployment).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=8))]
+    sections: u32,
+}
+
+fn parse_demo_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Ok(s),
+        _ => Err(format!("`{text}` is not a number of seconds in (0, 3600]")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -161,6 +187,16 @@ fn command_line(args: &[OsString]) -> String {
 
 fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
     match cli.command {
+        Command::Demo(args) => {
+            let config = smartmart::demo::DemoConfig {
+                seconds: args.seconds,
+                workers: args.workers as usize,
+                order_size: args.order_size as usize,
+                sections: args.sections as usize,
+                window: smartmart::demo::DemoConfig::default().window,
+            };
+            smartmart::demo::run_demo(&config)?;
+        }
         Command::Bench(Benchmark::Engine(args)) => {
             engine::run(&args.config(), &args.out, command)?;
         }
@@ -303,5 +339,29 @@ mod tests {
             .map(OsString::from)
             .collect();
         assert_eq!(command_line(&argv), "roost bench engine --quick");
+    }
+
+    #[test]
+    fn demo_flags_are_checked() {
+        assert!(parse(&["demo"]).is_ok());
+        assert!(parse(&[
+            "demo",
+            "--seconds",
+            "2",
+            "--workers",
+            "2",
+            "--sections",
+            "4"
+        ])
+        .is_ok());
+        for bad in [
+            &["demo", "--seconds", "0"][..],
+            &["demo", "--seconds", "nan"],
+            &["demo", "--workers", "0"],
+            &["demo", "--sections", "9"],
+            &["demo", "--order-size", "-3"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be rejected");
+        }
     }
 }

@@ -39,6 +39,7 @@
 //!   the carts get one executor per worker in both deployments.
 
 pub mod app;
+pub mod demo;
 pub mod schema;
 mod summary;
 pub mod workload;

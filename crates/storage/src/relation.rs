@@ -92,34 +92,37 @@ impl Relation {
         }
     }
 
-    pub(crate) fn range<'g, 'b>(
-        &'g self,
-        bounds: KeyBounds<'b>,
+    pub(crate) fn range<'a>(
+        &'a self,
+        bounds: KeyBounds<'a>,
         direction: ScanDirection,
-        guard: &'g Guard,
-    ) -> impl DoubleEndedIterator<Item = (&'g EncodedKey, &'g RecordRef)> + use<'g, 'b> {
+        guard: &'a Guard,
+    ) -> impl DoubleEndedIterator<Item = (&'a EncodedKey, &'a RecordRef)> + use<'a> {
         self.index
-            .range::<[u8], KeyBounds<'b>>(self.clamp(bounds, direction, guard), guard)
+            .range::<[u8], KeyBounds<'a>>(self.clamp(bounds, direction, guard), guard)
     }
 
-    /// Drops the bound a scan starts from when it lies outside the keys (a
-    /// forward scan's lower bound below the first key, a reverse scan's upper
-    /// bound above the last): the range is the same, and `scc` 3.8's range
-    /// scans starting from such a bound can walk the leaf list from every inner
-    /// node (0.5 s for a 10-row scan of 200k records, measured; 9 us clamped).
-    fn clamp<'b>(
-        &self,
-        (lower, upper): KeyBounds<'b>,
+    /// Moves the bound a scan starts from onto the first (or last) key when it
+    /// lies outside the keys: a forward scan's lower bound below the first
+    /// key, a reverse scan's upper bound above the last. `scc` 3.8's range
+    /// scans starting from such a bound walk the leaf list from every inner
+    /// node (0.5 s for a 10-row scan of 200k records, measured; 5 us moved).
+    /// The range only shrinks, by keys absent when the first key was read; a
+    /// key inserted there later is a phantom that commit's re-scan (which
+    /// moves the bound again) sees.
+    fn clamp<'a>(
+        &'a self,
+        (lower, upper): KeyBounds<'a>,
         direction: ScanDirection,
-        guard: &Guard,
-    ) -> KeyBounds<'b> {
+        guard: &'a Guard,
+    ) -> KeyBounds<'a> {
         let mut keys = self.index.iter(guard);
         match direction {
             ScanDirection::Forward => match (lower, keys.next()) {
                 (Bound::Included(k) | Bound::Excluded(k), Some((first, _)))
                     if k < first.as_slice() =>
                 {
-                    (Bound::Unbounded, upper)
+                    (Bound::Included(first.as_slice()), upper)
                 }
                 (lower, _) => (lower, upper),
             },
@@ -127,7 +130,7 @@ impl Relation {
                 (Bound::Included(k) | Bound::Excluded(k), Some((last, _)))
                     if k > last.as_slice() =>
                 {
-                    (lower, Bound::Unbounded)
+                    (lower, Bound::Included(last.as_slice()))
                 }
                 (upper, _) => (lower, upper),
             },

@@ -205,8 +205,9 @@ fn large_values_and_bad_sizes() {
 
 #[test]
 fn scans_with_bounds_outside_the_keys() {
-    // Bounds below the first key or above the last are clamped to unbounded
-    // ends internally (a stall in the index otherwise); results must not change.
+    // A starting bound below the first key or above the last is moved onto
+    // that key internally (a stall in the index otherwise); results must not
+    // change, and must never include keys outside the bounds.
     let engine = Engine::default();
     let rel = engine.create_relation("t").unwrap();
     let mut w = engine.worker();

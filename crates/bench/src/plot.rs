@@ -8,7 +8,7 @@
 use std::error::Error;
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::coord::Shift;
@@ -336,6 +336,25 @@ fn sans_serif_font_registered() -> bool {
         }
         false
     })
+}
+
+/// Reports how drawing `path` went and returns the path if a PNG was written:
+/// a missing font or a failed chart is a warning, never an error.
+pub fn finish_png(drawn: Result<Labels, PlotError>, path: PathBuf) -> Option<PathBuf> {
+    match drawn {
+        Ok(Labels::Drawn) => Some(path),
+        Ok(Labels::SkippedNoFont) => {
+            eprintln!(
+                "warning: no TrueType font found (install fonts-dejavu-core or set ROOST_PLOT_FONT); {} has no text",
+                path.display()
+            );
+            Some(path)
+        }
+        Err(e) => {
+            eprintln!("warning: could not draw {}: {e}", path.display());
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -169,6 +169,25 @@ impl BenchReport {
 
     /// Writes `<out_dir>/<benchmark>.json` and `<out_dir>/<benchmark>.md`,
     /// creating `out_dir` if needed.
+    /// Writes the JSON and Markdown, draws the plot, and says where they went.
+    pub fn write_with_plot(
+        &self,
+        out_dir: &Path,
+        plot: impl FnOnce() -> Option<PathBuf>,
+    ) -> Result<(WrittenFiles, Option<PathBuf>), ResultsError> {
+        let files = self.write(out_dir)?;
+        let plot = plot();
+        println!(
+            "wrote {} and {}",
+            files.json.display(),
+            files.markdown.display()
+        );
+        if let Some(plot) = &plot {
+            println!("wrote {}", plot.display());
+        }
+        Ok((files, plot))
+    }
+
     pub fn write(&self, out_dir: &Path) -> Result<WrittenFiles, ResultsError> {
         check_benchmark_name(&self.benchmark)?;
         create_dir(out_dir)?;

@@ -266,16 +266,8 @@ pub fn run(
     let goals = evaluate_goals(measured, &memory);
     println!("{}", summary::goal_lines(&goals, measured));
     report.notes = summary::markdown_notes(config, &goals, measured);
-    let files = report.write(out_dir)?;
-    let plot = summary::render_plot(measured, out_dir);
-    println!(
-        "wrote {} and {}",
-        files.json.display(),
-        files.markdown.display()
-    );
-    if let Some(plot) = &plot {
-        println!("wrote {}", plot.display());
-    }
+    let (files, plot) =
+        report.write_with_plot(out_dir, || summary::render_plot(measured, out_dir))?;
     Ok(EngineBenchRun {
         report,
         memory,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::load::MemoryReport;
 use super::workload::{Variant, Workload};
 use super::{EngineBenchConfig, BENCHMARK_NAME};
-use crate::plot::{BarChart, BarSeries, Labels};
+use crate::plot::{finish_png, BarChart, BarSeries};
 use crate::results::{group_thousands, Row};
 
 /// Per-core rmw throughput the engine aims for (uniform keys).
@@ -266,20 +266,7 @@ pub fn markdown_notes(
 pub fn render_plot(rows: &[Row], out_dir: &Path) -> Option<PathBuf> {
     let chart = throughput_chart(rows)?;
     let path = out_dir.join(format!("{BENCHMARK_NAME}.png"));
-    match chart.render_png(&path) {
-        Ok(Labels::Drawn) => Some(path),
-        Ok(Labels::SkippedNoFont) => {
-            eprintln!(
-                "warning: no TrueType font found (install fonts-dejavu-core or set ROOST_PLOT_FONT); {} has no text",
-                path.display()
-            );
-            Some(path)
-        }
-        Err(e) => {
-            eprintln!("warning: could not draw {}: {e}", path.display());
-            None
-        }
-    }
+    finish_png(chart.render_png(&path), path)
 }
 
 fn throughput_chart(rows: &[Row]) -> Option<BarChart> {

@@ -513,16 +513,7 @@ pub fn run(
     let goals = evaluate_goals(rows);
     println!("{}", summary::goal_lines(&goals));
     report.notes = summary::markdown_notes(config, delay_iterations, &goals, rows, &deployments);
-    let files = report.write(out_dir)?;
-    let plot = summary::render_plot(rows, out_dir);
-    println!(
-        "wrote {} and {}",
-        files.json.display(),
-        files.markdown.display()
-    );
-    if let Some(plot) = &plot {
-        println!("wrote {}", plot.display());
-    }
+    let (files, plot) = report.write_with_plot(out_dir, || summary::render_plot(rows, out_dir))?;
     Ok(SmartMartBenchRun {
         report,
         goals,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::schema::DeploymentKind;
 use super::{Figure, SmartMartBenchConfig, BENCHMARK_NAME};
 use crate::engine::GoalCheck;
-use crate::plot::{render_figure_png, BarChart, BarSeries, Labels};
+use crate::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use crate::results::{group_thousands, Row};
 
 /// The goal for the Delay variant at 8 sections (2 cores bound it
@@ -504,20 +504,7 @@ pub fn render_plot(rows: &[Row], out_dir: &Path) -> Option<PathBuf> {
         return None;
     }
     let path = out_dir.join(format!("{BENCHMARK_NAME}.png"));
-    match render_figure_png(&charts, 2, &path) {
-        Ok(Labels::Drawn) => Some(path),
-        Ok(Labels::SkippedNoFont) => {
-            eprintln!(
-                "warning: no TrueType font found (install fonts-dejavu-core or set ROOST_PLOT_FONT); {} has no text",
-                path.display()
-            );
-            Some(path)
-        }
-        Err(e) => {
-            eprintln!("warning: could not draw {}: {e}", path.display());
-            None
-        }
-    }
+    finish_png(render_figure_png(&charts, 2, &path), path)
 }
 
 fn window_chart(rows: &[Row], latency: bool) -> Option<BarChart> {

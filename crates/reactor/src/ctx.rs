@@ -116,13 +116,10 @@ impl ReactorCtx {
     pub(crate) fn extract_rows(&self, remove: bool) -> Result<Vec<ExtractedRow>, ReactorError> {
         let schema = &self.root.db.schema;
         let my_type = schema.reactor_types[self.reactor_type as usize];
-        let prefix = self.reactor.0.to_be_bytes();
-        let next = (u64::from(self.reactor.0) + 1).to_be_bytes();
-        let upper = if self.reactor.0 == u32::MAX {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(&next[4..])
-        };
+        let (prefix, next) = self.row_range();
+        let upper = next
+            .as_ref()
+            .map_or(Bound::Unbounded, |n| Bound::Excluded(&n[..]));
         let mut rows = Vec::new();
         for (index, _) in schema
             .relations
@@ -211,6 +208,20 @@ impl ReactorCtx {
         Ok(&self.root.db.containers[self.container].relations[def.index()?])
     }
 
+    /// This reactor's rows: keys from its id prefix (inclusive) up to the next
+    /// id's prefix (exclusive; none after the last id).
+    fn row_range(
+        &self,
+    ) -> (
+        [u8; REACTOR_PREFIX_BYTES],
+        Option<[u8; REACTOR_PREFIX_BYTES]>,
+    ) {
+        (
+            self.reactor.0.to_be_bytes(),
+            self.reactor.0.checked_add(1).map(u32::to_be_bytes),
+        )
+    }
+
     fn key<K: KeyCodec>(&self, key: &K) -> Vec<u8> {
         let mut out = Vec::with_capacity(16);
         out.extend_from_slice(&self.reactor.0.to_be_bytes());
@@ -295,8 +306,7 @@ impl ReactorCtx {
         limit: usize,
     ) -> Result<Vec<(K, V)>, ReactorError> {
         let relation = self.relation(def)?;
-        let prefix = self.reactor.0.to_be_bytes();
-        let next_prefix = (u64::from(self.reactor.0) + 1).to_be_bytes();
+        let (prefix, next_prefix) = self.row_range();
         let lower = match range.start_bound() {
             Bound::Included(k) => Bound::Included(self.key(k)),
             Bound::Excluded(k) => Bound::Excluded(self.key(k)),
@@ -306,8 +316,9 @@ impl ReactorCtx {
             Bound::Included(k) => Bound::Included(self.key(k)),
             Bound::Excluded(k) => Bound::Excluded(self.key(k)),
             // The next reactor's prefix, as 4 bytes (or past every 4-byte id).
-            Bound::Unbounded if self.reactor.0 == u32::MAX => Bound::Unbounded,
-            Bound::Unbounded => Bound::Excluded(next_prefix[4..].to_vec()),
+            Bound::Unbounded => {
+                next_prefix.map_or(Bound::Unbounded, |n| Bound::Excluded(n.to_vec()))
+            }
         };
         let bounds = (
             lower.as_ref().map(Vec::as_slice),

@@ -18,6 +18,9 @@ pub struct PlantedBugs {
     pub skip_read_validation: bool,
     /// Skip scan re-validation and missing-key checks.
     pub skip_phantom_validation: bool,
+    /// Make every range scan skip the first record the index returns: the
+    /// fault the own-writes check of a scan must catch (see `TxOps::scan`).
+    pub scans_skip_first_record: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -4,6 +4,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod check;
+
 use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
 use roost_bench::smartmart::{self, SmartMartBenchConfig};
@@ -24,6 +26,9 @@ enum Command {
     /// Run a benchmark; writes <out>/<benchmark>.json, .md and .png.
     #[command(subcommand)]
     Bench(Benchmark),
+    /// Run a workload against the single-node engine, record the history and
+    /// check it for strict serializability; exits non-zero if it is not.
+    Check(check::CheckArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +104,10 @@ struct SmartmartArgs {
     /// (default: every point, 3 repetitions, about 10 minutes).
     #[arg(long)]
     quick: bool,
+    /// Only the rows the goals are judged on (Figure 9 at 1 and 8 sections,
+    /// Delay included), 5 repetitions.
+    #[arg(long, conflicts_with = "quick")]
+    goals: bool,
     /// Directory for smartmart.json, smartmart.md and smartmart.png.
     #[arg(long, value_name = "DIR", default_value = "bench/results")]
     out: PathBuf,
@@ -114,6 +123,8 @@ impl SmartmartArgs {
     fn config(&self) -> SmartMartBenchConfig {
         let mut config = if self.quick {
             SmartMartBenchConfig::quick()
+        } else if self.goals {
+            SmartMartBenchConfig::goals()
         } else {
             SmartMartBenchConfig::full()
         };
@@ -203,6 +214,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Bench(Benchmark::Smartmart(args)) => {
             smartmart::run(&args.config(), &args.out, command)?;
         }
+        Command::Check(args) => check::run(&args)?,
     }
     Ok(())
 }

@@ -18,6 +18,10 @@ pub struct PlantedBugs {
     pub skip_read_validation: bool,
     /// Skip scan re-validation and missing-key checks.
     pub skip_phantom_validation: bool,
+    /// Treat a placeholder this transaction linked as its own even after
+    /// another transaction committed into it (the lost-update bug the
+    /// `roost-check` list-append workload found).
+    pub trust_own_placeholders: bool,
     /// Make every range scan skip the first record the index returns: the
     /// fault the own-writes check of a scan must catch (see `TxOps::scan`).
     pub scans_skip_first_record: bool,

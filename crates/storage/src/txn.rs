@@ -821,28 +821,39 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
     for m in &bufs.misses {
         let relation = relation_ref(m.relation);
         if let Some(record) = relation.lookup(bufs.bytes(m.key), guard) {
-            if !bufs.find_sorted(record).is_some_and(|w| w.created) {
+            if !is_own_placeholder(bufs, record, planted) {
                 return Err(CommitError::Conflict(ConflictKind::Phantom));
             }
         }
     }
     for scan in &bufs.scans {
-        if !rescan_matches(bufs, scan, guard) {
+        if !rescan_matches(bufs, scan, guard, planted) {
             return Err(CommitError::Conflict(ConflictKind::Phantom));
         }
     }
     Ok(())
 }
 
+/// Whether `record` is a placeholder this transaction linked and nobody has
+/// committed into since (its TID is still the placeholder's; the caller holds
+/// its lock, so it cannot change now). Only then does it not count as a record
+/// that appeared where the transaction saw none: another transaction may have
+/// found the placeholder, written it and committed first, and a miss (or a
+/// scan) that ignored it would let this transaction overwrite that write.
+fn is_own_placeholder(bufs: &TxBuffers, record: RecordRef, planted: PlantedBugs) -> bool {
+    bufs.find_sorted(record).is_some_and(|w| w.created)
+        && (planted.trust_own_placeholders || record.load_tid().unlocked() == Tid::PLACEHOLDER)
+}
+
 /// Re-runs a scan and checks it visits the same records: no record linked into
 /// or unlinked from the range since (this transaction's own inserts excepted).
-fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard) -> bool {
+fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard, planted: PlantedBugs) -> bool {
     let relation = relation_ref(scan.relation);
     let visited = &bufs.scanned[scan.visited_from as usize..scan.visited_to as usize];
     let bounds = (bufs.bound(scan.lower), bufs.bound(scan.upper));
     let mut next = 0usize;
     let mut check = |record: &RecordRef| -> Option<bool> {
-        if bufs.find_sorted(*record).is_some_and(|w| w.created) {
+        if is_own_placeholder(bufs, *record, planted) {
             return None;
         }
         if next == visited.len() {

@@ -467,3 +467,64 @@ fn a_scan_that_misses_an_own_write_is_a_conflict() {
         Err(TxError::Conflict(roost_storage::ConflictKind::IndexScan))
     );
 }
+
+// ---- First writes to a new key: every thread appends its id to the same
+// fresh key after reading it (absent at first). The first writer links a
+// placeholder; another may find it, write it and commit first, and the
+// creator must then see its "key is missing" read invalidated.
+
+fn first_appends(planted: PlantedBugs, deadline: Duration) -> u64 {
+    const KEYS_PER_ROUND: u64 = 64;
+    let engine = engine(planted);
+    let rel = engine.create_relation("lists").unwrap();
+    let barrier = Barrier::new(THREADS);
+    let start = Instant::now();
+    let mut lost = 0;
+    let mut first_key = 0u64;
+    while lost == 0 && start.elapsed() < deadline {
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (engine, rel, barrier) = (&engine, &rel, &barrier);
+                s.spawn(move || {
+                    let mut worker = engine.worker();
+                    barrier.wait();
+                    for k in first_key..first_key + KEYS_PER_ROUND {
+                        worker
+                            .run(retry(), |tx| {
+                                let mut list = tx.get(rel, &key(k))?.unwrap_or_default();
+                                list.push(t as u8);
+                                tx.put(rel, &key(k), &list)
+                            })
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let mut worker = engine.worker();
+        for k in first_key..first_key + KEYS_PER_ROUND {
+            let list = worker.run(retry(), |tx| tx.get(&rel, &key(k))).unwrap();
+            if list.map_or(0, |l| l.len()) != THREADS {
+                lost += 1;
+            }
+        }
+        first_key += KEYS_PER_ROUND;
+    }
+    lost
+}
+
+#[test]
+fn first_writes_to_a_new_key_lose_no_update() {
+    assert_eq!(first_appends(PlantedBugs::default(), stress_duration()), 0);
+}
+
+#[test]
+fn first_appends_catch_trusted_placeholders() {
+    let planted = PlantedBugs {
+        trust_own_placeholders: true,
+        ..PlantedBugs::default()
+    };
+    assert!(
+        first_appends(planted, PLANTED_BUDGET) > 0,
+        "the first-appends test missed a planted bug"
+    );
+}

@@ -1,0 +1,18 @@
+//! Roost's history checker (issue 7): record what concurrent clients saw,
+//! then decide whether it is strictly serializable.
+//!
+//! - [`history`]: [`Op`]s with invocation/completion times and outcomes, the
+//!   thread-safe [`Recorder`], JSON-lines save/load;
+//! - [`workload`]: Elle-style generators (list-append, rw-register, bank,
+//!   counter), a reference [`Model`](workload::Model) and [`simulate`](workload::simulate);
+//! - [`checker`]: the dependency graph, cycle search and classification, and
+//!   the non-cycle anomalies; [`check`] returns a [`Report`];
+//! - [`runner`]: the workloads against the storage engine (`roost check`).
+
+pub mod checker;
+pub mod history;
+pub mod runner;
+pub mod workload;
+
+pub use checker::{check, Anomaly, AnomalyKind, CheckError, Report};
+pub use history::{History, HistoryError, Meta, MicroOp, Op, Outcome, Recorder, WorkloadKind};

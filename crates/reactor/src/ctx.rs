@@ -417,7 +417,7 @@ impl ReactorCtx {
         let (reply, result) = oneshot::channel();
         let remote_root = Arc::clone(&root);
         let sent = root.db.executors[executor].send(move || {
-            tokio::task::spawn_local(async move {
+            run_soon(async move {
                 let entered = if check_placement {
                     ReactorCtx::enter(Arc::clone(&remote_root), target, container)
                 } else {
@@ -438,6 +438,19 @@ impl ReactorCtx {
         Call {
             state: CallState::Remote(result),
         }
+    }
+}
+
+/// Runs a dispatched call on this executor: polled once at once, and
+/// spawned as a task only if it must wait. Most sub-calls finish without
+/// waiting, and then cost no task allocation and no trip through the
+/// scheduler. Safe with a no-op waker: a pending future is spawned, and a
+/// spawned task is polled again, registering its real waker.
+fn run_soon(future: impl Future<Output = ()> + 'static) {
+    let mut future = Box::pin(future);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if future.as_mut().poll(&mut cx).is_pending() {
+        tokio::task::spawn_local(future);
     }
 }
 

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use crate::ctx::ReactorCtx;
 use crate::deployment::{Deployment, RouterPolicy};
 use crate::error::{DeploymentError, DirectoryError};
-use crate::executor::ExecutorHandle;
+use crate::executor::{ExecutorHandle, SpinBudget};
 use crate::schema::Schema;
 use crate::txn::{run_root, ReactorError};
 
@@ -172,7 +172,11 @@ impl Database {
         let engine = Engine::default();
         let mut containers = Vec::new();
         let mut executors = Vec::new();
-        let spin = Duration::from_micros(deployment.spin_before_park_us());
+        let spin = SpinBudget {
+            idle: Duration::from_micros(deployment.spin_before_park_us()),
+            active: Duration::from_micros(deployment.spin_while_active_us()),
+            yields: deployment.spin_yields(),
+        };
         for spec in &deployment.containers {
             let relations = schema
                 .relations
@@ -192,6 +196,7 @@ impl Database {
                     engine.clone(),
                     deployment.max_active_transactions,
                     spin,
+                    deployment.pin_executors,
                 );
                 executors.push(handle);
             }

@@ -100,8 +100,9 @@ impl ExecutorLocal {
 /// Spins until `incoming` moves or `budget` is spent (tokio's park hook): an
 /// executor about to park keeps looking for new work instead, because waking
 /// a parked thread (an idle virtual CPU, here) costs tens of microseconds, far
-/// more than a whole cross-container call should.
-fn spin_before_park(incoming: &AtomicU64, budget: Duration) {
+/// more than a whole cross-container call should. With `yields`, the thread
+/// gives its core to any other runnable thread between checks.
+fn spin_before_park(incoming: &AtomicU64, budget: Duration, yields: bool) {
     let seen = incoming.load(Ordering::Acquire);
     let start = Instant::now();
     loop {
@@ -113,11 +114,65 @@ fn spin_before_park(incoming: &AtomicU64, budget: Duration) {
             }
             std::hint::spin_loop();
         }
+        if yields {
+            std::thread::yield_now();
+        }
         if start.elapsed() >= budget {
             return;
         }
     }
 }
+
+/// How long an executor about to park spins first.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpinBudget {
+    /// With no transaction in flight here.
+    pub(crate) idle: Duration,
+    /// While a transaction that touched this executor's container is not yet
+    /// released: its next call, its commit or its release is due soon.
+    pub(crate) active: Duration,
+    /// Yield the core between checks (more executors than cores).
+    pub(crate) yields: bool,
+}
+
+impl SpinBudget {
+    /// The budget now, on this executor's thread.
+    fn now(self) -> Duration {
+        let active = LOCAL.with(|local| {
+            local
+                .try_borrow()
+                .ok()
+                .and_then(|l| l.as_ref().map(|l| !l.participants.is_empty()))
+                .unwrap_or(false)
+        });
+        if active {
+            self.active.max(self.idle)
+        } else {
+            self.idle
+        }
+    }
+}
+
+/// Pins the calling thread to core `executor mod cores` (best effort: a
+/// refused pin leaves the thread where the kernel puts it).
+#[cfg(target_os = "linux")]
+fn pin_to_core(executor: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let core = executor % cores;
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside
+    // it for core < CPU_SETSIZE (checked); sched_setaffinity reads it only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if core >= libc::CPU_SETSIZE as usize {
+            return;
+        }
+        libc::CPU_SET(core, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pin_to_core(_executor: usize) {}
 
 pub(crate) struct ExecutorHandle {
     pub(crate) sender: mpsc::UnboundedSender<Job>,
@@ -132,7 +187,8 @@ impl ExecutorHandle {
         executor: usize,
         engine: Engine,
         max_active: usize,
-        spin: Duration,
+        spin: SpinBudget,
+        pin: bool,
     ) -> Self {
         let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
         let incoming = Arc::new(AtomicU64::new(0));
@@ -140,11 +196,15 @@ impl ExecutorHandle {
         let thread = std::thread::Builder::new()
             .name(format!("roost-exec-{executor}"))
             .spawn(move || {
+                if pin {
+                    pin_to_core(executor);
+                }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_time()
                     .on_thread_park(move || {
-                        if !spin.is_zero() {
-                            spin_before_park(&hook, spin)
+                        let budget = spin.now();
+                        if !budget.is_zero() {
+                            spin_before_park(&hook, budget, spin.yields)
                         }
                     })
                     .build()

@@ -205,6 +205,21 @@ impl SmartMartBenchConfig {
         }
     }
 
+    /// Only the rows the goals are judged on (Figure 9 at 1 and 8
+    /// sections, Delay included), with the full run's store and more
+    /// repetitions: the quick way to re-check the goals after a change.
+    pub fn goals() -> Self {
+        SmartMartBenchConfig {
+            repetitions: 5,
+            fig6_windows: Vec::new(),
+            fig6_order_sizes: Vec::new(),
+            fig9_sections: vec![1, 8],
+            workers: Vec::new(),
+            zipf_thetas: Vec::new(),
+            ..SmartMartBenchConfig::full()
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         for seconds in [self.seconds_per_row, self.delay_seconds_per_row] {
             if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_SECONDS_PER_ROW) {

@@ -4,7 +4,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench_transport;
 mod check;
+mod cluster;
+mod resp;
 
 use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
@@ -29,6 +32,16 @@ enum Command {
     /// Run a workload against the single-node engine, record the history and
     /// check it for strict serializability; exits non-zero if it is not.
     Check(check::CheckArgs),
+    /// Run one cluster node (membership, leases, the example register).
+    Node(cluster::NodeArgs),
+    /// Start a local cluster of node processes on loopback and supervise them.
+    Up(cluster::UpArgs),
+    /// Show a running cluster's epoch, membership and node health.
+    Status(cluster::StatusArgs),
+    /// Deterministic simulation campaign over seeds; a failing seed replays exactly.
+    Sim(cluster::SimArgs),
+    /// Serve the Redis protocol (RESP2/RESP3) on one node's client port.
+    Resp(resp::RespArgs),
 }
 
 #[derive(Debug, Args)]
@@ -63,6 +76,9 @@ enum Benchmark {
     /// sync deployment (one container) against the async one (store sections
     /// in their own containers).
     Smartmart(SmartmartArgs),
+    /// The node-to-node transport: round-trip latency beside raw tokio TCP,
+    /// and small-message throughput with batching.
+    Transport(bench_transport::TransportBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -214,7 +230,13 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Bench(Benchmark::Smartmart(args)) => {
             smartmart::run(&args.config(), &args.out, command)?;
         }
+        Command::Bench(Benchmark::Transport(args)) => bench_transport::run(&args, command)?,
         Command::Check(args) => check::run(&args)?,
+        Command::Node(args) => cluster::node(&args)?,
+        Command::Up(args) => cluster::up(&args)?,
+        Command::Status(args) => cluster::status(&args)?,
+        Command::Sim(args) => cluster::sim(&args)?,
+        Command::Resp(args) => resp::run(&args)?,
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::database::ReactorId;
-use crate::executor::{with_local, Participant};
+use crate::executor::{with_local, Participant, PRESENT_MEMO_LIMIT};
 use crate::schema::RelationDef;
 use crate::txn::{ReactorError, RootTxn};
 
@@ -89,15 +89,24 @@ impl ReactorCtx {
     /// Reads this reactor's row in the container's moved-away relation (as part
     /// of the transaction, so a concurrent move aborts it).
     fn has_moved_away(&self) -> Result<bool, ReactorError> {
+        if self.participant.present.borrow().contains(&self.reactor) {
+            return Ok(false);
+        }
         let relation = &self.root.db.containers[self.container].moved_away;
         let key = self.reactor.0.to_be_bytes();
         // SAFETY: the participant's guard lives until the context is released.
-        Ok(self
+        let moved = self
             .with_context(|c, g| unsafe { c.get_with(g, relation, &key, |_| ()) })?
-            .is_some())
+            .is_some();
+        let mut present = self.participant.present.borrow_mut();
+        if !moved && present.len() < PRESENT_MEMO_LIMIT {
+            present.push(self.reactor);
+        }
+        Ok(moved)
     }
 
     pub(crate) fn set_moved_away(&self, moved: bool) -> Result<(), ReactorError> {
+        self.participant.present.borrow_mut().clear();
         let relation = &self.root.db.containers[self.container].moved_away;
         let key = self.reactor.0.to_be_bytes();
         // SAFETY: as above.

@@ -196,7 +196,6 @@ impl Database {
                     engine.clone(),
                     deployment.max_active_transactions,
                     spin,
-                    deployment.pin_executors,
                 );
                 executors.push(handle);
             }

@@ -8,7 +8,6 @@
 //! spin_before_park_us = 50          # an idle executor's spin before it parks
 //! spin_while_active_us = 1000       # the same while a transaction is in flight here
 //! router = "round-robin"            # or "affinity"
-//! pin_executors = false             # pin executor i to core i mod cores (Linux)
 //!
 //! [[containers]]
 //! name = "carts"
@@ -100,12 +99,6 @@ pub struct Deployment {
     /// saves a parked thread's wake-up per call. Default 1000 us.
     #[serde(default)]
     pub spin_while_active_us: Option<u64>,
-    /// Pin executor `i` (numbered in container order) to core `i mod cores`,
-    /// as the seed maps executors to cores: with more executors than cores
-    /// each core gets an equal share of them, instead of the kernel's
-    /// placement of the threads that woke last. Linux only; elsewhere a no-op.
-    #[serde(default)]
-    pub pin_executors: bool,
 }
 
 impl Deployment {
@@ -125,7 +118,6 @@ impl Deployment {
             max_active_transactions: default_active(),
             spin_before_park_us: None,
             spin_while_active_us: None,
-            pin_executors: false,
         }
     }
 
@@ -249,6 +241,21 @@ mod tests {
             Deployment::from_toml("[[containers]]\nname = \"a\"\nbogus = 1"),
             Err(DeploymentError::Toml(_))
         ));
+    }
+
+    #[test]
+    fn spins_default_and_are_bounded() {
+        let d = Deployment::from_toml("[[containers]]\nname = \"a\"").unwrap();
+        assert_eq!(d.spin_before_park_us(), DEFAULT_SPIN_BEFORE_PARK_US);
+        assert_eq!(d.spin_while_active_us(), DEFAULT_SPIN_WHILE_ACTIVE_US);
+        let schema = Schema::new();
+        let too_long =
+            Deployment::from_toml("spin_while_active_us = 20000\n[[containers]]\nname = \"a\"")
+                .unwrap();
+        assert_eq!(
+            too_long.validate(&schema),
+            Err(DeploymentError::BadSpin(20_000))
+        );
     }
 
     #[test]

@@ -32,7 +32,14 @@ pub(crate) struct Participant {
     /// commit or abort: the storage rule for detached contexts.
     pub(crate) guard: Guard,
     pub(crate) context: Arc<Mutex<TxContext>>,
+    /// Reactors this transaction already found not moved away from this
+    /// container: that read is in the read set (validated at commit), so
+    /// repeating it on every call into the reactor adds nothing.
+    pub(crate) present: RefCell<Vec<crate::database::ReactorId>>,
 }
+
+/// Reactors remembered per participant as present (a small linear set).
+pub(crate) const PRESENT_MEMO_LIMIT: usize = 16;
 
 pub(crate) struct ExecutorLocal {
     pub(crate) executor: usize,
@@ -74,6 +81,7 @@ impl ExecutorLocal {
         let p = Rc::new(Participant {
             guard: Guard::new(),
             context: Arc::new(Mutex::new(context)),
+            present: RefCell::new(Vec::new()),
         });
         self.participants.insert(txn_id, Rc::clone(&p));
         (p, true)
@@ -86,7 +94,7 @@ impl ExecutorLocal {
             return;
         };
         let Ok(p) = Rc::try_unwrap(p) else { return };
-        let Participant { guard, context } = p;
+        let Participant { guard, context, .. } = p;
         if let Ok(context) = Arc::try_unwrap(context) {
             let context = context.into_inner().unwrap_or_else(|e| e.into_inner());
             if context.is_untouched() && self.pool.len() < CONTEXT_POOL_LIMIT {
@@ -97,11 +105,19 @@ impl ExecutorLocal {
     }
 }
 
+/// How long a spinning executor keeps its core before it starts yielding it
+/// between checks: long enough for a hand-off already under way on another
+/// core (about a microsecond), short enough that a thread waiting for this
+/// core (a client, another executor, another process) is not held up.
+const PURE_SPIN: Duration = Duration::from_micros(20);
+
 /// Spins until `incoming` moves or `budget` is spent (tokio's park hook): an
 /// executor about to park keeps looking for new work instead, because waking
 /// a parked thread (an idle virtual CPU, here) costs tens of microseconds, far
-/// more than a whole cross-container call should. With `yields`, the thread
-/// gives its core to any other runnable thread between checks.
+/// more than a whole cross-container call should. After [`PURE_SPIN`] (at
+/// once with `yields`), the thread gives its core to any other runnable thread
+/// between checks: a pure spin on an oversubscribed machine makes every wait
+/// last the whole budget (the thread with the awaited work has no core).
 fn spin_before_park(incoming: &AtomicU64, budget: Duration, yields: bool) {
     let seen = incoming.load(Ordering::Acquire);
     let start = Instant::now();
@@ -114,11 +130,12 @@ fn spin_before_park(incoming: &AtomicU64, budget: Duration, yields: bool) {
             }
             std::hint::spin_loop();
         }
-        if yields {
-            std::thread::yield_now();
-        }
-        if start.elapsed() >= budget {
+        let elapsed = start.elapsed();
+        if elapsed >= budget {
             return;
+        }
+        if yields || elapsed >= PURE_SPIN {
+            std::thread::yield_now();
         }
     }
 }
@@ -153,27 +170,6 @@ impl SpinBudget {
     }
 }
 
-/// Pins the calling thread to core `executor mod cores` (best effort: a
-/// refused pin leaves the thread where the kernel puts it).
-#[cfg(target_os = "linux")]
-fn pin_to_core(executor: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let core = executor % cores;
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside
-    // it for core < CPU_SETSIZE (checked); sched_setaffinity reads it only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if core >= libc::CPU_SETSIZE as usize {
-            return;
-        }
-        libc::CPU_SET(core, &mut set);
-        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pin_to_core(_executor: usize) {}
-
 pub(crate) struct ExecutorHandle {
     pub(crate) sender: mpsc::UnboundedSender<Job>,
     /// Bumped by everything that gives this executor work (a job, a reply to
@@ -188,7 +184,6 @@ impl ExecutorHandle {
         engine: Engine,
         max_active: usize,
         spin: SpinBudget,
-        pin: bool,
     ) -> Self {
         let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
         let incoming = Arc::new(AtomicU64::new(0));
@@ -196,9 +191,6 @@ impl ExecutorHandle {
         let thread = std::thread::Builder::new()
             .name(format!("roost-exec-{executor}"))
             .spawn(move || {
-                if pin {
-                    pin_to_core(executor);
-                }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_time()
                     .on_thread_park(move || {

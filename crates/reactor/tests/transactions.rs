@@ -33,6 +33,10 @@ fn shared_nothing() -> Deployment {
     Deployment::from_toml(
         r#"
         router = "affinity"
+        # Explicit spin budgets: the suite must pass with them as with the
+        # defaults.
+        spin_before_park_us = 20
+        spin_while_active_us = 500
         [[containers]]
         name = "customers"
         executors = 2

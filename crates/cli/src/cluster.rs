@@ -1,0 +1,525 @@
+//! `roost node`, `roost up`, `roost status` and `roost sim`: run one node, a
+//! local multi-process cluster, inspect it, and run deterministic simulation
+//! campaigns. The bodies live in `roost-cluster`; this is flags and printing.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Args, ValueEnum};
+use roost_cluster::config::{ClusterConfig, DEFAULT_ADMIN_PORT};
+use roost_cluster::membership::MembershipBugs;
+use roost_cluster::register::{Register, RegisterBugs};
+use roost_cluster::runtime::{admin_get, start_node, StatusReport};
+use roost_cluster::sim::{campaign, SimConfig, Simulation};
+
+/// Where the cluster is described: a file, or `--nodes` on loopback defaults.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Cluster configuration (TOML: [[node]] id, addr, admin_addr; [membership]).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Without --config: this many nodes on 127.0.0.1, cluster ports 7000+i,
+    /// admin ports 7100+i.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub nodes: u32,
+    /// Heartbeat interval (overrides the configuration).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub heartbeat_ms: Option<u64>,
+    /// Silence before a node is suspected (overrides the configuration).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub suspect_ms: Option<u64>,
+    /// Lease duration (overrides the configuration).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub lease_ms: Option<u64>,
+}
+
+impl ClusterArgs {
+    pub fn cluster(&self) -> anyhow::Result<ClusterConfig> {
+        let mut config = match &self.config {
+            Some(path) => ClusterConfig::load(path)?,
+            None => ClusterConfig::local(self.nodes),
+        };
+        let m = &mut config.membership;
+        if let Some(ms) = self.heartbeat_ms {
+            m.heartbeat_interval_ms = ms;
+        }
+        if let Some(ms) = self.suspect_ms {
+            m.suspect_after_ms = ms;
+        }
+        if let Some(ms) = self.lease_ms {
+            m.lease_duration_ms = ms;
+            m.proposal_timeout_ms = m.proposal_timeout_ms.max(ms * 2);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The same cluster as flags for a child `roost node`.
+    fn child_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        match &self.config {
+            Some(path) => flags.extend(["--config".to_owned(), path.display().to_string()]),
+            None => flags.extend(["--nodes".to_owned(), self.nodes.to_string()]),
+        }
+        for (flag, value) in [
+            ("--heartbeat-ms", self.heartbeat_ms),
+            ("--suspect-ms", self.suspect_ms),
+            ("--lease-ms", self.lease_ms),
+        ] {
+            if let Some(value) = value {
+                flags.extend([flag.to_owned(), value.to_string()]);
+            }
+        }
+        flags
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// This node's id in the configuration.
+    #[arg(long, default_value_t = 0)]
+    pub id: u32,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Admin address of the node to ask (default: the first that answers of
+    /// the configuration's nodes, or of 127.0.0.1:7100..7163).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub addr: Option<SocketAddr>,
+    /// Cluster configuration whose nodes to ask.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the node's JSON status.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlantedBug {
+    /// Register quorums one short of a majority.
+    QuorumMinusOne,
+    /// Declare nodes dead before their lease expired.
+    EarlyRemoval,
+    /// Restarted replicas answer before recovering.
+    SkipRecovery,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Seeds to run, starting at --seed.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub seeds: u64,
+    /// First seed; with --trace (or --seeds 1) replays this one seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print every event of the (single) seed run.
+    #[arg(long)]
+    pub trace: bool,
+    /// Nodes simulated.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub nodes: u32,
+    /// Virtual milliseconds per seed.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub duration_ms: u64,
+    /// Message loss probability.
+    #[arg(long, default_value_t = 0.05, value_parser = parse_probability)]
+    pub drop: f64,
+    /// Message duplication probability.
+    #[arg(long, default_value_t = 0.02, value_parser = parse_probability)]
+    pub dup: f64,
+    /// Plant a bug the checkers should find.
+    #[arg(long, value_enum)]
+    pub planted: Option<PlantedBug>,
+}
+
+fn parse_probability(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("`{text}` is not a probability in [0, 1]")),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async {
+            match term.as_mut() {
+                Some(term) => { term.recv().await; }
+                None => std::future::pending::<()>().await,
+            }
+        } => {}
+    }
+}
+
+pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let config = args.cluster.cluster()?;
+    config.node(args.id)?;
+    runtime()?.block_on(async {
+        let app = Register::new(config.register.clone(), RegisterBugs::default());
+        let node = start_node(&config, args.id, app).await?;
+        println!(
+            "roost node {}: cluster {} admin http://{}",
+            node.id, node.cluster_addr, node.admin_addr
+        );
+        stop_signal().await;
+        node.stop().await;
+        Ok(())
+    })
+}
+
+/// How often `roost up` checks on its children.
+const SUPERVISE_INTERVAL: Duration = Duration::from_millis(100);
+/// How long children get to exit after SIGTERM before they are killed.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+pub fn up(args: &UpArgs) -> anyhow::Result<()> {
+    let config = args.cluster.cluster()?;
+    let exe = std::env::current_exe().context("locating the roost binary")?;
+    let mut children: Vec<(u32, Child)> = Vec::with_capacity(config.nodes.len());
+    for node in &config.nodes {
+        let child = Command::new(&exe)
+            .arg("node")
+            .args(["--id", &node.id.to_string()])
+            .args(args.cluster.child_flags())
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting node {}", node.id))?;
+        children.push((node.id, child));
+    }
+    println!(
+        "roost up: {} nodes (admin {}); `roost status` shows them; Ctrl-C stops them",
+        children.len(),
+        config
+            .nodes
+            .iter()
+            .map(|n| n.admin_addr.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    runtime()?.block_on(async {
+        let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = ticker.tick() => {
+                    for (id, child) in &mut children {
+                        if let Ok(Some(status)) = child.try_wait() {
+                            eprintln!("roost up: node {id} exited ({status})");
+                        }
+                    }
+                    children.retain_mut(|(_, child)| matches!(child.try_wait(), Ok(None)));
+                    if children.is_empty() {
+                        eprintln!("roost up: every node has exited");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    stop_children(&mut children);
+    Ok(())
+}
+
+/// SIGTERM to every child, then SIGKILL to those still running after the grace period.
+fn stop_children(children: &mut [(u32, Child)]) {
+    for (_, child) in children.iter() {
+        // SAFETY: kill(2) on a child process id we own; no memory is involved.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    for (id, child) in children.iter_mut() {
+        while Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            eprintln!("roost up: node {id} ignored SIGTERM; killing it");
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+fn candidate_admins(args: &StatusArgs) -> anyhow::Result<Vec<SocketAddr>> {
+    if let Some(addr) = args.addr {
+        return Ok(vec![addr]);
+    }
+    if let Some(path) = &args.config {
+        return Ok(ClusterConfig::load(path)?
+            .nodes
+            .iter()
+            .map(|n| n.admin_addr)
+            .collect());
+    }
+    Ok((0..64)
+        .map(|i| SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT + i)))
+        .collect())
+}
+
+pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
+    let candidates = candidate_admins(args)?;
+    let (addr, body) = runtime()?.block_on(async {
+        for addr in &candidates {
+            if let Ok((200, body)) = admin_get(*addr, "/status", Duration::from_millis(500)).await {
+                return Ok((*addr, body));
+            }
+        }
+        bail!(
+            "no node answered at {} (is `roost up` running?)",
+            if candidates.len() > 3 {
+                format!("{} .. {}", candidates[0], candidates[candidates.len() - 1])
+            } else {
+                candidates
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )
+    })?;
+    if args.json {
+        print!("{body}");
+        return Ok(());
+    }
+    let status: StatusReport =
+        serde_json::from_str(&body).with_context(|| format!("unexpected status from {addr}"))?;
+    println!(
+        "epoch {}  members {:?}  (asked node {} at {addr}: {}, lease {} ms left)",
+        status.epoch,
+        status.members,
+        status.id,
+        if status.serving {
+            "serving"
+        } else {
+            "not serving"
+        },
+        status.lease_remaining_ms
+    );
+    println!("{:>4}  {:<21}  {:<8}  member", "id", "addr", "state");
+    for node in &status.nodes {
+        let state = serde_json::to_value(node.state)?;
+        println!(
+            "{:>4}  {:<21}  {:<8}  {}",
+            node.id,
+            node.addr.to_string(),
+            state.as_str().unwrap_or("?"),
+            if node.member { "yes" } else { "no" }
+        );
+    }
+    Ok(())
+}
+
+impl SimArgs {
+    pub fn config(&self) -> SimConfig {
+        let mut config = SimConfig {
+            nodes: self.nodes,
+            duration_ms: self.duration_ms,
+            drop_probability: self.drop,
+            duplicate_probability: self.dup,
+            ..SimConfig::default()
+        };
+        match self.planted {
+            Some(PlantedBug::QuorumMinusOne) => config.register_bugs.quorum_minus_one = true,
+            Some(PlantedBug::SkipRecovery) => config.register_bugs.skip_recovery = true,
+            Some(PlantedBug::EarlyRemoval) => {
+                config.membership_bugs = MembershipBugs {
+                    declare_before_lease_expiry: true,
+                }
+            }
+            None => {}
+        }
+        config
+    }
+
+    /// The flags that reproduce a run of `seed`.
+    fn replay_command(&self, seed: u64) -> String {
+        let mut command = format!("roost sim --seed {seed} --seeds 1 --trace");
+        let defaults = SimArgs {
+            seeds: 1,
+            seed: 0,
+            trace: false,
+            nodes: 3,
+            duration_ms: 3000,
+            drop: 0.05,
+            dup: 0.02,
+            planted: None,
+        };
+        if self.nodes != defaults.nodes {
+            command += &format!(" --nodes {}", self.nodes);
+        }
+        if self.duration_ms != defaults.duration_ms {
+            command += &format!(" --duration-ms {}", self.duration_ms);
+        }
+        if self.drop != defaults.drop {
+            command += &format!(" --drop {}", self.drop);
+        }
+        if self.dup != defaults.dup {
+            command += &format!(" --dup {}", self.dup);
+        }
+        if let Some(bug) = self.planted {
+            let name = bug.to_possible_value().map(|v| v.get_name().to_owned());
+            command += &format!(" --planted {}", name.unwrap_or_default());
+        }
+        command
+    }
+}
+
+pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    config.validate().map_err(anyhow::Error::msg)?;
+    if args.trace || args.seeds == 1 {
+        let mut simulation = Simulation::new(config, args.seed);
+        if args.trace {
+            simulation = simulation.with_trace();
+        }
+        let report = simulation.run_in_place().clone();
+        for line in simulation.trace_lines() {
+            println!("{line}");
+        }
+        println!(
+            "seed {}: {} events, {} messages, {} ops completed, {} unknown, {} crashes, {} partitions, epoch {}, trace hash {:016x}",
+            report.seed,
+            report.events,
+            report.messages_delivered,
+            report.ops_completed,
+            report.ops_unknown,
+            report.crashes,
+            report.partitions,
+            report.max_epoch,
+            report.trace_hash
+        );
+        if let Some(violation) = report.violation {
+            bail!("seed {} violates safety: {violation}", report.seed);
+        }
+        return Ok(());
+    }
+    let started = Instant::now();
+    let result = campaign(&config, args.seed, args.seeds);
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{} seeds in {elapsed:.2} s: {} register ops completed, {} crashes, {} partitions, highest epoch {}",
+        result.seeds_run, result.ops_completed, result.crashes, result.partitions, result.max_epoch
+    );
+    if let Some(failure) = result.first_failure {
+        bail!(
+            "seed {} violates safety: {}\nreplay it: {}",
+            failure.seed,
+            failure.violation.unwrap_or_default(),
+            args.replay_command(failure.seed)
+        );
+    }
+    println!("no violations");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("roost").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cluster_flags_parse_and_bad_ones_are_errors() {
+        let Command::Node(node) = parse(&["node", "--id", "2", "--lease-ms", "300"])
+            .unwrap()
+            .command
+        else {
+            panic!("not node");
+        };
+        assert_eq!(node.id, 2);
+        let config = node.cluster.cluster().unwrap();
+        assert_eq!(config.membership.lease_duration_ms, 300);
+        assert_eq!(config.nodes.len(), 3);
+        let Command::Sim(sim) = parse(&["sim", "--seeds", "5", "--planted", "early-removal"])
+            .unwrap()
+            .command
+        else {
+            panic!("not sim");
+        };
+        assert!(sim.config().membership_bugs.declare_before_lease_expiry);
+        assert!(sim
+            .replay_command(9)
+            .contains("--seed 9 --seeds 1 --trace --planted early-removal"));
+        for bad in [
+            &["node", "--nodes", "0"][..],
+            &["node", "--lease-ms", "0"],
+            &["up", "--nodes", "65"],
+            &["status", "--addr", "nowhere"],
+            &["sim", "--seeds", "0"],
+            &["sim", "--drop", "1.5"],
+            &["sim", "--planted", "nonsense"],
+            &["bench", "transport", "--reps", "0"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+        // Timing that breaks the lease rules is a clear error, not a panic.
+        let Command::Node(node) = parse(&["node", "--suspect-ms", "5000"]).unwrap().command else {
+            panic!("not node");
+        };
+        let error = node.cluster.cluster().unwrap_err().to_string();
+        assert!(error.contains("suspect_after_ms"), "{error}");
+        // A node id missing from the configuration is an error too.
+        let config = roost_cluster::config::ClusterConfig::local(3);
+        assert!(config.node(7).is_err());
+    }
+
+    #[test]
+    fn a_small_campaign_runs_from_the_cli() {
+        let Command::Sim(sim) = parse(&["sim", "--seeds", "20"]).unwrap().command else {
+            panic!("not sim");
+        };
+        super::sim(&sim).unwrap();
+        let Command::Sim(planted) =
+            parse(&["sim", "--seeds", "200", "--planted", "quorum-minus-one"])
+                .unwrap()
+                .command
+        else {
+            panic!("not sim");
+        };
+        let error = super::sim(&planted).unwrap_err().to_string();
+        assert!(error.contains("replay it: roost sim --seed"), "{error}");
+    }
+}

@@ -1,0 +1,190 @@
+//! The static cluster configuration: node ids and addresses, membership
+//! timing. A TOML file:
+//!
+//! ```toml
+//! [membership]            # optional; these are the defaults
+//! heartbeat_interval_ms = 50
+//! suspect_after_ms = 150
+//! lease_duration_ms = 400
+//! clock_drift_margin_ms = 20
+//! proposal_timeout_ms = 800
+//!
+//! [[node]]
+//! id = 0
+//! addr = "127.0.0.1:7000"        # the cluster (transport) port
+//! admin_addr = "127.0.0.1:7100"  # status, metrics, chaos, register (HTTP)
+//! ```
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use roost_net::NodeId;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::membership::{MembershipConfig, MAX_NODES};
+use crate::register::RegisterConfig;
+
+/// Default cluster port of node `i` is `DEFAULT_CLUSTER_PORT + i`.
+pub const DEFAULT_CLUSTER_PORT: u16 = 7000;
+/// Default admin port of node `i` is `DEFAULT_ADMIN_PORT + i`.
+pub const DEFAULT_ADMIN_PORT: u16 = 7100;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeAddr {
+    pub id: u32,
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    #[serde(rename = "node")]
+    pub nodes: Vec<NodeAddr>,
+    #[serde(default)]
+    pub membership: MembershipConfig,
+    #[serde(default)]
+    pub register: RegisterConfig,
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("the configuration lists no nodes")]
+    NoNodes,
+    #[error("{0} nodes configured; at most {MAX_NODES}")]
+    TooManyNodes(usize),
+    #[error("node id {0} appears twice")]
+    DuplicateId(u32),
+    #[error("address {0} appears twice")]
+    DuplicateAddr(SocketAddr),
+    #[error("no node with id {0} in the configuration")]
+    UnknownNode(u32),
+    #[error("membership: {0}")]
+    Membership(#[from] crate::membership::MembershipConfigError),
+    #[error("register: retry_ms and op_timeout_ms must be positive")]
+    Register,
+}
+
+impl ClusterConfig {
+    /// `n` nodes on loopback with the default ports.
+    pub fn local(n: u32) -> Self {
+        let nodes = (0..n)
+            .map(|i| NodeAddr {
+                id: i,
+                addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_CLUSTER_PORT + i as u16)),
+                admin_addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT + i as u16)),
+            })
+            .collect();
+        ClusterConfig {
+            nodes,
+            membership: MembershipConfig::default(),
+            register: RegisterConfig::default(),
+        }
+    }
+
+    pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
+        let config: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Self::from_toml(&text, &shown)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a cluster configuration serializes")
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        if self.nodes.len() > MAX_NODES {
+            return Err(ConfigError::TooManyNodes(self.nodes.len()));
+        }
+        let mut ids = BTreeSet::new();
+        let mut addrs = BTreeSet::new();
+        for node in &self.nodes {
+            if !ids.insert(node.id) {
+                return Err(ConfigError::DuplicateId(node.id));
+            }
+            for addr in [node.addr, node.admin_addr] {
+                if !addrs.insert(addr) {
+                    return Err(ConfigError::DuplicateAddr(addr));
+                }
+            }
+        }
+        self.membership.validate()?;
+        if self.register.retry_ms == 0 || self.register.op_timeout_ms == 0 {
+            return Err(ConfigError::Register);
+        }
+        Ok(())
+    }
+
+    pub fn node(&self, id: u32) -> Result<&NodeAddr, ConfigError> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or(ConfigError::UnknownNode(id))
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.nodes.iter().map(|n| NodeId(n.id)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_round_trips_through_toml() {
+        let config = ClusterConfig::local(3);
+        let text = config.to_toml();
+        assert_eq!(ClusterConfig::from_toml(&text, "x").unwrap(), config);
+    }
+
+    #[test]
+    fn bad_files_are_clear_errors() {
+        let cases = [
+            ("", "node"),
+            ("[[node]]\nid = 0\naddr = \"nope\"\nadmin_addr = \"127.0.0.1:1\"\n", "x"),
+            (
+                "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:2\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:3\"\nadmin_addr = \"127.0.0.1:4\"\n",
+                "twice",
+            ),
+            (
+                "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:1\"\n",
+                "twice",
+            ),
+            (
+                "[membership]\nheartbeat_interval_ms = 500\nsuspect_after_ms = 100\nlease_duration_ms = 50\nclock_drift_margin_ms = 1\nproposal_timeout_ms = 900\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:2\"\n",
+                "heartbeat_interval_ms",
+            ),
+            ("[[node]]\nid = 0\nbogus = 1\n", "x"),
+        ];
+        for (text, needle) in cases {
+            let error = ClusterConfig::from_toml(text, "x").unwrap_err().to_string();
+            assert!(error.contains(needle), "{error} should mention {needle}");
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! `roost-cluster`: the cluster substrate.
+//!
+//! * [`protocol`]: the sans-IO [`Protocol`] trait (inputs in, effects out).
+//! * [`membership`]: static membership, lease-based failure detection, epochs.
+//! * [`node`]: a node = membership + one protocol; epoch stamping and filtering.
+//! * [`register`]: the example protocol, an ABD atomic register.
+//! * [`sim`]: the deterministic simulator and its checkers.
+//! * [`config`]: the cluster configuration file.
+//! * [`runtime`]: the tokio shell driving a node over `roost-net`, with the
+//!   admin HTTP endpoint.
+
+pub mod config;
+pub mod membership;
+pub mod node;
+pub mod protocol;
+pub mod register;
+pub mod runtime;
+pub mod sim;
+
+pub use membership::{Health, Membership, MembershipBugs, MembershipConfig};
+pub use node::{Node, NodeEffects, NodeMsg, TimerKey};
+pub use protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId, View};
+pub use roost_net::{Epoch, NodeId};

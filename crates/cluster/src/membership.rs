@@ -1,0 +1,795 @@
+//! Static membership with a lease-based failure detector, as the Zeus paper's
+//! reliable membership: every membership update is tagged with a monotonically
+//! increasing epoch id, and a node is removed only after its lease has expired,
+//! so all nodes of an epoch share one view of who is live despite an
+//! unreliable failure detector.
+//!
+//! **Leases.** A node `X` sends `Heartbeat`s every `heartbeat_interval_ms` to
+//! every configured node. A member `P` of the same epoch answers with a
+//! `HeartbeatAck`, a *grant* valid until the heartbeat's send time plus
+//! `lease_duration_ms` on `X`'s clock. `X` holds a lease while grants from a
+//! majority of the configured nodes (itself included) are valid, and serves
+//! only while it is a member of its view and holds its lease.
+//!
+//! **Declaring a node dead.** `P` declares member `X` dead in its epoch when it
+//! has not heard `X` for `suspect_after_ms` *and* its last grant to `X` has
+//! expired (plus `clock_drift_margin_ms`); from then on `P` grants `X` nothing
+//! in that epoch. Heartbeats carry the sender's declarations. Once a majority
+//! has declared `X` dead, at most a minority can still grant `X`, so `X`'s
+//! lease has lapsed: it may be removed.
+//!
+//! **View changes.** The coordinator (the lowest id among this node and the
+//! peers it hears) proposes the next epoch's members: the current ones minus
+//! those a majority declared dead, plus configured nodes it hears that have
+//! caught up with the current epoch. The view of epoch `e + 1` is chosen by
+//! single-decree Paxos among the members of view `e` (ballots `(round, node)`;
+//! `Prepare`/`Promise`, then `Propose`/`Accept` by a majority of them), so two
+//! nodes never install different views for one epoch. The chosen view spreads
+//! with the heartbeats (only installed views travel in them).
+//!
+//! Acceptor state lives in memory. A process that restarts is a new
+//! incarnation and not a member of any view until it is added again, so it
+//! never votes with forgotten state, except for the very first view (epoch 1,
+//! decided among all configured nodes): there a fresh process waits
+//! `proposal_timeout_ms` before voting, assuming a first view chosen before it
+//! restarted has reached it by then. With more than a minority of a view's
+//! members restarted before the next view is chosen, no majority of that view
+//! is left to choose it: the consensus-backed implementation (etcd or
+//! openraft) that replaces this module is the way out of that corner.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use roost_net::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::protocol::{Incarnation, View};
+
+/// The most nodes a static configuration may list (bounds every per-node loop).
+pub const MAX_NODES: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MembershipConfig {
+    pub heartbeat_interval_ms: u64,
+    pub lease_duration_ms: u64,
+    pub suspect_after_ms: u64,
+    pub clock_drift_margin_ms: u64,
+    /// A proposal without a decision after this long is retried with a
+    /// higher ballot.
+    pub proposal_timeout_ms: u64,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        MembershipConfig {
+            heartbeat_interval_ms: 50,
+            lease_duration_ms: 400,
+            suspect_after_ms: 150,
+            clock_drift_margin_ms: 20,
+            proposal_timeout_ms: 800,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum MembershipConfigError {
+    #[error("heartbeat_interval_ms must be at least 1")]
+    ZeroHeartbeat,
+    #[error(
+        "need heartbeat_interval_ms < suspect_after_ms < lease_duration_ms (got {0} / {1} / {2})"
+    )]
+    Ordering(u64, u64, u64),
+    #[error("proposal_timeout_ms ({0}) must be at least lease_duration_ms ({1})")]
+    ProposalTimeout(u64, u64),
+    #[error("lease_duration_ms {0} exceeds one hour")]
+    TooLong(u64),
+}
+
+impl MembershipConfig {
+    pub fn validate(&self) -> Result<(), MembershipConfigError> {
+        if self.heartbeat_interval_ms == 0 {
+            return Err(MembershipConfigError::ZeroHeartbeat);
+        }
+        if !(self.heartbeat_interval_ms < self.suspect_after_ms
+            && self.suspect_after_ms < self.lease_duration_ms)
+        {
+            return Err(MembershipConfigError::Ordering(
+                self.heartbeat_interval_ms,
+                self.suspect_after_ms,
+                self.lease_duration_ms,
+            ));
+        }
+        if self.lease_duration_ms > 3_600_000 {
+            return Err(MembershipConfigError::TooLong(self.lease_duration_ms));
+        }
+        if self.proposal_timeout_ms < self.lease_duration_ms {
+            return Err(MembershipConfigError::ProposalTimeout(
+                self.proposal_timeout_ms,
+                self.lease_duration_ms,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Planted faults for the simulator's tests (never set in production).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipBugs {
+    /// Declare a node dead as soon as it is suspected, without waiting for
+    /// its lease to expire: a removed node may still be serving.
+    pub declare_before_lease_expiry: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipMsg {
+    Heartbeat {
+        seq: u64,
+        sent_at_ms: u64,
+        incarnation: Incarnation,
+        view: View,
+        /// The members of `view` the sender has declared dead.
+        dead: Vec<NodeId>,
+    },
+    /// A lease grant to `incarnation` for `epoch`, valid until
+    /// `sent_at_ms + lease_duration_ms` on the heartbeat sender's clock.
+    HeartbeatAck {
+        seq: u64,
+        sent_at_ms: u64,
+        incarnation: Incarnation,
+        epoch: Epoch,
+    },
+    /// Paxos phase 1a for the view of `epoch`.
+    Prepare { epoch: Epoch, ballot: Ballot },
+    /// 1b: the acceptor promises to ignore lower ballots and reports what it
+    /// accepted already.
+    Promise {
+        epoch: Epoch,
+        ballot: Ballot,
+        incarnation: Incarnation,
+        accepted: Option<(Ballot, View)>,
+    },
+    /// 2a.
+    Propose {
+        epoch: Epoch,
+        ballot: Ballot,
+        view: View,
+    },
+    /// 2b.
+    Accept {
+        epoch: Epoch,
+        ballot: Ballot,
+        incarnation: Incarnation,
+    },
+    /// The acceptor has promised a higher ballot: try again above it.
+    Nack { epoch: Epoch, promised: Ballot },
+}
+
+/// A Paxos ballot: higher round wins, the proposer's id breaks ties.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Ballot {
+    pub round: u64,
+    pub node: NodeId,
+}
+
+/// A node's health as this node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Live,
+    Suspect,
+    Dead,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Peer {
+    incarnation: Option<Incarnation>,
+    last_heard_ms: Option<u64>,
+    /// The epoch of the peer's last heartbeat and its declarations in it.
+    their_epoch: Epoch,
+    their_dead: BTreeSet<NodeId>,
+    /// The last grant this node gave the peer, in any epoch.
+    last_grant: Option<(Incarnation, u64)>,
+}
+
+#[derive(Debug, Clone)]
+struct Proposal {
+    epoch: Epoch,
+    ballot: Ballot,
+    /// Phase 1 answers: what each acceptor had accepted.
+    promises: BTreeMap<NodeId, Option<(Ballot, View)>>,
+    /// Set once phase 2 starts.
+    value: Option<View>,
+    accepts: BTreeSet<NodeId>,
+    started_ms: u64,
+}
+
+/// Acceptor state for the epoch after the installed one.
+#[derive(Debug, Clone, Default)]
+struct Acceptor {
+    promised: Ballot,
+    accepted: Option<(Ballot, View)>,
+}
+
+/// The membership state machine of one node (sans-IO).
+#[derive(Debug, Clone)]
+pub struct Membership {
+    me: NodeId,
+    incarnation: Incarnation,
+    nodes: Vec<NodeId>,
+    config: MembershipConfig,
+    bugs: MembershipBugs,
+    started_ms: u64,
+    view: View,
+    peers: BTreeMap<NodeId, Peer>,
+    /// Grants held in the current epoch: expiry on this node's clock.
+    grants: BTreeMap<NodeId, u64>,
+    declared: BTreeSet<NodeId>,
+    acceptor: Acceptor,
+    proposal: Option<Proposal>,
+    /// The highest ballot round seen (proposals go above it).
+    max_round: u64,
+    heartbeat_seq: u64,
+}
+
+/// Messages the membership wants sent, and whether it installed a view.
+#[derive(Debug, Default)]
+pub struct MembershipOut {
+    pub sends: Vec<(NodeId, MembershipMsg)>,
+    pub installed: bool,
+}
+
+impl Membership {
+    pub fn new(
+        me: NodeId,
+        incarnation: Incarnation,
+        nodes: &[NodeId],
+        config: MembershipConfig,
+        bugs: MembershipBugs,
+        now_ms: u64,
+    ) -> Self {
+        assert!(nodes.contains(&me), "{me} is not in the configuration");
+        assert!(!nodes.is_empty() && nodes.len() <= MAX_NODES);
+        debug_assert!(config.validate().is_ok());
+        let mut nodes = nodes.to_vec();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let peers = nodes
+            .iter()
+            .filter(|&&n| n != me)
+            .map(|&n| (n, Peer::default()))
+            .collect();
+        Membership {
+            me,
+            incarnation,
+            nodes,
+            config,
+            bugs,
+            started_ms: now_ms,
+            view: View::default(),
+            peers,
+            grants: BTreeMap::new(),
+            declared: BTreeSet::new(),
+            acceptor: Acceptor::default(),
+            proposal: None,
+            max_round: 0,
+            heartbeat_seq: 0,
+        }
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    pub fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    pub fn config(&self) -> &MembershipConfig {
+        &self.config
+    }
+
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    pub fn is_member(&self) -> bool {
+        self.view.contains(self.me, self.incarnation)
+    }
+
+    /// When this node's lease lapses (0: it holds none).
+    pub fn lease_expiry_ms(&self) -> u64 {
+        if !self.is_member() {
+            return 0;
+        }
+        let mut expiries: Vec<u64> = Vec::with_capacity(self.nodes.len());
+        expiries.push(u64::MAX); // this node's own grant
+        expiries.extend(self.grants.values().copied());
+        expiries.sort_unstable_by(|a, b| b.cmp(a));
+        expiries.get(self.majority() - 1).copied().unwrap_or(0)
+    }
+
+    /// Member of its view and holding its lease.
+    pub fn serving(&self, now_ms: u64) -> bool {
+        now_ms < self.lease_expiry_ms()
+    }
+
+    pub fn health(&self, node: NodeId, now_ms: u64) -> Health {
+        if node == self.me {
+            return if self.serving(now_ms) {
+                Health::Live
+            } else {
+                Health::Suspect
+            };
+        }
+        let Some(peer) = self.peers.get(&node) else {
+            return Health::Dead;
+        };
+        if self.declared.contains(&node) {
+            return Health::Dead;
+        }
+        match peer.last_heard_ms {
+            Some(heard) if now_ms < heard + self.config.suspect_after_ms => Health::Live,
+            Some(heard) if now_ms < heard + self.config.lease_duration_ms => Health::Suspect,
+            _ => Health::Dead,
+        }
+    }
+
+    /// The periodic work: heartbeats, declarations, view changes.
+    pub fn on_tick(&mut self, now_ms: u64, out: &mut MembershipOut) {
+        self.send_heartbeats(now_ms, out);
+        self.declare_dead(now_ms);
+        self.maybe_propose(now_ms, out);
+    }
+
+    fn send_heartbeats(&mut self, now_ms: u64, out: &mut MembershipOut) {
+        self.heartbeat_seq += 1;
+        let dead: Vec<NodeId> = self.declared.iter().copied().collect();
+        for &peer in self.peers.keys() {
+            let msg = MembershipMsg::Heartbeat {
+                seq: self.heartbeat_seq,
+                sent_at_ms: now_ms,
+                incarnation: self.incarnation,
+                view: self.view.clone(),
+                dead: dead.clone(),
+            };
+            out.sends.push((peer, msg));
+        }
+    }
+
+    fn declare_dead(&mut self, now_ms: u64) {
+        let config = &self.config;
+        for (&node, &incarnation) in &self.view.members {
+            if node == self.me || self.declared.contains(&node) {
+                continue;
+            }
+            let peer = &self.peers[&node];
+            let restarted = peer.incarnation.is_some_and(|i| i != incarnation);
+            let silent = peer
+                .last_heard_ms
+                .is_none_or(|heard| now_ms >= heard + config.suspect_after_ms);
+            if !(restarted || silent) {
+                continue;
+            }
+            let grant_expired = match peer.last_grant {
+                Some((granted, at_ms)) if granted == incarnation => {
+                    now_ms >= at_ms + config.lease_duration_ms + config.clock_drift_margin_ms
+                }
+                _ => true,
+            };
+            if grant_expired || self.bugs.declare_before_lease_expiry {
+                self.declared.insert(node);
+            }
+        }
+    }
+
+    /// How many nodes declared `node` dead in this node's epoch.
+    fn dead_votes(&self, node: NodeId) -> usize {
+        let mine = usize::from(self.declared.contains(&node));
+        let theirs = self
+            .peers
+            .values()
+            .filter(|p| p.their_epoch == self.view.epoch && p.their_dead.contains(&node))
+            .count();
+        mine + theirs
+    }
+
+    fn fresh(&self, peer: &Peer, now_ms: u64) -> bool {
+        peer.last_heard_ms
+            .is_some_and(|heard| now_ms < heard + self.config.suspect_after_ms)
+    }
+
+    /// The members the next view should have.
+    fn desired_members(&self, now_ms: u64) -> BTreeMap<NodeId, Incarnation> {
+        let majority = self.majority();
+        let mut members: BTreeMap<NodeId, Incarnation> = self
+            .view
+            .members
+            .iter()
+            .filter(|(&node, _)| self.dead_votes(node) < majority)
+            .map(|(&n, &i)| (n, i))
+            .collect();
+        members.entry(self.me).or_insert(self.incarnation);
+        for (&node, peer) in &self.peers {
+            let caught_up = peer.their_epoch == self.view.epoch;
+            if !members.contains_key(&node) && caught_up && self.fresh(peer, now_ms) {
+                if let Some(incarnation) = peer.incarnation {
+                    members.insert(node, incarnation);
+                }
+            }
+        }
+        members
+    }
+
+    fn coordinator(&self, now_ms: u64) -> NodeId {
+        self.peers
+            .iter()
+            .filter(|(_, p)| self.fresh(p, now_ms))
+            .map(|(&n, _)| n)
+            .chain(std::iter::once(self.me))
+            .min()
+            .unwrap_or(self.me)
+    }
+
+    fn maybe_propose(&mut self, now_ms: u64, out: &mut MembershipOut) {
+        if let Some(proposal) = &self.proposal {
+            if now_ms >= proposal.started_ms + self.config.proposal_timeout_ms {
+                self.proposal = None; // retried below with a higher ballot
+            }
+        }
+        if self.proposal.is_some() {
+            self.retransmit(out);
+            return;
+        }
+        // Give the nodes started together a moment to hear each other, so the
+        // first view has them all.
+        if now_ms < self.started_ms + self.config.suspect_after_ms {
+            return;
+        }
+        if self.coordinator(now_ms) != self.me {
+            return;
+        }
+        let members = self.desired_members(now_ms);
+        if members == self.view.members || members.len() < self.majority() {
+            return;
+        }
+        self.max_round += 1;
+        let epoch = Epoch(self.view.epoch.0 + 1);
+        self.proposal = Some(Proposal {
+            epoch,
+            ballot: Ballot {
+                round: self.max_round,
+                node: self.me,
+            },
+            promises: BTreeMap::new(),
+            value: None,
+            accepts: BTreeSet::new(),
+            started_ms: now_ms,
+        });
+        self.retransmit(out);
+        // This node votes like any other (if it is an acceptor).
+        let ballot = self.proposal.as_ref().map(|p| p.ballot).unwrap_or_default();
+        self.on_prepare(now_ms, self.me, epoch, ballot, out);
+    }
+
+    /// Sends the current phase's request to every acceptor that has not answered.
+    fn retransmit(&self, out: &mut MembershipOut) {
+        let Some(proposal) = &self.proposal else {
+            return;
+        };
+        for &node in &self.nodes {
+            if node == self.me {
+                continue;
+            }
+            let msg = match &proposal.value {
+                None if !proposal.promises.contains_key(&node) => MembershipMsg::Prepare {
+                    epoch: proposal.epoch,
+                    ballot: proposal.ballot,
+                },
+                Some(view) if !proposal.accepts.contains(&node) => MembershipMsg::Propose {
+                    epoch: proposal.epoch,
+                    ballot: proposal.ballot,
+                    view: view.clone(),
+                },
+                _ => continue,
+            };
+            out.sends.push((node, msg));
+        }
+    }
+
+    /// May this node vote on the view of `epoch`? Members of the installed
+    /// view vote on the next one; the first view is voted on by every
+    /// configured node (after the fresh-start wait).
+    fn is_acceptor(&self, now_ms: u64, epoch: Epoch) -> bool {
+        if epoch.0 != self.view.epoch.0 + 1 {
+            return false;
+        }
+        if self.view.epoch == Epoch(0) {
+            now_ms >= self.started_ms + self.config.proposal_timeout_ms
+        } else {
+            self.is_member()
+        }
+    }
+
+    /// Is `from` (as `incarnation`) a voter on the next view, as this node sees it?
+    fn counts_as_voter(&self, from: NodeId, incarnation: Incarnation) -> bool {
+        if self.view.epoch == Epoch(0) {
+            true
+        } else {
+            self.view.contains(from, incarnation)
+        }
+    }
+
+    /// Votes needed to choose the next view.
+    fn decision_quorum(&self) -> usize {
+        if self.view.epoch == Epoch(0) {
+            self.majority()
+        } else {
+            self.view.members.len() / 2 + 1
+        }
+    }
+
+    fn reply(&mut self, from: NodeId, msg: MembershipMsg, now_ms: u64, out: &mut MembershipOut) {
+        if from == self.me {
+            self.on_message(now_ms, from, msg, out);
+        } else {
+            out.sends.push((from, msg));
+        }
+    }
+
+    fn on_prepare(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        epoch: Epoch,
+        ballot: Ballot,
+        out: &mut MembershipOut,
+    ) {
+        self.max_round = self.max_round.max(ballot.round);
+        if !self.is_acceptor(now_ms, epoch) {
+            return;
+        }
+        if ballot < self.acceptor.promised {
+            let promised = self.acceptor.promised;
+            self.reply(from, MembershipMsg::Nack { epoch, promised }, now_ms, out);
+            return;
+        }
+        self.acceptor.promised = ballot;
+        let msg = MembershipMsg::Promise {
+            epoch,
+            ballot,
+            incarnation: self.incarnation,
+            accepted: self.acceptor.accepted.clone(),
+        };
+        self.reply(from, msg, now_ms, out);
+    }
+
+    fn on_promise(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        ballot: Ballot,
+        incarnation: Incarnation,
+        accepted: Option<(Ballot, View)>,
+        out: &mut MembershipOut,
+    ) {
+        let voter = self.counts_as_voter(from, incarnation);
+        let quorum = self.decision_quorum();
+        let Some(proposal) = &mut self.proposal else {
+            return;
+        };
+        if proposal.ballot != ballot || proposal.value.is_some() || !voter {
+            return;
+        }
+        proposal.promises.insert(from, accepted);
+        if proposal.promises.len() < quorum {
+            return;
+        }
+        // Paxos: a view some quorum may have chosen must be proposed again.
+        let earlier = proposal
+            .promises
+            .values()
+            .flatten()
+            .max_by_key(|(b, _)| *b)
+            .map(|(_, view)| view.clone());
+        let view = match earlier {
+            Some(view) => view,
+            None => View {
+                epoch: proposal.epoch,
+                members: self.desired_members(now_ms),
+            },
+        };
+        let (epoch, ballot) = {
+            let proposal = self.proposal.as_mut().expect("checked above");
+            proposal.value = Some(view.clone());
+            (proposal.epoch, proposal.ballot)
+        };
+        self.retransmit(out);
+        self.on_propose(now_ms, self.me, epoch, ballot, view, out);
+    }
+
+    fn on_propose(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        epoch: Epoch,
+        ballot: Ballot,
+        view: View,
+        out: &mut MembershipOut,
+    ) {
+        self.max_round = self.max_round.max(ballot.round);
+        if !self.is_acceptor(now_ms, epoch) || view.epoch != epoch {
+            return;
+        }
+        if ballot < self.acceptor.promised {
+            let promised = self.acceptor.promised;
+            self.reply(from, MembershipMsg::Nack { epoch, promised }, now_ms, out);
+            return;
+        }
+        self.acceptor.promised = ballot;
+        self.acceptor.accepted = Some((ballot, view));
+        let msg = MembershipMsg::Accept {
+            epoch,
+            ballot,
+            incarnation: self.incarnation,
+        };
+        self.reply(from, msg, now_ms, out);
+    }
+
+    fn on_accepted(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        ballot: Ballot,
+        incarnation: Incarnation,
+        out: &mut MembershipOut,
+    ) {
+        let voter = self.counts_as_voter(from, incarnation);
+        let quorum = self.decision_quorum();
+        let Some(proposal) = &mut self.proposal else {
+            return;
+        };
+        if proposal.ballot != ballot || proposal.value.is_none() || !voter {
+            return;
+        }
+        proposal.accepts.insert(from);
+        if proposal.accepts.len() >= quorum {
+            let view = proposal.value.clone().expect("phase 2");
+            self.install(view, out);
+            // Spread the news now rather than at the next tick.
+            self.send_heartbeats(now_ms, out);
+        }
+    }
+
+    fn install(&mut self, view: View, out: &mut MembershipOut) {
+        assert!(view.epoch > self.view.epoch, "epochs only increase");
+        self.view = view;
+        self.grants.clear();
+        self.declared.clear();
+        self.acceptor = Acceptor::default();
+        if self
+            .proposal
+            .as_ref()
+            .is_some_and(|p| p.epoch <= self.view.epoch)
+        {
+            self.proposal = None;
+        }
+        out.installed = true;
+    }
+
+    pub fn on_message(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        msg: MembershipMsg,
+        out: &mut MembershipOut,
+    ) {
+        if from != self.me && !self.peers.contains_key(&from) {
+            return; // not in the configuration (the transport rejects these too)
+        }
+        match msg {
+            MembershipMsg::Heartbeat {
+                seq,
+                sent_at_ms,
+                incarnation,
+                view,
+                dead,
+            } => self.on_heartbeat(now_ms, from, seq, sent_at_ms, incarnation, view, dead, out),
+            MembershipMsg::HeartbeatAck {
+                sent_at_ms,
+                incarnation,
+                epoch,
+                ..
+            } => {
+                if epoch == self.view.epoch && incarnation == self.incarnation && self.is_member() {
+                    let expiry = sent_at_ms.saturating_add(self.config.lease_duration_ms);
+                    let grant = self.grants.entry(from).or_insert(0);
+                    *grant = (*grant).max(expiry);
+                }
+            }
+            MembershipMsg::Prepare { epoch, ballot } => {
+                self.on_prepare(now_ms, from, epoch, ballot, out)
+            }
+            MembershipMsg::Promise {
+                epoch,
+                ballot,
+                incarnation,
+                accepted,
+            } => {
+                let sane = accepted
+                    .as_ref()
+                    .is_none_or(|(_, v)| v.epoch == epoch && v.members.len() <= MAX_NODES);
+                if sane {
+                    self.on_promise(now_ms, from, ballot, incarnation, accepted, out);
+                }
+            }
+            MembershipMsg::Propose {
+                epoch,
+                ballot,
+                view,
+            } => {
+                if view.members.len() <= MAX_NODES {
+                    self.on_propose(now_ms, from, epoch, ballot, view, out);
+                }
+            }
+            MembershipMsg::Accept {
+                ballot,
+                incarnation,
+                ..
+            } => self.on_accepted(now_ms, from, ballot, incarnation, out),
+            MembershipMsg::Nack { promised, .. } => {
+                self.max_round = self.max_round.max(promised.round);
+                if self.proposal.as_ref().is_some_and(|p| p.ballot < promised) {
+                    self.proposal = None; // the next tick tries a higher ballot
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_heartbeat(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        seq: u64,
+        sent_at_ms: u64,
+        incarnation: Incarnation,
+        view: View,
+        dead: Vec<NodeId>,
+        out: &mut MembershipOut,
+    ) {
+        if view.epoch > self.view.epoch && view.members.len() <= MAX_NODES {
+            // Only installed (chosen) views travel in heartbeats.
+            self.install(view.clone(), out);
+        }
+        let grant = view.epoch == self.view.epoch
+            && self.is_member()
+            && self.view.contains(from, incarnation)
+            && !self.declared.contains(&from);
+        let peer = self.peers.get_mut(&from).expect("checked by the caller");
+        peer.incarnation = Some(incarnation);
+        peer.last_heard_ms = Some(now_ms);
+        peer.their_epoch = view.epoch;
+        peer.their_dead = dead.into_iter().take(MAX_NODES).collect();
+        if grant {
+            peer.last_grant = Some((incarnation, now_ms));
+            let ack = MembershipMsg::HeartbeatAck {
+                seq,
+                sent_at_ms,
+                incarnation,
+                epoch: self.view.epoch,
+            };
+            out.sends.push((from, ack));
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! The example protocol: a multi-writer atomic register replicated on every
+//! node with leader-less majority quorums (Attiya, Bar-Noy and Dolev's ABD).
+//!
+//! A write queries a majority for their tags, picks a tag above the largest,
+//! and stores it at a majority. A read queries a majority, takes the largest
+//! tag and writes it back to a majority before returning (without the write
+//! back two reads could see a new value and then an old one). Tags are
+//! `(counter, writer)` and unique per write. Safety property, checked by the
+//! simulator: the history is linearizable, which for ABD follows from (a)
+//! real-time order never goes against tag order (a write after a completed
+//! operation gets a larger tag, a read a tag at least as large) and (b) every
+//! read returns the value written with its tag.
+//!
+//! Replicas live in memory: a process that restarts has lost its copy, so it
+//! answers no quorum until it has recovered the largest tag from a majority of
+//! recovered replicas (the first view, epoch 1, starts with nothing written, so
+//! its members are recovered from the start).
+
+use std::collections::BTreeSet;
+
+use roost_net::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Context, Effects, Input, Protocol, TimerId};
+
+/// A write's identity: larger counter wins, the writer's id breaks ties.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Tag {
+    pub counter: u64,
+    pub writer: u32,
+}
+
+pub type OpId = u64;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegisterMsg {
+    Query { op: OpId },
+    QueryReply { op: OpId, tag: Tag, value: u64 },
+    Store { op: OpId, tag: Tag, value: u64 },
+    StoreAck { op: OpId },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegisterCmd {
+    Write(u64),
+    Read,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// No valid lease (or not a member of the view).
+    NotServing,
+    /// One operation at a time per node.
+    Busy,
+    /// This replica lost its state in a restart and has not recovered yet.
+    Recovering,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegisterOut {
+    Accepted {
+        op: OpId,
+        cmd: RegisterCmd,
+    },
+    Rejected {
+        cmd: RegisterCmd,
+        reason: RejectReason,
+    },
+    Written {
+        op: OpId,
+        tag: Tag,
+    },
+    ReadDone {
+        op: OpId,
+        tag: Tag,
+        value: u64,
+    },
+    /// Timed out: a write's effect is unknown (`tag` if it reached the store
+    /// phase).
+    TimedOut {
+        op: OpId,
+        tag: Option<Tag>,
+    },
+    Recovered {
+        tag: Tag,
+    },
+    /// A write chose its tag and starts storing it (a history needs the tag
+    /// even if the write never completes).
+    Storing {
+        op: OpId,
+        tag: Tag,
+    },
+}
+
+/// Planted faults for the simulator's tests (never set in production).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterBugs {
+    /// Quorums one short of a majority: two quorums need not intersect.
+    pub quorum_minus_one: bool,
+    /// A restarted replica answers at once with its empty state.
+    pub skip_recovery: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Query,
+    Store,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Client(RegisterCmd),
+    Recover,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    op: OpId,
+    purpose: Purpose,
+    phase: Phase,
+    epoch: Epoch,
+    replied: BTreeSet<NodeId>,
+    best: (Tag, u64),
+    started_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterConfig {
+    pub retry_ms: u64,
+    pub op_timeout_ms: u64,
+}
+
+impl Default for RegisterConfig {
+    fn default() -> Self {
+        RegisterConfig {
+            retry_ms: 30,
+            op_timeout_ms: 1_000,
+        }
+    }
+}
+
+const RETRY_TIMER: TimerId = 1;
+
+#[derive(Debug, Clone)]
+pub struct Register {
+    config: RegisterConfig,
+    bugs: RegisterBugs,
+    tag: Tag,
+    value: u64,
+    recovered: bool,
+    next_op: OpId,
+    pending: Option<Pending>,
+}
+
+impl Register {
+    pub fn new(config: RegisterConfig, bugs: RegisterBugs) -> Self {
+        Register {
+            config,
+            bugs,
+            tag: Tag::default(),
+            value: 0,
+            recovered: bugs.skip_recovery,
+            next_op: 1,
+            pending: None,
+        }
+    }
+
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
+
+    pub fn stored(&self) -> (Tag, u64) {
+        (self.tag, self.value)
+    }
+
+    fn quorum(&self, ctx: &Context<'_>) -> usize {
+        let majority = ctx.majority();
+        if self.bugs.quorum_minus_one {
+            (majority - 1).max(1)
+        } else {
+            majority
+        }
+    }
+
+    fn begin(
+        &mut self,
+        ctx: &Context<'_>,
+        purpose: Purpose,
+        fx: &mut Effects<RegisterMsg, RegisterOut>,
+    ) {
+        let op = self.next_op;
+        self.next_op += 1;
+        self.pending = Some(Pending {
+            op,
+            purpose,
+            phase: Phase::Query,
+            epoch: ctx.view.epoch,
+            replied: BTreeSet::new(),
+            best: (Tag::default(), 0),
+            started_ms: ctx.now_ms,
+        });
+        if let Purpose::Client(cmd) = purpose {
+            fx.output(RegisterOut::Accepted { op, cmd });
+        }
+        self.broadcast(ctx, fx);
+        fx.set_timer(RETRY_TIMER, self.config.retry_ms);
+    }
+
+    /// Sends the current phase's request to every replica that has not
+    /// answered; this node answers itself directly.
+    fn broadcast(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
+        let Some(pending) = &self.pending else {
+            return;
+        };
+        let (op, phase, best) = (pending.op, pending.phase, pending.best);
+        for &node in ctx.nodes {
+            if pending.replied.contains(&node) {
+                continue;
+            }
+            if node == ctx.me {
+                continue;
+            }
+            let msg = match phase {
+                Phase::Query => RegisterMsg::Query { op },
+                Phase::Store => RegisterMsg::Store {
+                    op,
+                    tag: best.0,
+                    value: best.1,
+                },
+            };
+            fx.send(node, msg);
+        }
+        if self.recovered
+            && !self
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.replied.contains(&ctx.me))
+        {
+            match phase {
+                Phase::Query => {
+                    let (tag, value) = (self.tag, self.value);
+                    self.on_reply(ctx, ctx.me, op, Some((tag, value)), fx);
+                }
+                Phase::Store => {
+                    self.store(best.0, best.1);
+                    self.on_reply(ctx, ctx.me, op, None, fx);
+                }
+            }
+        }
+    }
+
+    fn store(&mut self, tag: Tag, value: u64) {
+        if tag > self.tag {
+            self.tag = tag;
+            self.value = value;
+        }
+    }
+
+    fn on_reply(
+        &mut self,
+        ctx: &Context<'_>,
+        from: NodeId,
+        op: OpId,
+        query: Option<(Tag, u64)>,
+        fx: &mut Effects<RegisterMsg, RegisterOut>,
+    ) {
+        let quorum = self.quorum(ctx);
+        let Some(pending) = &mut self.pending else {
+            return;
+        };
+        let expected = match pending.phase {
+            Phase::Query => query.is_some(),
+            Phase::Store => query.is_none(),
+        };
+        if pending.op != op || !expected || !pending.replied.insert(from) {
+            return; // stale, duplicated or of the other phase
+        }
+        if let Some(reply) = query {
+            pending.best = pending.best.max(reply);
+        }
+        if pending.replied.len() < quorum {
+            return;
+        }
+        match (pending.phase, pending.purpose) {
+            (Phase::Query, Purpose::Recover) => {
+                let (tag, value) = pending.best;
+                self.pending = None;
+                self.tag = tag;
+                self.value = value;
+                self.recovered = true;
+                fx.output(RegisterOut::Recovered { tag });
+            }
+            (Phase::Query, Purpose::Client(cmd)) => {
+                if let RegisterCmd::Write(value) = cmd {
+                    let tag = Tag {
+                        counter: pending.best.0.counter + 1,
+                        writer: ctx.me.0,
+                    };
+                    pending.best = (tag, value);
+                    fx.output(RegisterOut::Storing {
+                        op: pending.op,
+                        tag,
+                    });
+                }
+                pending.phase = Phase::Store;
+                pending.replied.clear();
+                self.broadcast(ctx, fx);
+            }
+            (Phase::Store, Purpose::Client(cmd)) => {
+                let (tag, value) = pending.best;
+                let op = pending.op;
+                self.pending = None;
+                fx.output(match cmd {
+                    RegisterCmd::Write(_) => RegisterOut::Written { op, tag },
+                    RegisterCmd::Read => RegisterOut::ReadDone { op, tag, value },
+                });
+            }
+            (Phase::Store, Purpose::Recover) => unreachable!("recovery has no store phase"),
+        }
+    }
+
+    fn on_command(
+        &mut self,
+        ctx: &Context<'_>,
+        cmd: RegisterCmd,
+        fx: &mut Effects<RegisterMsg, RegisterOut>,
+    ) {
+        let reason = if !ctx.serving {
+            Some(RejectReason::NotServing)
+        } else if !self.recovered {
+            Some(RejectReason::Recovering)
+        } else if self.pending.is_some() {
+            Some(RejectReason::Busy)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => fx.output(RegisterOut::Rejected { cmd, reason }),
+            None => self.begin(ctx, Purpose::Client(cmd), fx),
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
+        let Some(pending) = &self.pending else {
+            return;
+        };
+        if ctx.now_ms >= pending.started_ms + self.config.op_timeout_ms {
+            let op = pending.op;
+            let tag = match (pending.phase, pending.purpose) {
+                (Phase::Store, Purpose::Client(RegisterCmd::Write(_))) => Some(pending.best.0),
+                _ => None,
+            };
+            let client = matches!(pending.purpose, Purpose::Client(_));
+            self.pending = None;
+            if client {
+                fx.output(RegisterOut::TimedOut { op, tag });
+            } else {
+                self.maybe_recover(ctx, fx); // try again
+            }
+            return;
+        }
+        if pending.epoch != ctx.view.epoch {
+            // Replies of the old epoch are dropped: ask again in the new one.
+            if let Some(pending) = &mut self.pending {
+                pending.epoch = ctx.view.epoch;
+                pending.replied.clear();
+            }
+        }
+        self.broadcast(ctx, fx);
+        fx.set_timer(RETRY_TIMER, self.config.retry_ms);
+    }
+
+    fn maybe_recover(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
+        // Membership is by incarnation: a restarted process finds its node id
+        // in the view its previous incarnation belonged to, and is not a member.
+        if self.recovered || self.pending.is_some() || !ctx.member {
+            return;
+        }
+        if ctx.view.epoch == Epoch(1) {
+            // This incarnation is in the first view: nothing can have been
+            // written before it.
+            self.recovered = true;
+            fx.output(RegisterOut::Recovered { tag: self.tag });
+            return;
+        }
+        self.begin(ctx, Purpose::Recover, fx);
+    }
+}
+
+impl Protocol for Register {
+    type Msg = RegisterMsg;
+    type Cmd = RegisterCmd;
+    type Out = RegisterOut;
+
+    fn on_input(
+        &mut self,
+        ctx: &Context<'_>,
+        input: Input<RegisterMsg, RegisterCmd>,
+        fx: &mut Effects<RegisterMsg, RegisterOut>,
+    ) {
+        match input {
+            Input::Command(cmd) => self.on_command(ctx, cmd, fx),
+            Input::Timer(RETRY_TIMER) => self.on_timer(ctx, fx),
+            Input::Timer(_) => {}
+            Input::ViewChange => self.maybe_recover(ctx, fx),
+            Input::Message { from, msg } => match msg {
+                // A replica that lost its state answers nothing until recovered.
+                RegisterMsg::Query { op } if self.recovered => {
+                    let (tag, value) = (self.tag, self.value);
+                    fx.send(from, RegisterMsg::QueryReply { op, tag, value });
+                }
+                RegisterMsg::Store { op, tag, value } if self.recovered => {
+                    self.store(tag, value);
+                    fx.send(from, RegisterMsg::StoreAck { op });
+                }
+                RegisterMsg::Query { .. } | RegisterMsg::Store { .. } => {}
+                RegisterMsg::QueryReply { op, tag, value } => {
+                    self.on_reply(ctx, from, op, Some((tag, value)), fx)
+                }
+                RegisterMsg::StoreAck { op } => self.on_reply(ctx, from, op, None, fx),
+            },
+        }
+    }
+}

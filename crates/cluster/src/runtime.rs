@@ -1,0 +1,713 @@
+//! The tokio shell: drives one [`Node`] (membership plus any [`Protocol`])
+//! over `roost-net`, with real time and real sockets, and serves a small
+//! admin HTTP endpoint beside it:
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `GET /status` | JSON: epoch, serving, lease, members, every node's health, transport counters |
+//! | `GET /metrics` | Prometheus text: messages, bytes, batches, drops, epoch, serving |
+//! | `GET /chaos` | the chaos settings now |
+//! | `GET /chaos?drop=P&dup=P&delay_ms=N&partition=1,2` | replaces them (a parameter left out is off) |
+//! | `GET /chaos/heal` | switches chaos off |
+//! | protocol routes ([`Served::command_for`]) | e.g. `/register/write?value=7`, `/register/read` |
+//!
+//! The driver is one task: it owns the node, so the node needs no locks; the
+//! admin endpoint talks to it through a bounded channel.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use roost_net::{ChaosSettings, Epoch, Inbox, MetricsSnapshot, NodeId, Transport, TransportConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::ClusterConfig;
+use crate::membership::{Health, MembershipBugs};
+use crate::node::{Node, NodeEffects, NodeMsg, TimerKey};
+use crate::protocol::Protocol;
+use crate::register::{Register, RegisterCmd, RegisterOut};
+
+/// A protocol that can be driven from the admin endpoint.
+pub trait Served: Protocol + Send + 'static
+where
+    Self::Cmd: Send,
+    Self::Out: Send,
+{
+    /// The command an admin request names, `None` if the path is not this
+    /// protocol's, `Some(Err)` for a bad request.
+    fn command_for(
+        path: &str,
+        query: &BTreeMap<String, String>,
+    ) -> Option<Result<Self::Cmd, String>>;
+    /// Does this output answer the command in flight?
+    fn is_final(out: &Self::Out) -> bool;
+    fn out_json(out: &Self::Out) -> Value;
+}
+
+impl Served for Register {
+    fn command_for(
+        path: &str,
+        query: &BTreeMap<String, String>,
+    ) -> Option<Result<RegisterCmd, String>> {
+        match path {
+            "/register/read" => Some(Ok(RegisterCmd::Read)),
+            "/register/write" => Some(match query.get("value").map(|v| v.parse::<u64>()) {
+                Some(Ok(value)) => Ok(RegisterCmd::Write(value)),
+                _ => Err("write needs value=<u64>".to_owned()),
+            }),
+            _ => None,
+        }
+    }
+
+    fn is_final(out: &RegisterOut) -> bool {
+        !matches!(
+            out,
+            RegisterOut::Accepted { .. }
+                | RegisterOut::Storing { .. }
+                | RegisterOut::Recovered { .. }
+        )
+    }
+
+    fn out_json(out: &RegisterOut) -> Value {
+        serde_json::to_value(out).unwrap_or(Value::Null)
+    }
+}
+
+/// One node's answer to `GET /status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub id: u32,
+    pub incarnation: u64,
+    pub epoch: u64,
+    pub serving: bool,
+    pub lease_remaining_ms: u64,
+    pub members: Vec<u32>,
+    pub nodes: Vec<NodeStatus>,
+    pub view_changes: u64,
+    pub uptime_ms: u64,
+    pub transport: MetricsSnapshot,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: u32,
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub state: Health,
+    pub member: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Transport(#[from] roost_net::StartError),
+}
+
+enum AdminRequest<P: Protocol> {
+    Status(oneshot::Sender<StatusReport>),
+    Command(P::Cmd, oneshot::Sender<Value>),
+}
+
+/// A running node: its addresses and a way to stop it.
+pub struct RunningNode {
+    pub id: u32,
+    pub cluster_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    driver: JoinHandle<()>,
+    admin: JoinHandle<()>,
+}
+
+impl RunningNode {
+    /// Stops the node and waits for its driver to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.admin.abort();
+        let _ = (&mut self.driver).await;
+    }
+}
+
+/// Wall-clock nanoseconds: a new value for each process start.
+pub fn fresh_incarnation() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        .max(1)
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, RuntimeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| RuntimeError::Bind { addr, source })
+}
+
+/// Starts node `me` of `config` with `app`. Must run inside a tokio runtime.
+pub async fn start_node<P>(
+    config: &ClusterConfig,
+    me: u32,
+    app: P,
+) -> Result<RunningNode, RuntimeError>
+where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    config.validate()?;
+    let this = config.node(me)?.clone();
+    let cluster_listener = bind(this.addr).await?;
+    let admin_listener = bind(this.admin_addr).await?;
+    let cluster_addr = cluster_listener
+        .local_addr()
+        .map_err(|source| RuntimeError::Bind {
+            addr: this.addr,
+            source,
+        })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| RuntimeError::Bind {
+            addr: this.admin_addr,
+            source,
+        })?;
+    let peers: BTreeMap<NodeId, SocketAddr> = config
+        .nodes
+        .iter()
+        .filter(|n| n.id != me)
+        .map(|n| (NodeId(n.id), n.addr))
+        .collect();
+    let (transport, inbox) = Transport::<NodeMsg<P::Msg>>::start(
+        NodeId(me),
+        cluster_listener,
+        peers,
+        TransportConfig::default(),
+    )?;
+    let (admin_tx, admin_rx) = mpsc::channel(64);
+    let (shutdown_tx, shutdown_rx) = oneshot::channel();
+    let driver = Driver {
+        config: config.clone(),
+        started: Instant::now(),
+        node: Node::new(
+            NodeId(me),
+            fresh_incarnation(),
+            &config.ids(),
+            config.membership.clone(),
+            MembershipBugs::default(),
+            app,
+            0,
+        ),
+        transport: transport.clone(),
+        timers: BTreeMap::new(),
+        fx: NodeEffects::default(),
+        in_flight: None,
+        view_changes: 0,
+    };
+    let driver = tokio::spawn(driver.run(inbox, admin_rx, shutdown_rx));
+    let admin = tokio::spawn(admin_loop::<P>(admin_listener, admin_tx, transport));
+    tracing::info!(node = me, %cluster_addr, %admin_addr, "node started");
+    Ok(RunningNode {
+        id: me,
+        cluster_addr,
+        admin_addr,
+        shutdown: Some(shutdown_tx),
+        driver,
+        admin,
+    })
+}
+
+struct Driver<P: Protocol> {
+    config: ClusterConfig,
+    started: Instant,
+    node: Node<P>,
+    transport: Transport<NodeMsg<P::Msg>>,
+    timers: BTreeMap<TimerKey, Instant>,
+    fx: NodeEffects<P::Msg, P::Out>,
+    in_flight: Option<oneshot::Sender<Value>>,
+    view_changes: u64,
+}
+
+/// Envelopes handled per wake-up before timers and admin get a turn.
+const MAX_MESSAGES_PER_WAKE: usize = 1024;
+
+impl<P> Driver<P>
+where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn run(
+        mut self,
+        mut inbox: Inbox<NodeMsg<P::Msg>>,
+        mut admin: mpsc::Receiver<AdminRequest<P>>,
+        mut shutdown: oneshot::Receiver<()>,
+    ) {
+        let mut fx = std::mem::take(&mut self.fx);
+        self.node.start(self.now_ms(), &mut fx);
+        self.apply(&mut fx);
+        loop {
+            let deadline = self
+                .timers
+                .values()
+                .min()
+                .copied()
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                envelope = inbox.recv() => {
+                    let Some(mut envelope) = envelope else { break };
+                    for _ in 0..MAX_MESSAGES_PER_WAKE {
+                        let now = self.now_ms();
+                        self.node.on_message(now, envelope.from, envelope.epoch, envelope.msg, &mut fx);
+                        self.apply(&mut fx);
+                        match inbox.try_recv() {
+                            Some(next) => envelope = next,
+                            None => break,
+                        }
+                    }
+                }
+                request = admin.recv() => {
+                    let Some(request) = request else { break };
+                    self.on_admin(request, &mut fx);
+                }
+                _ = tokio::time::sleep_until(deadline) => self.fire_timers(&mut fx),
+            }
+        }
+        self.transport.shutdown();
+        tracing::info!(node = self.node.me().0, "node stopped");
+    }
+
+    fn fire_timers(&mut self, fx: &mut NodeEffects<P::Msg, P::Out>) {
+        let now = Instant::now();
+        let due: Vec<TimerKey> = self
+            .timers
+            .iter()
+            .filter(|(_, &at)| at <= now)
+            .map(|(&key, _)| key)
+            .collect();
+        for key in due {
+            self.timers.remove(&key);
+            let now_ms = self.now_ms();
+            self.node.on_timer(now_ms, key, fx);
+            self.apply(fx);
+        }
+    }
+
+    fn on_admin(&mut self, request: AdminRequest<P>, fx: &mut NodeEffects<P::Msg, P::Out>) {
+        match request {
+            AdminRequest::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+            AdminRequest::Command(cmd, reply) => {
+                if self.in_flight.is_some() {
+                    let _ = reply.send(json!({"error": "busy: one command at a time"}));
+                    return;
+                }
+                self.in_flight = Some(reply);
+                let now = self.now_ms();
+                self.node.on_command(now, cmd, fx);
+                self.apply(fx);
+            }
+        }
+    }
+
+    fn apply(&mut self, fx: &mut NodeEffects<P::Msg, P::Out>) {
+        let me = self.node.me();
+        for (to, epoch, msg) in fx.sends.drain(..) {
+            if let Err(error) = self.transport.send(to, epoch, msg) {
+                tracing::debug!(node = me.0, %to, %error, "send failed");
+            }
+        }
+        let now = Instant::now();
+        for (key, after_ms) in fx.timers.drain(..) {
+            self.timers
+                .insert(key, now + Duration::from_millis(after_ms));
+        }
+        for out in fx.outputs.drain(..) {
+            if P::is_final(&out) {
+                if let Some(reply) = self.in_flight.take() {
+                    let _ = reply.send(P::out_json(&out));
+                }
+            }
+        }
+        for view in fx.installed.drain(..) {
+            self.view_changes += 1;
+            tracing::info!(
+                node = me.0,
+                epoch = view.epoch.0,
+                members = ?view.members.keys().map(|n| n.0).collect::<Vec<_>>(),
+                "view installed"
+            );
+        }
+        for line in fx.logs.drain(..) {
+            tracing::debug!(node = me.0, "{line}");
+        }
+    }
+
+    fn status(&self) -> StatusReport {
+        let now_ms = self.now_ms();
+        let membership = self.node.membership();
+        let view = membership.view();
+        let health = self.node.health(now_ms);
+        let nodes = self
+            .config
+            .nodes
+            .iter()
+            .map(|addr| {
+                let h = health.iter().find(|h| h.id == addr.id);
+                NodeStatus {
+                    id: addr.id,
+                    addr: addr.addr,
+                    admin_addr: addr.admin_addr,
+                    state: h.map_or(Health::Dead, |h| h.state),
+                    member: h.is_some_and(|h| h.member),
+                }
+            })
+            .collect();
+        StatusReport {
+            id: self.node.me().0,
+            incarnation: membership.incarnation(),
+            epoch: view.epoch.0,
+            serving: self.node.serving(now_ms),
+            lease_remaining_ms: membership
+                .lease_expiry_ms()
+                .saturating_sub(now_ms)
+                .min(u64::from(u32::MAX)),
+            members: view.members.keys().map(|n| n.0).collect(),
+            nodes,
+            view_changes: self.view_changes,
+            uptime_ms: now_ms,
+            transport: self.transport.metrics(),
+        }
+    }
+}
+
+/// Bytes of an admin request head we read at most.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn admin_loop<P>(
+    listener: TcpListener,
+    driver: mpsc::Sender<AdminRequest<P>>,
+    transport: Transport<NodeMsg<P::Msg>>,
+) where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let driver = driver.clone();
+        let transport = transport.clone();
+        tokio::spawn(async move {
+            let _ =
+                tokio::time::timeout(ADMIN_TIMEOUT, serve_admin::<P>(stream, driver, transport))
+                    .await;
+        });
+    }
+}
+
+/// A parsed request line: path and query parameters.
+pub fn parse_request_line(head: &str) -> Result<(String, BTreeMap<String, String>), String> {
+    let line = head.lines().next().ok_or("empty request")?;
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Err("malformed request line".into());
+    };
+    if method != "GET" && method != "POST" {
+        return Err(format!("method {method} not supported"));
+    }
+    let (path, query_text) = target.split_once('?').unwrap_or((target, ""));
+    let mut query = BTreeMap::new();
+    for pair in query_text.split('&').filter(|p| !p.is_empty()).take(32) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        query.insert(key.to_owned(), value.to_owned());
+    }
+    Ok((path.to_owned(), query))
+}
+
+/// Chaos settings from query parameters; absent ones are off.
+pub fn chaos_from_query(query: &BTreeMap<String, String>) -> Result<ChaosSettings, String> {
+    let probability = |name: &str| -> Result<f64, String> {
+        query.get(name).map_or(Ok(0.0), |v| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{name}={v} is not a number"))
+        })
+    };
+    let mut settings = ChaosSettings {
+        drop_probability: probability("drop")?,
+        duplicate_probability: probability("dup")?,
+        delay_ms: query.get("delay_ms").map_or(Ok(0), |v| {
+            v.parse::<u64>()
+                .map_err(|_| format!("delay_ms={v} is not a number"))
+        })?,
+        partitioned: Default::default(),
+    };
+    if let Some(list) = query.get("partition") {
+        for id in list.split(',').filter(|s| !s.is_empty()).take(64) {
+            let id = id
+                .parse::<u32>()
+                .map_err(|_| format!("partition: `{id}` is not a node id"))?;
+            settings.partitioned.insert(NodeId(id));
+        }
+    }
+    settings.validate().map_err(|e| e.to_string())?;
+    Ok(settings)
+}
+
+async fn serve_admin<P>(
+    mut stream: TcpStream,
+    driver: mpsc::Sender<AdminRequest<P>>,
+    transport: Transport<NodeMsg<P::Msg>>,
+) where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.ends_with(b"\n\n") {
+        if head.len() >= MAX_REQUEST_BYTES {
+            let _ = respond(&mut stream, 431, "text/plain", "request too large\n").await;
+            return;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let (path, query) = match parse_request_line(&text) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            let _ = respond(&mut stream, 400, "text/plain", &format!("{error}\n")).await;
+            return;
+        }
+    };
+    let (code, kind, body) = route::<P>(&path, &query, &driver, &transport).await;
+    let _ = respond(&mut stream, code, kind, &body).await;
+}
+
+async fn route<P>(
+    path: &str,
+    query: &BTreeMap<String, String>,
+    driver: &mpsc::Sender<AdminRequest<P>>,
+    transport: &Transport<NodeMsg<P::Msg>>,
+) -> (u16, &'static str, String)
+where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    const JSON: &str = "application/json";
+    match path {
+        "/status" | "/metrics" => {
+            let (tx, rx) = oneshot::channel();
+            if driver.send(AdminRequest::Status(tx)).await.is_err() {
+                return (503, "text/plain", "node stopped\n".into());
+            }
+            let Ok(status) = rx.await else {
+                return (503, "text/plain", "node stopped\n".into());
+            };
+            if path == "/status" {
+                let body = serde_json::to_string(&status).unwrap_or_default();
+                (200, JSON, body + "\n")
+            } else {
+                (200, "text/plain; version=0.0.4", prometheus_text(&status))
+            }
+        }
+        "/chaos" => {
+            if !query.is_empty() {
+                match chaos_from_query(query) {
+                    Ok(settings) => {
+                        if let Err(error) = transport.chaos().set(settings) {
+                            return (400, "text/plain", format!("{error}\n"));
+                        }
+                    }
+                    Err(error) => return (400, "text/plain", format!("{error}\n")),
+                }
+            }
+            let body = serde_json::to_string(&transport.chaos().get()).unwrap_or_default();
+            (200, JSON, body + "\n")
+        }
+        "/chaos/heal" => {
+            let _ = transport.chaos().set(ChaosSettings::default());
+            (200, JSON, "{}\n".into())
+        }
+        _ => match P::command_for(path, query) {
+            None => (404, "text/plain", format!("no route {path}\n")),
+            Some(Err(error)) => (400, "text/plain", format!("{error}\n")),
+            Some(Ok(cmd)) => {
+                let (tx, rx) = oneshot::channel();
+                if driver.send(AdminRequest::Command(cmd, tx)).await.is_err() {
+                    return (503, "text/plain", "node stopped\n".into());
+                }
+                match rx.await {
+                    Ok(value) => (200, JSON, value.to_string() + "\n"),
+                    Err(_) => (503, "text/plain", "node stopped\n".into()),
+                }
+            }
+        },
+    }
+}
+
+async fn respond(stream: &mut TcpStream, code: u16, kind: &str, body: &str) -> std::io::Result<()> {
+    let reason = match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The Prometheus text exposition of a node's status.
+pub fn prometheus_text(status: &StatusReport) -> String {
+    let t = &status.transport;
+    let mut out = String::with_capacity(2048);
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{value}\n"
+        ));
+    };
+    let id = status.id;
+    metric(
+        "roost_epoch",
+        "gauge",
+        "Installed membership epoch.",
+        format!("{{node=\"{id}\"}} {}", status.epoch),
+    );
+    metric(
+        "roost_serving",
+        "gauge",
+        "1 while the node holds its lease.",
+        format!("{{node=\"{id}\"}} {}", u8::from(status.serving)),
+    );
+    metric(
+        "roost_view_changes_total",
+        "counter",
+        "Views installed by this process.",
+        format!("{{node=\"{id}\"}} {}", status.view_changes),
+    );
+    metric(
+        "roost_messages_sent_total",
+        "counter",
+        "Messages written to sockets.",
+        format!("{{node=\"{id}\"}} {}", t.msgs_sent),
+    );
+    metric(
+        "roost_bytes_sent_total",
+        "counter",
+        "Bytes written to sockets.",
+        format!("{{node=\"{id}\"}} {}", t.bytes_sent),
+    );
+    metric(
+        "roost_batches_sent_total",
+        "counter",
+        "Socket writes (messages / batches = mean batch size).",
+        format!("{{node=\"{id}\"}} {}", t.batches_sent),
+    );
+    metric(
+        "roost_messages_received_total",
+        "counter",
+        "Messages decoded.",
+        format!("{{node=\"{id}\"}} {}", t.msgs_received),
+    );
+    metric(
+        "roost_bytes_received_total",
+        "counter",
+        "Bytes decoded.",
+        format!("{{node=\"{id}\"}} {}", t.bytes_received),
+    );
+    let drops = format!(
+        "{{node=\"{id}\",reason=\"queue_full\"}} {}\nroost_messages_dropped_total{{node=\"{id}\",reason=\"chaos\"}} {}\nroost_messages_dropped_total{{node=\"{id}\",reason=\"unreachable\"}} {}",
+        t.dropped_queue_full, t.dropped_chaos, t.dropped_unreachable
+    );
+    metric(
+        "roost_messages_dropped_total",
+        "counter",
+        "Messages dropped, by reason.",
+        drops,
+    );
+    metric(
+        "roost_frames_rejected_total",
+        "counter",
+        "Malformed or oversized frames (each closed its connection).",
+        format!("{{node=\"{id}\"}} {}", t.frames_rejected),
+    );
+    metric(
+        "roost_connects_total",
+        "counter",
+        "Outbound connections made.",
+        format!("{{node=\"{id}\"}} {}", t.connects),
+    );
+    out
+}
+
+/// Fetches `path` from an admin endpoint (a tiny HTTP/1.0 client for the
+/// CLI and tests). Returns the status code and body.
+pub async fn admin_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    let work = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: roost\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = Vec::new();
+        let mut limited = (&mut stream).take(16 * 1024 * 1024);
+        limited.read_to_end(&mut response).await?;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
+            })?;
+        Ok((code, body.to_owned()))
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "admin request timed out",
+        )),
+    }
+}
+
+/// The epoch a status names (for callers that only need that).
+pub fn epoch_of(status: &StatusReport) -> Epoch {
+    Epoch(status.epoch)
+}

@@ -1,0 +1,46 @@
+//! `roost-net`: the transport between Roost nodes.
+//!
+//! * [`frame`]: the wire format, a `u32` little-endian length prefix and a
+//!   postcard-encoded, versioned [`Envelope`] `{version, from, to, epoch, msg}`;
+//!   a decoder that checks the frame limit before buffering and the version
+//!   before the body.
+//! * [`transport`]: tokio TCP between nodes, per-peer bounded queues drained
+//!   into one write per batch, reconnect with exponential backoff, at-most-once
+//!   delivery per connection.
+//! * [`chaos`]: drop, delay, duplicate and partition, switchable at runtime.
+//! * [`metrics`]: message, byte, batch and drop counters.
+//!
+//! # Fuzzing the decoder
+//!
+//! `crates/net/fuzz` is a cargo-fuzz project (not a workspace member). On
+//! stable Rust, without sanitizers:
+//!
+//! ```sh
+//! cargo install cargo-fuzz
+//! cd crates/net && cargo fuzz run decode -s none
+//! ```
+
+pub mod chaos;
+pub mod frame;
+pub mod metrics;
+pub mod transport;
+
+pub use chaos::{Chaos, ChaosError, ChaosSettings};
+pub use frame::{Envelope, Epoch, FrameError, NodeId, WIRE_VERSION};
+pub use metrics::MetricsSnapshot;
+pub use transport::{Inbox, Message, SendError, StartError, Transport, TransportConfig};
+
+/// A message type for the fuzz target and property tests: enough serde shapes
+/// (integers, strings, bytes, options, enums, sequences) to exercise postcard.
+pub mod fuzzing {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum FuzzMsg {
+        Ping(u64),
+        Text(String),
+        Bytes(Vec<u8>),
+        Pair { a: Option<u32>, b: Vec<(u16, i64)> },
+        Unit,
+    }
+}

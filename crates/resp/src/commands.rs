@@ -1,0 +1,552 @@
+//! The command table (names, arity, flags, key positions: what COMMAND
+//! reports) and the parsing of data commands' arguments into [`Op`]s.
+
+use roost_bcounter::Bound;
+
+use crate::protocol::Frame;
+use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
+
+/// How a command is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Runs against the keyspace inside a transaction.
+    Data,
+    /// Changes or reads the connection or server (handled by the connection).
+    Conn,
+    /// Known but not served: answered with this error.
+    Unsupported(&'static str),
+}
+
+pub(crate) struct Spec {
+    pub(crate) name: &'static str,
+    /// Redis's convention: `n` exactly n arguments (name included), `-n` at least n.
+    pub(crate) arity: i32,
+    pub(crate) kind: Kind,
+    pub(crate) write: bool,
+    /// Allowed before authentication.
+    pub(crate) noauth: bool,
+    pub(crate) first_key: i32,
+    pub(crate) last_key: i32,
+    pub(crate) step: i32,
+    pub(crate) summary: &'static str,
+}
+
+const PUBSUB: &str = "ERR pub/sub is not supported by Roost";
+const EXPIRY: &str = "ERR expiry is not supported by Roost: keys never expire";
+
+const fn data(
+    name: &'static str,
+    arity: i32,
+    write: bool,
+    keys: (i32, i32, i32),
+    summary: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        kind: Kind::Data,
+        write,
+        noauth: false,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        summary,
+    }
+}
+
+const fn conn(name: &'static str, arity: i32, noauth: bool, summary: &'static str) -> Spec {
+    Spec {
+        name,
+        arity,
+        kind: Kind::Conn,
+        write: false,
+        noauth,
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        summary,
+    }
+}
+
+const fn unsupported(name: &'static str, why: &'static str) -> Spec {
+    Spec {
+        name,
+        arity: -1,
+        kind: Kind::Unsupported(why),
+        write: false,
+        noauth: false,
+        first_key: 0,
+        last_key: 0,
+        step: 0,
+        summary: "not supported by Roost",
+    }
+}
+
+pub(crate) static COMMANDS: &[Spec] = &[
+    data(
+        "get",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the string value of a key.",
+    ),
+    data(
+        "set",
+        -3,
+        true,
+        (1, 1, 1),
+        "Sets the string value of a key (NX, XX, GET).",
+    ),
+    data("del", -2, true, (1, -1, 1), "Deletes keys."),
+    data(
+        "exists",
+        -2,
+        false,
+        (1, -1, 1),
+        "Counts the keys that exist.",
+    ),
+    data(
+        "incr",
+        2,
+        true,
+        (1, 1, 1),
+        "Increments an integer value by one.",
+    ),
+    data(
+        "decr",
+        2,
+        true,
+        (1, 1, 1),
+        "Decrements an integer value by one.",
+    ),
+    data("incrby", 3, true, (1, 1, 1), "Increments an integer value."),
+    data("decrby", 3, true, (1, 1, 1), "Decrements an integer value."),
+    data(
+        "mget",
+        -2,
+        false,
+        (1, -1, 1),
+        "Returns the string values of keys.",
+    ),
+    data(
+        "mset",
+        -3,
+        true,
+        (1, -1, 2),
+        "Sets the string values of keys, atomically.",
+    ),
+    data("rpush", -3, true, (1, 1, 1), "Appends elements to a list."),
+    data("lpush", -3, true, (1, 1, 1), "Prepends elements to a list."),
+    data("lrange", 4, false, (1, 1, 1), "Returns a range of a list."),
+    data("llen", 2, false, (1, 1, 1), "Returns the length of a list."),
+    data("hget", 3, false, (1, 1, 1), "Returns a field of a hash."),
+    data("hset", -4, true, (1, 1, 1), "Sets fields of a hash."),
+    data(
+        "hgetall",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns all fields and values of a hash.",
+    ),
+    data("hdel", -3, true, (1, 1, 1), "Deletes fields of a hash."),
+    data(
+        "bc.create",
+        -4,
+        true,
+        (1, 1, 1),
+        "BC.CREATE key LOWER|UPPER bound [initial]: creates a bounded counter.",
+    ),
+    data(
+        "bc.inc",
+        -3,
+        true,
+        (1, 1, 1),
+        "BC.INC key delta [LOCAL|GLOBAL]: increments a bounded counter.",
+    ),
+    data(
+        "bc.dec",
+        -3,
+        true,
+        (1, 1, 1),
+        "BC.DEC key delta [LOCAL|GLOBAL]: decrements a bounded counter.",
+    ),
+    data(
+        "bc.get",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns a bounded counter's value.",
+    ),
+    conn("ping", -1, false, "Returns PONG or the argument."),
+    conn("echo", 2, false, "Returns the argument."),
+    conn("select", 2, false, "Selects a database (only 0 exists)."),
+    conn("client", -2, false, "CLIENT SETNAME/GETNAME/ID/SETINFO."),
+    conn("info", -1, false, "Server information and statistics."),
+    conn("command", -1, false, "Information about commands."),
+    conn("config", -2, false, "CONFIG GET answers an empty list."),
+    conn(
+        "hello",
+        -1,
+        true,
+        "Negotiates the protocol (2 or 3) and authenticates.",
+    ),
+    conn("auth", -2, true, "Authenticates the connection."),
+    conn("quit", -1, true, "Closes the connection."),
+    conn("reset", 1, true, "Resets the connection's state."),
+    conn("multi", 1, false, "Starts a transaction."),
+    conn(
+        "exec",
+        1,
+        false,
+        "Runs the queued commands as one serializable transaction.",
+    ),
+    conn("discard", 1, false, "Discards the queued commands."),
+    conn(
+        "watch",
+        -2,
+        false,
+        "Aborts the next EXEC if these keys change.",
+    ),
+    conn("unwatch", 1, false, "Forgets the watched keys."),
+    unsupported("subscribe", PUBSUB),
+    unsupported("unsubscribe", PUBSUB),
+    unsupported("psubscribe", PUBSUB),
+    unsupported("punsubscribe", PUBSUB),
+    unsupported("ssubscribe", PUBSUB),
+    unsupported("sunsubscribe", PUBSUB),
+    unsupported("publish", PUBSUB),
+    unsupported("spublish", PUBSUB),
+    unsupported("pubsub", PUBSUB),
+    unsupported("expire", EXPIRY),
+    unsupported("pexpire", EXPIRY),
+    unsupported("expireat", EXPIRY),
+    unsupported("pexpireat", EXPIRY),
+    unsupported("expiretime", EXPIRY),
+    unsupported("pexpiretime", EXPIRY),
+    unsupported("ttl", EXPIRY),
+    unsupported("pttl", EXPIRY),
+    unsupported("persist", EXPIRY),
+    unsupported("setex", EXPIRY),
+    unsupported("psetex", EXPIRY),
+    unsupported("getex", EXPIRY),
+];
+
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS
+        .iter()
+        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+pub(crate) fn arity_ok(spec: &Spec, argc: usize) -> bool {
+    let argc = argc as i64;
+    let arity = i64::from(spec.arity);
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    }
+}
+
+/// `ERR unknown command 'foo', with args beginning with: 'a' 'b' `, as Redis
+/// words it (name and each argument cut to 128 bytes).
+pub(crate) fn unknown_command(args: &[Vec<u8>]) -> Frame {
+    let shown = |bytes: &[u8]| {
+        let cut = &bytes[..bytes.len().min(128)];
+        String::from_utf8_lossy(cut).replace(['\r', '\n'], " ")
+    };
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        shown(&args[0])
+    );
+    for arg in args.iter().skip(1) {
+        text.push_str(&format!("'{}' ", shown(arg)));
+    }
+    Frame::Error(text)
+}
+
+pub(crate) fn wrong_arity(name: &str) -> Frame {
+    Frame::error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+fn syntax_error() -> Frame {
+    Frame::error("ERR syntax error")
+}
+
+fn check_key(key: &[u8]) -> Result<(), Frame> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(Frame::error(format!(
+            "ERR key is longer than {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_keys(keys: &[Vec<u8>]) -> Result<(), Frame> {
+    keys.iter().try_for_each(|k| check_key(k))
+}
+
+fn check_value(value: &[u8]) -> Result<(), Frame> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Frame::error(format!(
+            "ERR value exceeds the maximum allowed size ({MAX_VALUE_BYTES} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+fn integer(arg: &[u8]) -> Result<i64, Frame> {
+    parse_i64(arg).ok_or_else(|| Frame::error(NOT_INTEGER))
+}
+
+/// The data command `spec` with `args` (arity already checked) as an [`Op`];
+/// a bad argument becomes [`Op::Reply`] with Redis's error text, answered
+/// when the command runs (inside MULTI: at EXEC, in its place).
+pub(crate) fn parse_op(spec: &Spec, args: &[Vec<u8>]) -> Op {
+    parse_op_checked(spec, args).unwrap_or_else(Op::Reply)
+}
+
+fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
+    let a = &args[1..];
+    if spec.first_key > 0 {
+        let last = if spec.last_key < 0 {
+            a.len()
+        } else {
+            spec.last_key as usize
+        };
+        let mut i = spec.first_key as usize;
+        while i <= last && i <= a.len() {
+            check_key(&a[i - 1])?;
+            i += spec.step.max(1) as usize;
+        }
+    }
+    let key = || a[0].clone();
+    Ok(match spec.name {
+        "get" => Op::Get(key()),
+        "set" => parse_set(a)?,
+        "del" => Op::Del(a.to_vec()),
+        "exists" => Op::Exists(a.to_vec()),
+        "incr" => Op::IncrBy(key(), 1),
+        "decr" => Op::IncrBy(key(), -1),
+        "incrby" => Op::IncrBy(key(), integer(&a[1])?),
+        "decrby" => {
+            let by = integer(&a[1])?;
+            // Redis: "ERR decrement would overflow" for i64::MIN.
+            let by = by
+                .checked_neg()
+                .ok_or_else(|| Frame::error("ERR decrement would overflow"))?;
+            Op::IncrBy(key(), by)
+        }
+        "mget" => Op::MGet(a.to_vec()),
+        "mset" => {
+            if a.len() % 2 != 0 {
+                return Err(wrong_arity("mset"));
+            }
+            let mut pairs = Vec::with_capacity(a.len() / 2);
+            for pair in a.chunks_exact(2) {
+                check_value(&pair[1])?;
+                pairs.push((pair[0].clone(), pair[1].clone()));
+            }
+            Op::MSet(pairs)
+        }
+        "rpush" | "lpush" => {
+            for v in &a[1..] {
+                check_value(v)?;
+            }
+            Op::Push {
+                key: key(),
+                left: spec.name == "lpush",
+                values: a[1..].to_vec(),
+            }
+        }
+        "lrange" => Op::LRange {
+            key: key(),
+            start: integer(&a[1])?,
+            stop: integer(&a[2])?,
+        },
+        "llen" => Op::LLen(key()),
+        "hget" => Op::HGet(key(), a[1].clone()),
+        "hset" => {
+            if a.len() % 2 != 1 {
+                return Err(wrong_arity("hset"));
+            }
+            let mut pairs = Vec::with_capacity(a.len() / 2);
+            for pair in a[1..].chunks_exact(2) {
+                check_value(&pair[1])?;
+                pairs.push((pair[0].clone(), pair[1].clone()));
+            }
+            Op::HSet(key(), pairs)
+        }
+        "hgetall" => Op::HGetAll(key()),
+        "hdel" => Op::HDel(key(), a[1..].to_vec()),
+        "bc.create" => {
+            if a.len() > 4 {
+                return Err(syntax_error());
+            }
+            let bound = if a[1].eq_ignore_ascii_case(b"lower") {
+                Bound::Lower
+            } else if a[1].eq_ignore_ascii_case(b"upper") {
+                Bound::Upper
+            } else {
+                return Err(Frame::error("ERR the bound must be LOWER or UPPER"));
+            };
+            let k = integer(&a[2])?;
+            let initial = match a.get(3) {
+                Some(v) => integer(v)?,
+                None => k,
+            };
+            Op::BcCreate {
+                key: key(),
+                bound,
+                k,
+                initial,
+            }
+        }
+        "bc.inc" | "bc.dec" => {
+            match a.get(2) {
+                None => {}
+                Some(mode)
+                    if mode.eq_ignore_ascii_case(b"local")
+                        || mode.eq_ignore_ascii_case(b"global") => {}
+                Some(_) => return Err(syntax_error()),
+            }
+            if a.len() > 3 {
+                return Err(syntax_error());
+            }
+            let delta = integer(&a[1])?;
+            let delta = u64::try_from(delta)
+                .map_err(|_| Frame::error("ERR delta must be a non-negative integer"))?;
+            Op::BcAdd {
+                key: key(),
+                up: spec.name == "bc.inc",
+                delta,
+            }
+        }
+        "bc.get" => Op::BcGet(key()),
+        other => unreachable!("data command `{other}` without a parser"),
+    })
+}
+
+fn parse_set(a: &[Vec<u8>]) -> Result<Op, Frame> {
+    check_value(&a[1])?;
+    let mut cond = SetCond::Always;
+    let mut get = false;
+    for option in &a[2..] {
+        let option = option.to_ascii_lowercase();
+        match option.as_slice() {
+            b"nx" if cond == SetCond::Always => cond = SetCond::IfAbsent,
+            b"xx" if cond == SetCond::Always => cond = SetCond::IfPresent,
+            b"get" => get = true,
+            // Keys never expire, so keeping a key's time to live is a no-op.
+            b"keepttl" => {}
+            b"ex" | b"px" | b"exat" | b"pxat" => return Err(Frame::error(EXPIRY)),
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(Op::Set {
+        key: a[0].clone(),
+        value: a[1].clone(),
+        cond,
+        get,
+    })
+}
+
+/// COMMAND's entry for one command: name, arity, flags, first key, last key,
+/// step, ACL categories, tips, key specs, subcommands.
+pub(crate) fn command_info(spec: &Spec) -> Frame {
+    let mut flags = Vec::new();
+    match spec.kind {
+        Kind::Data if spec.write => flags.push(Frame::Simple("write".into())),
+        Kind::Data => flags.push(Frame::Simple("readonly".into())),
+        _ => {}
+    }
+    if spec.noauth {
+        flags.push(Frame::Simple("no-auth".into()));
+    }
+    Frame::Array(vec![
+        Frame::bulk(spec.name),
+        Frame::Integer(i64::from(spec.arity)),
+        Frame::Set(flags),
+        Frame::Integer(i64::from(spec.first_key)),
+        Frame::Integer(i64::from(spec.last_key)),
+        Frame::Integer(i64::from(spec.step)),
+        Frame::Set(Vec::new()),
+        Frame::Set(Vec::new()),
+        Frame::Array(Vec::new()),
+        Frame::Array(Vec::new()),
+    ])
+}
+
+/// COMMAND DOCS's entry: a summary and the group.
+pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
+    let group = match spec.kind {
+        Kind::Data if spec.name.starts_with("bc.") => "roost",
+        Kind::Data => "generic",
+        Kind::Conn => "connection",
+        Kind::Unsupported(_) => "unsupported",
+    };
+    (
+        Frame::bulk(spec.name),
+        Frame::Map(vec![
+            (Frame::bulk("summary"), Frame::bulk(spec.summary)),
+            (Frame::bulk("since"), Frame::bulk("1.0.0")),
+            (Frame::bulk("group"), Frame::bulk(group)),
+        ]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<Vec<u8>> {
+        text.split(' ').map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn every_data_command_parses() {
+        for spec in COMMANDS.iter().filter(|s| s.kind == Kind::Data) {
+            let argc = spec.arity.unsigned_abs() as usize;
+            let mut a = vec![spec.name.as_bytes().to_vec()];
+            a.extend((1..argc).map(|_| b"1".to_vec()));
+            if spec.name == "bc.create" {
+                a[2] = b"lower".to_vec();
+            }
+            let _ = parse_op(spec, &a);
+        }
+    }
+
+    #[test]
+    fn set_options() {
+        let spec = lookup(b"SET").unwrap();
+        assert!(matches!(
+            parse_op(spec, &args("set k v nx get")),
+            Op::Set {
+                cond: SetCond::IfAbsent,
+                get: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse_op(spec, &args("set k v nx xx")),
+            Op::Reply(_)
+        ));
+        match parse_op(spec, &args("set k v ex 10")) {
+            Op::Reply(Frame::Error(e)) => assert!(e.contains("expiry")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_command_text() {
+        assert_eq!(
+            unknown_command(&args("foo a b")),
+            Frame::Error("ERR unknown command 'foo', with args beginning with: 'a' 'b' ".into())
+        );
+        assert_eq!(
+            unknown_command(&args("foo")),
+            Frame::Error("ERR unknown command 'foo', with args beginning with: ".into())
+        );
+    }
+}

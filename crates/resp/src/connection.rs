@@ -1,0 +1,684 @@
+//! One client connection: read, parse up to the pipeline depth, run, reply in
+//! order.
+//!
+//! Consecutive data commands of a pipeline (outside MULTI) run as one root
+//! transaction, up to `max_batch_commands` commands or
+//! [`MAX_BATCH_PAYLOAD_BYTES`]: the client saw none of their replies before
+//! sending them, so running them together, in order, is a serialization the
+//! client cannot tell from one transaction each. A batch that fails as a
+//! whole (retries exhausted, too large) is re-run one command per
+//! transaction, so only the command at fault gets the error.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::{
+    self, arity_ok, command_docs, command_info, lookup, unknown_command, wrong_arity, Kind, Spec,
+};
+use crate::config::Access;
+use crate::protocol::{Args, Frame, Limits, Protocol, RequestParser};
+use crate::server::ServerShared;
+use crate::store::{BatchOutcome, Op, Watched};
+
+/// A batch is cut when its keys and values reach this size.
+const MAX_BATCH_PAYLOAD_BYTES: usize = 1 << 20;
+/// Bytes read from the socket at a time (at least).
+const READ_CHUNK_BYTES: usize = 16 << 10;
+/// Redis's limits for clients that have not authenticated yet.
+const UNAUTHENTICATED_MAX_ARRAY_LEN: usize = 10;
+const UNAUTHENTICATED_MAX_BULK_BYTES: usize = 16 << 10;
+/// The longest client name.
+const MAX_CLIENT_NAME_BYTES: usize = 256;
+
+const NOAUTH: &str = "NOAUTH Authentication required.";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// Commands queued between MULTI and EXEC.
+struct Multi {
+    ops: Vec<Op>,
+    /// A queued command was rejected: EXEC answers EXECABORT.
+    dirty: bool,
+}
+
+struct Connection<'a> {
+    shared: &'a ServerShared,
+    id: u64,
+    name: Option<Vec<u8>>,
+    protocol: Protocol,
+    /// The authenticated user and their access; `None` before AUTH when
+    /// authentication is required.
+    user: Option<(String, Access)>,
+    multi: Option<Multi>,
+    /// WATCHed keys and the stamps they had (`None`: absent).
+    watched: Watched,
+    parser: RequestParser,
+    close: bool,
+}
+
+pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShared) {
+    let config = &shared.config;
+    let user = (!config.auth_required()).then(|| ("default".to_owned(), Access::ReadWrite));
+    let mut conn = Connection {
+        shared,
+        id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
+        name: None,
+        protocol: Protocol::Resp2,
+        parser: RequestParser::new(config.limits()),
+        user,
+        multi: None,
+        watched: Vec::new(),
+        close: false,
+    };
+    conn.update_limits();
+    let depth = config.max_pipeline_depth;
+    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        // Parse what has arrived, at most `depth` commands ahead of replies.
+        let mut requests = Vec::new();
+        let mut consumed = 0;
+        let mut failure = None;
+        while requests.len() < depth {
+            match conn.parser.parse(&input[consumed..]) {
+                Ok(step) => {
+                    consumed += step.consumed;
+                    match step.request {
+                        Some(request) => requests.push(request),
+                        None => break,
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        input.drain(..consumed);
+        let more_buffered = requests.len() >= depth;
+        if !requests.is_empty() {
+            conn.handle(requests, &mut out).await;
+            if stream.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+            if conn.close {
+                return;
+            }
+        }
+        if let Some(error) = failure {
+            // As Redis: the error, then the connection is closed.
+            shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+            Frame::Error(error.to_string()).encode(conn.protocol, &mut out);
+            let _ = stream.write_all(&out).await;
+            return;
+        }
+        if more_buffered {
+            continue;
+        }
+        input.reserve(READ_CHUNK_BYTES);
+        match stream.read_buf(&mut input).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+impl Connection<'_> {
+    fn authenticated(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// Unauthenticated clients get Redis's small limits (10 arguments of
+    /// 16 KiB), so a stranger cannot make the server buffer much.
+    fn update_limits(&mut self) {
+        let limits = self.shared.config.limits();
+        self.parser.set_limits(if self.authenticated() {
+            limits
+        } else {
+            Limits {
+                max_array_len: UNAUTHENTICATED_MAX_ARRAY_LEN.min(limits.max_array_len),
+                max_bulk_bytes: UNAUTHENTICATED_MAX_BULK_BYTES.min(limits.max_bulk_bytes),
+                ..limits
+            }
+        });
+    }
+
+    /// Runs `requests` in order, appending their replies to `out`.
+    async fn handle(&mut self, requests: Vec<Args>, out: &mut Vec<u8>) {
+        let config = &self.shared.config;
+        let mut batch: Vec<Op> = Vec::new();
+        let mut batch_bytes = 0;
+        for args in requests {
+            self.shared.stats.commands.fetch_add(1, Ordering::Relaxed);
+            if self.close {
+                break;
+            }
+            match self.classify(&args) {
+                Step::Data(op) if self.multi.is_none() => {
+                    batch_bytes += op.payload_bytes();
+                    batch.push(op);
+                    if batch.len() >= config.max_batch_commands
+                        || batch_bytes >= MAX_BATCH_PAYLOAD_BYTES
+                    {
+                        self.flush(&mut batch, out).await;
+                        batch_bytes = 0;
+                    }
+                }
+                step => {
+                    self.flush(&mut batch, out).await;
+                    batch_bytes = 0;
+                    let reply = self.run_step(step).await;
+                    // After HELLO, its reply is already in the protocol it chose.
+                    reply.encode(self.protocol, out);
+                }
+            }
+        }
+        self.flush(&mut batch, out).await;
+    }
+
+    /// Runs the batched data commands as one transaction.
+    async fn flush(&mut self, batch: &mut Vec<Op>, out: &mut Vec<u8>) {
+        if batch.is_empty() {
+            return;
+        }
+        let ops = Arc::new(std::mem::take(batch));
+        let replies = match self.shared.store.run(Arc::clone(&ops), None).await {
+            Ok(Some(replies)) => replies,
+            Ok(None) => unreachable!("nothing watched"),
+            Err(_) if ops.len() > 1 => {
+                let mut replies = Vec::with_capacity(ops.len());
+                for op in ops.iter() {
+                    let one = Arc::new(vec![op.clone()]);
+                    replies.push(single_reply(self.shared.store.run(one, None).await));
+                }
+                replies
+            }
+            Err(e) => vec![transaction_failed(&e)],
+        };
+        debug_assert_eq!(replies.len(), ops.len(), "one reply per command");
+        for reply in replies {
+            reply.encode(self.protocol, out);
+        }
+    }
+
+    /// What to do with one request.
+    fn classify(&mut self, args: &Args) -> Step {
+        let Some(spec) = lookup(&args[0]) else {
+            return self.reject(unknown_command(args));
+        };
+        if !self.authenticated() && !spec.noauth {
+            return self.reject(Frame::error(NOAUTH));
+        }
+        if !arity_ok(spec, args.len()) {
+            return self.reject(wrong_arity(spec.name));
+        }
+        match spec.kind {
+            Kind::Unsupported(why) => self.reject(Frame::error(why)),
+            Kind::Data => {
+                if spec.write && matches!(self.user, Some((_, Access::ReadOnly))) {
+                    let user = self.user.as_ref().map_or("", |(name, _)| name.as_str());
+                    return self.reject(Frame::error(format!(
+                        "NOPERM User {user} has no permissions to run the '{}' command",
+                        spec.name
+                    )));
+                }
+                Step::Data(commands::parse_op(spec, args))
+            }
+            Kind::Conn => Step::Conn(spec, args.clone()),
+        }
+    }
+
+    /// An error for this command; inside MULTI it also dooms the EXEC.
+    fn reject(&mut self, error: Frame) -> Step {
+        if let Some(multi) = &mut self.multi {
+            multi.dirty = true;
+        }
+        Step::Reply(error)
+    }
+
+    async fn run_step(&mut self, step: Step) -> Frame {
+        match step {
+            Step::Reply(frame) => frame,
+            Step::Data(op) => self.queue(op),
+            Step::Conn(spec, args) => self.connection_command(spec, &args).await,
+        }
+    }
+
+    fn queue(&mut self, op: Op) -> Frame {
+        let limit = self.shared.config.max_multi_commands;
+        let multi = self.multi.as_mut().expect("queueing inside MULTI");
+        if multi.ops.len() >= limit {
+            multi.dirty = true;
+            return Frame::error(format!(
+                "ERR MULTI holds at most {limit} commands (max_multi_commands)"
+            ));
+        }
+        multi.ops.push(op);
+        Frame::Simple("QUEUED".into())
+    }
+
+    async fn connection_command(&mut self, spec: &'static Spec, args: &Args) -> Frame {
+        let in_multi = self.multi.is_some();
+        match spec.name {
+            "multi" if in_multi => Frame::error("ERR MULTI calls can not be nested"),
+            "multi" => {
+                self.multi = Some(Multi {
+                    ops: Vec::new(),
+                    dirty: false,
+                });
+                Frame::ok()
+            }
+            "exec" => self.exec().await,
+            "discard" => match self.multi.take() {
+                Some(_) => {
+                    self.watched.clear();
+                    Frame::ok()
+                }
+                None => Frame::error("ERR DISCARD without MULTI"),
+            },
+            "watch" if in_multi => Frame::error("ERR WATCH inside MULTI is not allowed"),
+            "watch" => self.watch(&args[1..]).await,
+            "quit" => {
+                self.close = true;
+                Frame::ok()
+            }
+            "reset" => {
+                self.multi = None;
+                self.watched.clear();
+                self.protocol = Protocol::Resp2;
+                self.name = None;
+                if self.shared.config.auth_required() {
+                    self.user = None;
+                    self.update_limits();
+                }
+                Frame::Simple("RESET".into())
+            }
+            "auth" if in_multi => self.queued(Frame::error("ERR AUTH inside MULTI is not allowed")),
+            "hello" if in_multi => {
+                self.queued(Frame::error("ERR HELLO inside MULTI is not allowed"))
+            }
+            "auth" => self.auth(&args[1..]),
+            "hello" => self.hello(&args[1..]),
+            _ => {
+                // Other connection commands answer at once; inside MULTI their
+                // reply is queued and given in its place at EXEC.
+                let reply = self.simple_command(spec, args);
+                if in_multi {
+                    self.queued(reply)
+                } else {
+                    reply
+                }
+            }
+        }
+    }
+
+    fn queued(&mut self, reply: Frame) -> Frame {
+        if reply.is_error() {
+            // Redis rejects a command at queue time only for its name, arity
+            // or permissions; ours are all answered here, so an error dooms
+            // the transaction as well.
+            if let Some(multi) = &mut self.multi {
+                multi.dirty = true;
+            }
+            return reply;
+        }
+        self.queue(Op::Reply(reply))
+    }
+
+    async fn exec(&mut self) -> Frame {
+        let Some(multi) = self.multi.take() else {
+            return Frame::error("ERR EXEC without MULTI");
+        };
+        let watched = std::mem::take(&mut self.watched);
+        let stats = &self.shared.stats;
+        if multi.dirty {
+            stats.exec_aborts.fetch_add(1, Ordering::Relaxed);
+            return Frame::error("EXECABORT Transaction discarded because of previous errors.");
+        }
+        let watched = (!watched.is_empty()).then(|| Arc::new(watched));
+        match self.shared.store.run(Arc::new(multi.ops), watched).await {
+            Ok(Some(replies)) => Frame::Array(replies),
+            Ok(None) => {
+                stats.watch_aborts.fetch_add(1, Ordering::Relaxed);
+                Frame::NullArray
+            }
+            Err(e) => transaction_failed(&e),
+        }
+    }
+
+    async fn watch(&mut self, keys: &[Vec<u8>]) -> Frame {
+        if let Err(error) = commands::check_keys(keys) {
+            return error;
+        }
+        let op = Op::Stamps(keys.to_vec());
+        match single_reply(self.shared.store.run(Arc::new(vec![op]), None).await) {
+            Frame::Array(stamps) => {
+                for (key, stamp) in keys.iter().zip(stamps) {
+                    let stamp = match stamp {
+                        Frame::Integer(s) => Some(s as u64),
+                        _ => None,
+                    };
+                    // The first WATCH of a key is what EXEC compares with.
+                    if !self.watched.iter().any(|(k, _)| k == key) {
+                        self.watched.push((key.clone(), stamp));
+                    }
+                }
+                Frame::ok()
+            }
+            error => error,
+        }
+    }
+
+    fn auth(&mut self, args: &[Vec<u8>]) -> Frame {
+        let config = &self.shared.config;
+        let (name, password) = match args {
+            [password] => {
+                if config.requirepass.is_none() {
+                    return Frame::error(
+                        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+                    );
+                }
+                ("default".to_owned(), password)
+            }
+            [name, password] => (String::from_utf8_lossy(name).into_owned(), password),
+            _ => return Frame::error("ERR syntax error"),
+        };
+        match config.authenticate(&name, password) {
+            Some(access) => {
+                self.user = Some((name, access));
+                self.update_limits();
+                Frame::ok()
+            }
+            None => Frame::error(WRONGPASS),
+        }
+    }
+
+    /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+    fn hello(&mut self, args: &[Vec<u8>]) -> Frame {
+        let mut protocol = self.protocol;
+        let mut rest = args;
+        if let Some((version, tail)) = args.split_first() {
+            protocol = match crate::store::parse_i64(version) {
+                Some(2) => Protocol::Resp2,
+                Some(3) => Protocol::Resp3,
+                Some(_) => return Frame::error("NOPROTO unsupported protocol version"),
+                None => {
+                    return Frame::error("ERR Protocol version is not an integer or out of range")
+                }
+            };
+            rest = tail;
+        }
+        let mut credentials = None;
+        let mut name = None;
+        while let Some((option, tail)) = rest.split_first() {
+            if option.eq_ignore_ascii_case(b"auth") && tail.len() >= 2 {
+                credentials = Some((tail[0].clone(), tail[1].clone()));
+                rest = &tail[2..];
+            } else if option.eq_ignore_ascii_case(b"setname") && !tail.is_empty() {
+                if let Err(e) = check_client_name(&tail[0]) {
+                    return e;
+                }
+                name = Some(tail[0].clone());
+                rest = &tail[1..];
+            } else {
+                return Frame::error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(option)
+                ));
+            }
+        }
+        if let Some((user, password)) = credentials {
+            let user = String::from_utf8_lossy(&user).into_owned();
+            match self.shared.config.authenticate(&user, &password) {
+                Some(access) => {
+                    self.user = Some((user, access));
+                    self.update_limits();
+                }
+                None => return Frame::error(WRONGPASS),
+            }
+        }
+        if !self.authenticated() {
+            return Frame::error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+        }
+        if name.is_some() {
+            self.name = name;
+        }
+        self.protocol = protocol;
+        let version = match protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        };
+        Frame::Map(vec![
+            (Frame::bulk("server"), Frame::bulk("redis")),
+            (Frame::bulk("version"), Frame::bulk(crate::REDIS_VERSION)),
+            (Frame::bulk("proto"), Frame::Integer(version)),
+            (Frame::bulk("id"), Frame::Integer(self.id as i64)),
+            (Frame::bulk("mode"), Frame::bulk("standalone")),
+            (Frame::bulk("role"), Frame::bulk("master")),
+            (Frame::bulk("modules"), Frame::Array(Vec::new())),
+        ])
+    }
+
+    /// Connection and server commands with no effect on transactions.
+    fn simple_command(&mut self, spec: &'static Spec, args: &Args) -> Frame {
+        let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
+        match spec.name {
+            "ping" => match args.len() {
+                1 => Frame::Simple("PONG".into()),
+                2 => Frame::Bulk(args[1].clone()),
+                _ => wrong_arity("ping"),
+            },
+            "echo" => Frame::Bulk(args[1].clone()),
+            "select" => match crate::store::parse_i64(&args[1]) {
+                Some(0) => Frame::ok(),
+                Some(_) => Frame::error("ERR DB index is out of range"),
+                None => Frame::error(crate::store::NOT_INTEGER),
+            },
+            "client" => match arg(1).as_deref() {
+                Some(b"setname") if args.len() == 3 => match check_client_name(&args[2]) {
+                    Ok(()) => {
+                        self.name = (!args[2].is_empty()).then(|| args[2].clone());
+                        Frame::ok()
+                    }
+                    Err(e) => e,
+                },
+                Some(b"getname") if args.len() == 2 => {
+                    self.name.clone().map_or(Frame::Null, Frame::Bulk)
+                }
+                Some(b"id") if args.len() == 2 => Frame::Integer(self.id as i64),
+                Some(b"setinfo") if args.len() == 4 => Frame::ok(),
+                Some(b"setname" | b"getname" | b"id" | b"setinfo") => Frame::error(format!(
+                    "ERR wrong number of arguments for 'client|{}' command",
+                    String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+                )),
+                _ => Frame::error(format!(
+                    "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                    String::from_utf8_lossy(&args[1])
+                )),
+            },
+            "config" => match arg(1).as_deref() {
+                Some(b"get") => Frame::Map(Vec::new()),
+                _ => Frame::error(format!(
+                    "ERR CONFIG {} is not supported by Roost",
+                    String::from_utf8_lossy(&args[1])
+                )),
+            },
+            "info" => self.info(&args[1..]),
+            "command" => command(args),
+            "unwatch" => {
+                // Inside MULTI, UNWATCH runs at EXEC, after the watch check.
+                if self.multi.is_none() {
+                    self.watched.clear();
+                }
+                Frame::ok()
+            }
+            other => unreachable!("connection command `{other}` without a handler"),
+        }
+    }
+
+    fn info(&self, sections: &[Vec<u8>]) -> Frame {
+        let wanted = |name: &str| {
+            sections.is_empty()
+                || sections.iter().any(|s| {
+                    s.eq_ignore_ascii_case(name.as_bytes())
+                        || s.eq_ignore_ascii_case(b"all")
+                        || s.eq_ignore_ascii_case(b"default")
+                        || s.eq_ignore_ascii_case(b"everything")
+                })
+        };
+        let shared = self.shared;
+        let stats = &shared.stats;
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let mut text = String::new();
+        let mut section = |title: &str, fields: Vec<(&str, String)>| {
+            if !text.is_empty() {
+                text.push_str("\r\n");
+            }
+            text.push_str(&format!("# {title}\r\n"));
+            for (k, v) in fields {
+                text.push_str(&format!("{k}:{v}\r\n"));
+            }
+        };
+        if wanted("server") {
+            section(
+                "Server",
+                vec![
+                    ("redis_version", crate::REDIS_VERSION.into()),
+                    ("roost_version", env!("CARGO_PKG_VERSION").into()),
+                    ("redis_mode", "standalone".into()),
+                    ("process_id", std::process::id().to_string()),
+                    ("tcp_port", shared.port.to_string()),
+                    (
+                        "uptime_in_seconds",
+                        stats.started.elapsed().as_secs().to_string(),
+                    ),
+                    (
+                        "keyspace_reactors",
+                        shared.config.keyspace_reactors.to_string(),
+                    ),
+                    ("executors", shared.config.executors.to_string()),
+                ],
+            );
+        }
+        if wanted("clients") {
+            section(
+                "Clients",
+                vec![
+                    (
+                        "connected_clients",
+                        get(&stats.connected_clients).to_string(),
+                    ),
+                    ("maxclients", shared.config.max_clients.to_string()),
+                    ("blocked_clients", "0".into()),
+                ],
+            );
+        }
+        if wanted("stats") {
+            let transactions = get(&stats.transactions);
+            let failed = get(&stats.failed_transactions);
+            let retries = get(&stats.attempts).saturating_sub(transactions + failed);
+            section(
+                "Stats",
+                vec![
+                    (
+                        "total_connections_received",
+                        get(&stats.total_connections).to_string(),
+                    ),
+                    ("total_commands_processed", get(&stats.commands).to_string()),
+                    (
+                        "rejected_connections",
+                        get(&stats.rejected_connections).to_string(),
+                    ),
+                    (
+                        "total_protocol_errors",
+                        get(&stats.protocol_errors).to_string(),
+                    ),
+                    ("roost_transactions", transactions.to_string()),
+                    (
+                        "roost_transaction_attempts",
+                        get(&stats.attempts).to_string(),
+                    ),
+                    ("roost_conflict_retries", retries.to_string()),
+                    ("roost_failed_transactions", failed.to_string()),
+                    ("roost_watch_aborts", get(&stats.watch_aborts).to_string()),
+                    ("roost_execabort", get(&stats.exec_aborts).to_string()),
+                ],
+            );
+        }
+        if wanted("latency") {
+            let h = &stats.latency;
+            section(
+                "Latency",
+                vec![
+                    ("roost_transaction_count", h.count().to_string()),
+                    ("roost_transaction_p50_us", h.quantile_us(0.50).to_string()),
+                    ("roost_transaction_p99_us", h.quantile_us(0.99).to_string()),
+                    (
+                        "roost_transaction_p999_us",
+                        h.quantile_us(0.999).to_string(),
+                    ),
+                ],
+            );
+        }
+        Frame::Verbatim {
+            format: *b"txt",
+            text: text.into_bytes(),
+        }
+    }
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name..`, `COMMAND DOCS [name..]`.
+fn command(args: &Args) -> Frame {
+    let all = commands::COMMANDS;
+    let Some(sub) = args.get(1) else {
+        return Frame::Array(all.iter().map(command_info).collect());
+    };
+    let named = || args[2..].iter().map(|name| lookup(name));
+    match sub.to_ascii_lowercase().as_slice() {
+        b"count" => Frame::Integer(all.len() as i64),
+        b"info" => Frame::Array(
+            named()
+                .map(|spec| spec.map_or(Frame::Null, command_info))
+                .collect(),
+        ),
+        b"docs" if args.len() == 2 => Frame::Map(all.iter().map(command_docs).collect()),
+        b"docs" => Frame::Map(named().flatten().map(command_docs).collect()),
+        _ => Frame::error(format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(sub)
+        )),
+    }
+}
+
+fn check_client_name(name: &[u8]) -> Result<(), Frame> {
+    if name.len() > MAX_CLIENT_NAME_BYTES || name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        return Err(Frame::error(
+            "ERR Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
+}
+
+/// What one request asks for.
+enum Step {
+    /// Answer with this (an error, mostly).
+    Reply(Frame),
+    /// A data command: batched, or queued inside MULTI.
+    Data(Op),
+    Conn(&'static Spec, Args),
+}
+
+fn single_reply(outcome: BatchOutcome) -> Frame {
+    match outcome {
+        Ok(Some(mut replies)) if replies.len() == 1 => replies.pop().expect("one reply"),
+        Ok(_) => Frame::error("ERR internal error: no reply"),
+        Err(e) => transaction_failed(&e),
+    }
+}
+
+fn transaction_failed(error: &roost_reactor::ReactorError) -> Frame {
+    Frame::error(format!("ERR transaction failed: {error}"))
+}

@@ -1,0 +1,205 @@
+//! The listener, the connection limit, and running the server on its own
+//! runtime.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::config::{Config, ConfigError};
+use crate::connection::serve_connection;
+use crate::stats::Stats;
+use crate::store::Store;
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the database: {0}")]
+    Database(String),
+    #[error("cannot start the server's runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What every connection shares.
+pub(crate) struct ServerShared {
+    pub(crate) config: Config,
+    pub(crate) store: Store,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) next_client_id: AtomicU64,
+    pub(crate) port: u16,
+}
+
+/// A RESP server bound to its address, not yet serving.
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<ServerShared>,
+}
+
+impl Server {
+    /// Validates `config`, starts the database (its executors) and binds.
+    pub async fn bind(config: Config) -> Result<Server, ServerError> {
+        config.validate()?;
+        let listener =
+            TcpListener::bind(config.bind)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.bind,
+                    source,
+                })?;
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let stats = Arc::new(Stats::default());
+        let store = Store::new(&config, Arc::clone(&stats)).map_err(ServerError::Database)?;
+        Ok(Server {
+            listener,
+            shared: Arc::new(ServerShared {
+                config,
+                store,
+                stats,
+                next_client_id: AtomicU64::new(1),
+                port,
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections until the future is dropped. A client beyond
+    /// `max_clients` gets `ERR max number of clients reached` and is closed.
+    pub async fn serve(self) -> std::io::Result<()> {
+        let Server { listener, shared } = self;
+        loop {
+            let (mut stream, _) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                // Out of descriptors or a connection reset before accept:
+                // keep serving the others.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let stats = &shared.stats;
+            stats.total_connections.fetch_add(1, Ordering::Relaxed);
+            let connected = stats.connected_clients.fetch_add(1, Ordering::AcqRel);
+            if connected >= shared.config.max_clients as u64 {
+                stats.connected_clients.fetch_sub(1, Ordering::AcqRel);
+                stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let _ = stream
+                        .write_all(b"-ERR max number of clients reached\r\n")
+                        .await;
+                });
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                serve_connection(stream, &shared).await;
+                shared
+                    .stats
+                    .connected_clients
+                    .fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+
+    /// Runs a server on its own runtime (`io_threads` threads) on a thread
+    /// of its own, so it may be called from anywhere, inside a runtime or
+    /// not; the server stops when the handle is dropped.
+    pub fn spawn(config: Config) -> Result<RunningServer, ServerError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.io_threads.max(1))
+            .thread_name("roost-resp-io")
+            .enable_all()
+            .build()
+            .map_err(ServerError::Runtime)?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (bound, bind_result) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("roost-resp".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let server = match Server::bind(config).await {
+                        Ok(server) => server,
+                        Err(e) => {
+                            let _ = bound.send(Err(e));
+                            return;
+                        }
+                    };
+                    let addr = server.local_addr().map_err(ServerError::Runtime);
+                    let failed = addr.is_err();
+                    let _ = bound.send(addr);
+                    if failed {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = server.serve() => {}
+                        _ = stopped => {}
+                    }
+                });
+                // Connections still open are dropped with the runtime.
+                runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            })
+            .map_err(ServerError::Runtime)?;
+        let addr = match bind_result.recv() {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(ServerError::Database(
+                    "the server thread ended early".into(),
+                ));
+            }
+        };
+        Ok(RunningServer {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A server running in the background ([`Server::spawn`]).
+pub struct RunningServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the server stops (it does not stop by itself).
+    pub fn wait(mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

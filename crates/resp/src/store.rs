@@ -1,0 +1,641 @@
+//! The keyspace on reactors, and the data commands run as root transactions.
+//!
+//! **Keys to reactors.** The keyspace is split over `K` reactors of type
+//! `keyspace`, named `keyspace-0` .. `keyspace-{K-1}`; a key belongs to
+//! reactor `fnv1a64(key) mod K`, where it is one row of the relation `kv`
+//! (key bytes to an [`Entry`]: a write stamp and a value). A batch of commands
+//! is one root transaction that starts on the reactor of its first key and
+//! calls the reactor of every other key it touches, so a multi-key command,
+//! a pipeline batch or a MULTI/EXEC block is serializable as a whole
+//! whichever reactors its keys live on.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use roost_bcounter::{Bound, BoundedCounter, FullRights, ReplicaId};
+use roost_reactor::{
+    Database, Deployment, ReactorCtx, ReactorError, ReactorId, RelationDef, Schema,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::protocol::Frame;
+use crate::stats::Stats;
+
+pub(crate) const REACTOR_TYPE: &str = "keyspace";
+/// Every key's row: key bytes to its entry.
+pub(crate) static KV: RelationDef<Vec<u8>, Entry> = RelationDef::new(REACTOR_TYPE, "kv");
+
+/// Longest key accepted (the storage engine's keys are at most 4 KiB encoded,
+/// and the encoding can grow a key).
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest string value or list element accepted (a stored entry must fit the
+/// storage engine's 16 MiB value limit).
+pub const MAX_VALUE_BYTES: usize = 8 << 20;
+
+pub(crate) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(crate) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub(crate) const OVERFLOW: &str = "ERR increment or decrement would overflow";
+
+/// A key's stored row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// Unique per write (from a server-wide counter): WATCH compares stamps,
+    /// so a key changed and changed back still aborts the EXEC.
+    pub(crate) stamp: u64,
+    pub(crate) value: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum Value {
+    Str(Vec<u8>),
+    List(VecDeque<Vec<u8>>),
+    /// Fields in insertion order.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A bounded counter in roost-bcounter's versioned wire encoding (JSON):
+    /// that encoding reads optional fields, which postcard's non-self-describing
+    /// format cannot carry, so it is stored as bytes inside the entry.
+    Counter(Vec<u8>),
+}
+
+fn encode_counter(counter: &BoundedCounter<FullRights>) -> Vec<u8> {
+    serde_json::to_vec(counter).expect("a counter always serializes")
+}
+
+fn decode_counter(bytes: &[u8]) -> Result<BoundedCounter<FullRights>, Frame> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Frame::error(format!("ERR stored bounded counter is unreadable: {e}")))
+}
+
+/// SET's condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SetCond {
+    Always,
+    IfAbsent,
+    IfPresent,
+}
+
+/// A data command, parsed and ready to run inside a transaction.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    Get(Vec<u8>),
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        cond: SetCond,
+        get: bool,
+    },
+    Del(Vec<Vec<u8>>),
+    Exists(Vec<Vec<u8>>),
+    IncrBy(Vec<u8>, i64),
+    MGet(Vec<Vec<u8>>),
+    MSet(Vec<(Vec<u8>, Vec<u8>)>),
+    Push {
+        key: Vec<u8>,
+        left: bool,
+        values: Vec<Vec<u8>>,
+    },
+    LRange {
+        key: Vec<u8>,
+        start: i64,
+        stop: i64,
+    },
+    LLen(Vec<u8>),
+    HGet(Vec<u8>, Vec<u8>),
+    HSet(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>),
+    HGetAll(Vec<u8>),
+    HDel(Vec<u8>, Vec<Vec<u8>>),
+    BcCreate {
+        key: Vec<u8>,
+        bound: Bound,
+        k: i64,
+        initial: i64,
+    },
+    /// `up`: BC.INC, else BC.DEC.
+    BcAdd {
+        key: Vec<u8>,
+        up: bool,
+        delta: u64,
+    },
+    BcGet(Vec<u8>),
+    /// Read the keys' stamps (WATCH).
+    Stamps(Vec<Vec<u8>>),
+    /// A reply known before the transaction runs (a rejected argument's error, or a
+    /// connection command queued in MULTI), given at its place.
+    Reply(Frame),
+}
+
+impl Op {
+    /// The first key the command touches (where its transaction starts).
+    fn first_key(&self) -> Option<&[u8]> {
+        match self {
+            Op::Get(k)
+            | Op::Set { key: k, .. }
+            | Op::IncrBy(k, _)
+            | Op::Push { key: k, .. }
+            | Op::LRange { key: k, .. }
+            | Op::LLen(k)
+            | Op::HGet(k, _)
+            | Op::HSet(k, _)
+            | Op::HGetAll(k)
+            | Op::HDel(k, _)
+            | Op::BcCreate { key: k, .. }
+            | Op::BcAdd { key: k, .. }
+            | Op::BcGet(k) => Some(k),
+            Op::Del(keys) | Op::Exists(keys) | Op::MGet(keys) | Op::Stamps(keys) => {
+                keys.first().map(Vec::as_slice)
+            }
+            Op::MSet(pairs) => pairs.first().map(|(k, _)| k.as_slice()),
+            Op::Reply(_) => None,
+        }
+    }
+
+    /// Bytes of keys and values the command carries (bounds a batch).
+    pub(crate) fn payload_bytes(&self) -> usize {
+        match self {
+            Op::Set { key, value, .. } => key.len() + value.len(),
+            Op::MSet(pairs) | Op::HSet(_, pairs) => {
+                pairs.iter().map(|(k, v)| k.len() + v.len()).sum()
+            }
+            Op::Push { values, .. } => values.iter().map(Vec::len).sum(),
+            _ => 64,
+        }
+    }
+}
+
+/// `fnv1a64(key) mod k`: which keyspace reactor holds `key`.
+pub fn keyspace_index(key: &[u8], k: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % k as u64) as usize
+}
+
+/// The database, its keyspace reactors and the server's counters.
+pub(crate) struct Store {
+    db: Database,
+    shared: Arc<Shared>,
+}
+
+/// What a transaction's procedure needs (shared with every attempt).
+struct Shared {
+    reactors: Vec<ReactorId>,
+    next_stamp: AtomicU64,
+    stats: Arc<Stats>,
+}
+
+impl Shared {
+    fn reactor_of(&self, key: &[u8]) -> ReactorId {
+        self.reactors[keyspace_index(key, self.reactors.len())]
+    }
+}
+
+/// WATCHed keys and the stamps they had when watched (`None`: absent).
+pub(crate) type Watched = Vec<(Vec<u8>, Option<u64>)>;
+
+/// The outcome of a batch: replies in order, or `None` when a WATCHed key
+/// had changed (nothing was applied).
+pub(crate) type BatchOutcome = Result<Option<Vec<Frame>>, ReactorError>;
+
+impl Store {
+    pub(crate) fn new(config: &Config, stats: Arc<Stats>) -> Result<Self, String> {
+        let (keyspace_reactors, executors) = (config.keyspace_reactors, config.executors);
+        assert!(
+            keyspace_reactors > 0 && executors > 0,
+            "validated by the config"
+        );
+        let mut deployment = Deployment::shared_everything(executors);
+        deployment.spin_before_park_us = config.spin_before_park_us;
+        deployment.spin_while_active_us = config.spin_while_active_us;
+        let schema = Schema::new()
+            .reactor_type(REACTOR_TYPE, &[&KV])
+            .map_err(|e| e.to_string())?;
+        let db = Database::new(schema, deployment).map_err(|e| e.to_string())?;
+        let reactors = (0..keyspace_reactors)
+            .map(|i| db.create_reactor(REACTOR_TYPE, &format!("keyspace-{i}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(Store {
+            db,
+            shared: Arc::new(Shared {
+                reactors,
+                next_stamp: AtomicU64::new(1),
+                stats,
+            }),
+        })
+    }
+
+    /// Runs `ops` in order as one root transaction. With `watched`, first
+    /// checks each key still has the stamp it had (`None`: absent); if one
+    /// changed, applies nothing and returns `Ok(None)`.
+    pub(crate) async fn run(
+        &self,
+        ops: Arc<Vec<Op>>,
+        watched: Option<Arc<Watched>>,
+    ) -> BatchOutcome {
+        let root = watched
+            .as_ref()
+            .and_then(|w| w.first().map(|(k, _)| k.as_slice()))
+            .or_else(|| ops.iter().find_map(Op::first_key))
+            .map_or(self.shared.reactors[0], |k| self.shared.reactor_of(k));
+        let shared = Arc::clone(&self.shared);
+        let started = Instant::now();
+        let outcome = self
+            .db
+            .run(root, move |ctx| {
+                let tx = Tx {
+                    ctx,
+                    shared: Arc::clone(&shared),
+                };
+                let ops = Arc::clone(&ops);
+                let watched = watched.clone();
+                async move {
+                    tx.shared.stats.attempts.fetch_add(1, Ordering::Relaxed);
+                    if let Some(watched) = watched {
+                        for (key, stamp) in watched.iter() {
+                            if tx.read(key).await?.map(|e| e.stamp) != *stamp {
+                                return Ok(None);
+                            }
+                        }
+                    }
+                    let mut replies = Vec::with_capacity(ops.len());
+                    for op in ops.iter() {
+                        replies.push(tx.apply(op).await?);
+                    }
+                    Ok(Some(replies))
+                }
+            })
+            .await;
+        let stats = &self.shared.stats;
+        match &outcome {
+            Ok(_) => {
+                stats.transactions.fetch_add(1, Ordering::Relaxed);
+                stats.latency.record(started.elapsed());
+            }
+            Err(_) => {
+                stats.failed_transactions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        outcome
+    }
+}
+
+/// One attempt of a transaction: the context of its root reactor.
+struct Tx {
+    ctx: ReactorCtx,
+    shared: Arc<Shared>,
+}
+
+impl Tx {
+    async fn read(&self, key: &[u8]) -> Result<Option<Entry>, ReactorError> {
+        let target = self.shared.reactor_of(key);
+        let key = key.to_vec();
+        if target == self.ctx.reactor() {
+            return self.ctx.get(&KV, &key);
+        }
+        self.ctx
+            .call(target, move |c| async move { c.get(&KV, &key) })
+            .await
+    }
+
+    /// Writes `value` (a fresh stamp), or deletes the key.
+    async fn write(&self, key: &[u8], value: Option<Value>) -> Result<(), ReactorError> {
+        let target = self.shared.reactor_of(key);
+        let key = key.to_vec();
+        let entry = value.map(|value| Entry {
+            stamp: self.shared.next_stamp.fetch_add(1, Ordering::Relaxed),
+            value,
+        });
+        let apply = move |c: ReactorCtx| async move {
+            match entry {
+                Some(entry) => c.put(&KV, &key, &entry),
+                None => c.delete(&KV, &key).map(|_| ()),
+            }
+        };
+        if target == self.ctx.reactor() {
+            return apply(self.ctx.clone()).await;
+        }
+        self.ctx.call(target, apply).await
+    }
+
+    async fn apply(&self, op: &Op) -> Result<Frame, ReactorError> {
+        Ok(match op {
+            Op::Reply(error) => error.clone(),
+            Op::Get(key) => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Null,
+                Some(Value::Str(s)) => Frame::Bulk(s),
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::Set {
+                key,
+                value,
+                cond,
+                get,
+            } => {
+                let old = self.read(key).await?.map(|e| e.value);
+                let old_reply = match &old {
+                    None => Frame::Null,
+                    Some(Value::Str(s)) => Frame::Bulk(s.clone()),
+                    Some(_) if *get => return Ok(Frame::error(WRONGTYPE)),
+                    Some(_) => Frame::Null,
+                };
+                let allowed = match cond {
+                    SetCond::Always => true,
+                    SetCond::IfAbsent => old.is_none(),
+                    SetCond::IfPresent => old.is_some(),
+                };
+                if allowed {
+                    self.write(key, Some(Value::Str(value.clone()))).await?;
+                }
+                match (get, allowed) {
+                    (true, _) => old_reply,
+                    (false, true) => Frame::ok(),
+                    (false, false) => Frame::Null,
+                }
+            }
+            Op::Del(keys) => {
+                let mut deleted = 0;
+                for key in keys {
+                    if self.read(key).await?.is_some() {
+                        self.write(key, None).await?;
+                        deleted += 1;
+                    }
+                }
+                Frame::Integer(deleted)
+            }
+            Op::Exists(keys) => {
+                let mut found = 0;
+                for key in keys {
+                    if self.read(key).await?.is_some() {
+                        found += 1;
+                    }
+                }
+                Frame::Integer(found)
+            }
+            Op::IncrBy(key, by) => {
+                let current = match self.read(key).await?.map(|e| e.value) {
+                    None => 0,
+                    Some(Value::Str(s)) => match parse_i64(&s) {
+                        Some(n) => n,
+                        None => return Ok(Frame::error(NOT_INTEGER)),
+                    },
+                    Some(_) => return Ok(Frame::error(WRONGTYPE)),
+                };
+                let Some(next) = current.checked_add(*by) else {
+                    return Ok(Frame::error(OVERFLOW));
+                };
+                self.write(key, Some(Value::Str(next.to_string().into_bytes())))
+                    .await?;
+                Frame::Integer(next)
+            }
+            Op::MGet(keys) => {
+                let mut values = Vec::with_capacity(keys.len());
+                for key in keys {
+                    values.push(match self.read(key).await?.map(|e| e.value) {
+                        Some(Value::Str(s)) => Frame::Bulk(s),
+                        _ => Frame::Null,
+                    });
+                }
+                Frame::Array(values)
+            }
+            Op::MSet(pairs) => {
+                for (key, value) in pairs {
+                    self.write(key, Some(Value::Str(value.clone()))).await?;
+                }
+                Frame::ok()
+            }
+            Op::Push { key, left, values } => {
+                let mut list = match self.read(key).await?.map(|e| e.value) {
+                    None => VecDeque::new(),
+                    Some(Value::List(list)) => list,
+                    Some(_) => return Ok(Frame::error(WRONGTYPE)),
+                };
+                for value in values {
+                    if *left {
+                        list.push_front(value.clone());
+                    } else {
+                        list.push_back(value.clone());
+                    }
+                }
+                let len = list.len();
+                self.write(key, Some(Value::List(list))).await?;
+                Frame::Integer(len as i64)
+            }
+            Op::LRange { key, start, stop } => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Array(Vec::new()),
+                Some(Value::List(list)) => Frame::Array(
+                    list_range(list.len(), *start, *stop)
+                        .map(|i| Frame::Bulk(list[i].clone()))
+                        .collect(),
+                ),
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::LLen(key) => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Integer(0),
+                Some(Value::List(list)) => Frame::Integer(list.len() as i64),
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::HGet(key, field) => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Null,
+                Some(Value::Hash(fields)) => fields
+                    .into_iter()
+                    .find(|(f, _)| f == field)
+                    .map_or(Frame::Null, |(_, v)| Frame::Bulk(v)),
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::HSet(key, pairs) => {
+                let mut fields = match self.read(key).await?.map(|e| e.value) {
+                    None => Vec::new(),
+                    Some(Value::Hash(fields)) => fields,
+                    Some(_) => return Ok(Frame::error(WRONGTYPE)),
+                };
+                let mut added = 0;
+                for (field, value) in pairs {
+                    match fields.iter_mut().find(|(f, _)| f == field) {
+                        Some((_, v)) => v.clone_from(value),
+                        None => {
+                            fields.push((field.clone(), value.clone()));
+                            added += 1;
+                        }
+                    }
+                }
+                self.write(key, Some(Value::Hash(fields))).await?;
+                Frame::Integer(added)
+            }
+            Op::HGetAll(key) => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Map(Vec::new()),
+                Some(Value::Hash(fields)) => Frame::Map(
+                    fields
+                        .into_iter()
+                        .map(|(f, v)| (Frame::Bulk(f), Frame::Bulk(v)))
+                        .collect(),
+                ),
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::HDel(key, to_delete) => {
+                let mut fields = match self.read(key).await?.map(|e| e.value) {
+                    None => return Ok(Frame::Integer(0)),
+                    Some(Value::Hash(fields)) => fields,
+                    Some(_) => return Ok(Frame::error(WRONGTYPE)),
+                };
+                let before = fields.len();
+                fields.retain(|(f, _)| !to_delete.contains(f));
+                let removed = before - fields.len();
+                if removed > 0 {
+                    let value = (!fields.is_empty()).then_some(Value::Hash(fields));
+                    self.write(key, value).await?;
+                }
+                Frame::Integer(removed as i64)
+            }
+            Op::BcCreate {
+                key,
+                bound,
+                k,
+                initial,
+            } => {
+                if self.read(key).await?.is_some() {
+                    return Ok(Frame::error("ERR key already exists"));
+                }
+                let me = ReplicaId::from_index(0).expect("replica 0 exists");
+                let counter =
+                    match BoundedCounter::with_initial_value(*bound, *k, *initial, me, me, 1) {
+                        Ok(counter) => counter,
+                        Err(e) => return Ok(Frame::error(format!("ERR bounded counter: {e}"))),
+                    };
+                self.write(key, Some(Value::Counter(encode_counter(&counter))))
+                    .await?;
+                Frame::ok()
+            }
+            Op::BcAdd { key, up, delta } => {
+                let mut counter = match self.read(key).await?.map(|e| e.value) {
+                    None => return Ok(Frame::error("ERR no such bounded counter")),
+                    Some(Value::Counter(bytes)) => match decode_counter(&bytes) {
+                        Ok(counter) => counter,
+                        Err(e) => return Ok(e),
+                    },
+                    Some(_) => return Ok(Frame::error(WRONGTYPE)),
+                };
+                let changed = if *up {
+                    counter.increment(*delta).map_err(|e| e.to_string())
+                } else {
+                    counter.decrement(*delta).map_err(|e| e.to_string())
+                };
+                if let Err(e) = changed {
+                    return Ok(Frame::error(format!(
+                        "BOUND the counter's bound forbids it: {e}"
+                    )));
+                }
+                let value = match counter.value() {
+                    Ok(value) => value,
+                    Err(e) => return Ok(Frame::error(format!("ERR bounded counter: {e}"))),
+                };
+                self.write(key, Some(Value::Counter(encode_counter(&counter))))
+                    .await?;
+                Frame::Integer(value)
+            }
+            Op::BcGet(key) => match self.read(key).await?.map(|e| e.value) {
+                None => Frame::Null,
+                Some(Value::Counter(bytes)) => match decode_counter(&bytes).map(|c| c.value()) {
+                    Ok(Ok(value)) => Frame::Integer(value),
+                    Ok(Err(e)) => Frame::error(format!("ERR bounded counter: {e}")),
+                    Err(e) => e,
+                },
+                Some(_) => Frame::error(WRONGTYPE),
+            },
+            Op::Stamps(keys) => {
+                let mut stamps = Vec::with_capacity(keys.len());
+                for key in keys {
+                    stamps.push(match self.read(key).await? {
+                        Some(entry) => Frame::Integer(entry.stamp as i64),
+                        None => Frame::Null,
+                    });
+                }
+                Frame::Array(stamps)
+            }
+        })
+    }
+}
+
+/// Redis's LRANGE indices (negative from the end, clamped) as a range.
+fn list_range(len: usize, start: i64, stop: i64) -> std::ops::Range<usize> {
+    let len = len as i64;
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        len + stop
+    } else {
+        stop.min(len - 1)
+    };
+    if start > stop || start >= len {
+        return 0..0;
+    }
+    start as usize..stop as usize + 1
+}
+
+/// Redis's strict integer syntax: an optional `-`, digits, no leading zero,
+/// no spaces or `+`, within `i64`.
+pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    if digits.is_empty()
+        || digits.len() > 20
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || bytes.len() > 1))
+    {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_follow_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"01",
+            b"-0",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"9223372036854775808",
+            b"1.5",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lrange_indices() {
+        assert_eq!(list_range(5, 0, -1), 0..5);
+        assert_eq!(list_range(5, -2, -1), 3..5);
+        assert_eq!(list_range(5, 1, 100), 1..5);
+        assert_eq!(list_range(5, 3, 1), 0..0);
+        assert_eq!(list_range(5, 7, 9), 0..0);
+        assert_eq!(list_range(0, 0, -1), 0..0);
+        assert_eq!(list_range(5, -100, 0), 0..1);
+    }
+
+    #[test]
+    fn keys_spread_over_reactors() {
+        let mut counts = [0usize; 8];
+        for i in 0..8000 {
+            counts[keyspace_index(format!("key:{i}").as_bytes(), 8)] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+    }
+}

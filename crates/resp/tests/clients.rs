@@ -1,0 +1,846 @@
+//! The server driven by real clients on an ephemeral port: the `redis` crate
+//! (commands, pipelines, MULTI/EXEC, WATCH, concurrency, AUTH) and a raw
+//! socket client (exact error texts, limits, RESP3, partial frames).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use roost_resp::protocol::{parse_frame, Frame, Limits};
+use roost_resp::{Access, Config, RunningServer, Server, User};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn config() -> Config {
+    Config {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        keyspace_reactors: 8,
+        executors: 2,
+        ..Config::default()
+    }
+}
+
+fn start(config: Config) -> RunningServer {
+    Server::spawn(config).expect("server starts")
+}
+
+async fn connect(addr: SocketAddr) -> MultiplexedConnection {
+    redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connects")
+}
+
+async fn q<T: redis::FromRedisValue>(
+    con: &mut MultiplexedConnection,
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(con).await
+}
+
+/// A client that sends raw bytes and reads raw frames.
+struct Raw {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Raw {
+    async fn connect(addr: SocketAddr) -> Raw {
+        Raw {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buffer: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// The next frame, or `None` if the server closed the connection.
+    async fn frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some((frame, used)) = parse_frame(&self.buffer, &Limits::default()).unwrap() {
+                self.buffer.drain(..used);
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(20), self.stream.read(&mut chunk))
+                .await
+                .expect("reply within 20 s")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            self.buffer.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn call(&mut self, args: &[&str]) -> Frame {
+        let mut wire = Vec::new();
+        Frame::Array(args.iter().map(|a| Frame::bulk(a.as_bytes())).collect())
+            .encode(roost_resp::protocol::Protocol::Resp2, &mut wire);
+        self.send(&wire).await;
+        self.frame().await.expect("a reply")
+    }
+}
+
+fn err(text: &str) -> Frame {
+    Frame::Error(text.into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_lists_hashes_and_counters() {
+    let server = start(config());
+    let mut c = connect(server.addr()).await;
+    assert_eq!(q::<String>(&mut c, &["PING"]).await.unwrap(), "PONG");
+    assert_eq!(
+        q::<String>(&mut c, &["SET", "s", "hello"]).await.unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["GET", "s"]).await.unwrap(),
+        Some("hello".into())
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["GET", "nope"]).await.unwrap(),
+        None
+    );
+    // SET options.
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["SET", "s", "x", "NX"])
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["SET", "new", "x", "XX"])
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["SET", "s", "world", "GET"])
+            .await
+            .unwrap(),
+        Some("hello".into())
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["SET", "n", "1", "NX", "GET"])
+            .await
+            .unwrap(),
+        None
+    );
+    // Integers.
+    assert_eq!(q::<i64>(&mut c, &["INCR", "n"]).await.unwrap(), 2);
+    assert_eq!(q::<i64>(&mut c, &["INCRBY", "n", "40"]).await.unwrap(), 42);
+    assert_eq!(q::<i64>(&mut c, &["DECRBY", "n", "2"]).await.unwrap(), 40);
+    assert_eq!(q::<i64>(&mut c, &["DECR", "fresh"]).await.unwrap(), -1);
+    assert_eq!(
+        q::<String>(&mut c, &["MSET", "a", "1", "b", "2"])
+            .await
+            .unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        q::<Vec<Option<String>>>(&mut c, &["MGET", "a", "b", "zz"])
+            .await
+            .unwrap(),
+        vec![Some("1".into()), Some("2".into()), None]
+    );
+    assert_eq!(
+        q::<i64>(&mut c, &["EXISTS", "a", "b", "zz", "a"])
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(q::<i64>(&mut c, &["DEL", "a", "zz"]).await.unwrap(), 1);
+    // Lists.
+    assert_eq!(
+        q::<i64>(&mut c, &["RPUSH", "l", "b", "c"]).await.unwrap(),
+        2
+    );
+    assert_eq!(q::<i64>(&mut c, &["LPUSH", "l", "a"]).await.unwrap(), 3);
+    assert_eq!(
+        q::<Vec<String>>(&mut c, &["LRANGE", "l", "0", "-1"])
+            .await
+            .unwrap(),
+        vec!["a", "b", "c"]
+    );
+    assert_eq!(
+        q::<Vec<String>>(&mut c, &["LRANGE", "l", "-2", "10"])
+            .await
+            .unwrap(),
+        vec!["b", "c"]
+    );
+    assert_eq!(q::<i64>(&mut c, &["LLEN", "l"]).await.unwrap(), 3);
+    // Hashes.
+    assert_eq!(
+        q::<i64>(&mut c, &["HSET", "h", "f1", "v1", "f2", "v2"])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        q::<i64>(&mut c, &["HSET", "h", "f1", "v1b"]).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["HGET", "h", "f1"])
+            .await
+            .unwrap(),
+        Some("v1b".into())
+    );
+    let all: std::collections::HashMap<String, String> =
+        q(&mut c, &["HGETALL", "h"]).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        q::<i64>(&mut c, &["HDEL", "h", "f1", "f9"]).await.unwrap(),
+        1
+    );
+    assert_eq!(q::<i64>(&mut c, &["HDEL", "h", "f2"]).await.unwrap(), 1);
+    assert_eq!(
+        q::<i64>(&mut c, &["EXISTS", "h"]).await.unwrap(),
+        0,
+        "an emptied hash is deleted"
+    );
+    // Bounded counters: a stock that may not go below 0.
+    assert_eq!(
+        q::<String>(&mut c, &["BC.CREATE", "stock", "LOWER", "0", "10"])
+            .await
+            .unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        q::<i64>(&mut c, &["BC.DEC", "stock", "4"]).await.unwrap(),
+        6
+    );
+    let over = q::<i64>(&mut c, &["BC.DEC", "stock", "7", "GLOBAL"])
+        .await
+        .unwrap_err();
+    assert_eq!(over.code(), Some("BOUND"), "{over}");
+    assert_eq!(
+        q::<i64>(&mut c, &["BC.INC", "stock", "5", "LOCAL"])
+            .await
+            .unwrap(),
+        11
+    );
+    assert_eq!(q::<i64>(&mut c, &["BC.GET", "stock"]).await.unwrap(), 11);
+    assert_eq!(
+        q::<String>(&mut c, &["BC.CREATE", "cap", "UPPER", "3"])
+            .await
+            .unwrap(),
+        "OK"
+    );
+    assert_eq!(q::<i64>(&mut c, &["BC.DEC", "cap", "2"]).await.unwrap(), 1);
+    assert_eq!(q::<i64>(&mut c, &["BC.INC", "cap", "2"]).await.unwrap(), 3);
+    assert!(q::<i64>(&mut c, &["BC.INC", "cap", "1"]).await.is_err());
+    // Types.
+    let wrong = q::<i64>(&mut c, &["LLEN", "s"]).await.unwrap_err();
+    assert_eq!(wrong.code(), Some("WRONGTYPE"));
+    assert!(q::<i64>(&mut c, &["INCR", "s"]).await.is_err());
+    assert!(q::<i64>(&mut c, &["GET", "stock"]).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_error_texts() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(
+        r.call(&["FOO", "a", "b"]).await,
+        err("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ")
+    );
+    assert_eq!(
+        r.call(&["get"]).await,
+        err("ERR wrong number of arguments for 'get' command")
+    );
+    assert_eq!(
+        r.call(&["GET", "a", "b"]).await,
+        err("ERR wrong number of arguments for 'get' command")
+    );
+    r.call(&["RPUSH", "list", "x"]).await;
+    assert_eq!(
+        r.call(&["GET", "list"]).await,
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    r.call(&["SET", "s", "abc"]).await;
+    assert_eq!(
+        r.call(&["INCR", "s"]).await,
+        err("ERR value is not an integer or out of range")
+    );
+    r.call(&["SET", "big", "9223372036854775807"]).await;
+    assert_eq!(
+        r.call(&["INCR", "big"]).await,
+        err("ERR increment or decrement would overflow")
+    );
+    assert_eq!(
+        r.call(&["SET", "k", "v", "BOGUS"]).await,
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.call(&["SELECT", "1"]).await,
+        err("ERR DB index is out of range")
+    );
+    assert_eq!(r.call(&["SELECT", "0"]).await, Frame::Simple("OK".into()));
+    assert_eq!(r.call(&["EXEC"]).await, err("ERR EXEC without MULTI"));
+    assert_eq!(r.call(&["DISCARD"]).await, err("ERR DISCARD without MULTI"));
+    assert_eq!(
+        r.call(&["MSET", "a", "1", "b"]).await,
+        err("ERR wrong number of arguments for 'mset' command")
+    );
+    for (args, what) in [
+        (&["SET", "k", "v", "EX", "10"][..], "expiry"),
+        (&["EXPIRE", "k", "10"][..], "expiry"),
+        (&["TTL", "k"][..], "expiry"),
+        (&["SUBSCRIBE", "ch"][..], "pub/sub"),
+        (&["PUBLISH", "ch", "m"][..], "pub/sub"),
+    ] {
+        match r.call(args).await {
+            Frame::Error(text) => {
+                assert!(text.contains(&format!("{what} is not supported")), "{text}")
+            }
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+    // Connection commands.
+    assert_eq!(r.call(&["ECHO", "hi"]).await, Frame::bulk("hi"));
+    assert_eq!(r.call(&["PING", "x"]).await, Frame::bulk("x"));
+    assert_eq!(r.call(&["CLIENT", "GETNAME"]).await, Frame::Null);
+    assert_eq!(
+        r.call(&["CLIENT", "SETNAME", "worker-1"]).await,
+        Frame::Simple("OK".into())
+    );
+    assert_eq!(
+        r.call(&["CLIENT", "GETNAME"]).await,
+        Frame::bulk("worker-1")
+    );
+    assert_eq!(
+        r.call(&["CLIENT", "SETNAME", "a b"]).await,
+        err("ERR Client names cannot contain spaces, newlines or special characters.")
+    );
+    assert!(matches!(r.call(&["COMMAND", "COUNT"]).await, Frame::Integer(n) if n > 30));
+    assert!(matches!(r.call(&["COMMAND", "DOCS"]).await, Frame::Array(a) if !a.is_empty()));
+    match r.call(&["INFO"]).await {
+        Frame::Bulk(text) => {
+            let text = String::from_utf8(text).unwrap();
+            for needle in [
+                "# Server",
+                "# Clients",
+                "# Stats",
+                "# Latency",
+                "total_commands_processed:",
+                "roost_transactions:",
+                "roost_watch_aborts:",
+                "roost_transaction_p99_us:",
+            ] {
+                assert!(text.contains(needle), "INFO lacks {needle}: {text}");
+            }
+        }
+        other => panic!("INFO: {other:?}"),
+    }
+    match r.call(&["INFO", "clients"]).await {
+        Frame::Bulk(text) => {
+            let text = String::from_utf8(text).unwrap();
+            assert!(
+                text.contains("connected_clients:1") && !text.contains("# Stats"),
+                "{text}"
+            );
+        }
+        other => panic!("INFO clients: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_after_hello() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(
+        r.call(&["HELLO", "4"]).await,
+        err("NOPROTO unsupported protocol version")
+    );
+    match r.call(&["HELLO", "3"]).await {
+        Frame::Map(pairs) => assert!(pairs.contains(&(Frame::bulk("proto"), Frame::Integer(3)))),
+        other => panic!("HELLO 3: {other:?}"),
+    }
+    assert_eq!(r.call(&["GET", "missing"]).await, Frame::Null);
+    r.call(&["HSET", "h", "f", "v"]).await;
+    assert_eq!(
+        r.call(&["HGETALL", "h"]).await,
+        Frame::Map(vec![(Frame::bulk("f"), Frame::bulk("v"))])
+    );
+    assert!(matches!(
+        r.call(&["INFO", "server"]).await,
+        Frame::Verbatim { .. }
+    ));
+    match r.call(&["HELLO", "2"]).await {
+        Frame::Array(items) => assert_eq!(items.len(), 14),
+        other => panic!("HELLO 2: {other:?}"),
+    }
+    assert_eq!(
+        r.call(&["HGETALL", "h"]).await,
+        Frame::Array(vec![Frame::bulk("f"), Frame::bulk("v")])
+    );
+    // The redis crate speaking RESP3.
+    let client = redis::Client::open(format!("redis://{}/?protocol=resp3", server.addr())).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    assert_eq!(q::<String>(&mut c, &["SET", "k", "v"]).await.unwrap(), "OK");
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["GET", "k"]).await.unwrap(),
+        Some("v".into())
+    );
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["GET", "nothing"])
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_pipelines_reply_in_order() {
+    let server = start(config());
+    let mut c = connect(server.addr()).await;
+    const N: usize = 5000;
+    let mut pipe = redis::pipe();
+    for i in 0..N {
+        pipe.cmd("SET").arg(format!("p{i}")).arg(i);
+        pipe.cmd("INCR").arg(format!("p{i}"));
+        pipe.cmd("GET").arg(format!("p{i}"));
+    }
+    let replies: Vec<redis::Value> = pipe.query_async(&mut c).await.unwrap();
+    assert_eq!(replies.len(), 3 * N);
+    for i in 0..N {
+        assert_eq!(replies[3 * i + 1], redis::Value::Int(i as i64 + 1));
+        assert_eq!(
+            replies[3 * i + 2],
+            redis::Value::BulkString((i + 1).to_string().into_bytes())
+        );
+    }
+    // A pipeline with an error in the middle keeps going.
+    let results: Vec<redis::RedisResult<redis::Value>> = redis::pipe()
+        .ignore_errors()
+        .cmd("SET")
+        .arg("x")
+        .arg("1")
+        .cmd("LPUSH")
+        .arg("x")
+        .arg("y")
+        .cmd("INCR")
+        .arg("x")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok());
+    assert_eq!(results[1].as_ref().unwrap_err().code(), Some("WRONGTYPE"));
+    assert_eq!(results[2].as_ref().unwrap(), &redis::Value::Int(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_frames_byte_by_byte() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    let wire = b"*3\r\n$3\r\nSET\r\n$4\r\nslow\r\n$5\r\nvalue\r\n*2\r\n$3\r\nGET\r\n$4\r\nslow\r\nPING\r\n";
+    for b in wire.iter() {
+        r.send(std::slice::from_ref(b)).await;
+        r.stream.flush().await.unwrap();
+    }
+    assert_eq!(r.frame().await, Some(Frame::Simple("OK".into())));
+    assert_eq!(r.frame().await, Some(Frame::bulk("value")));
+    assert_eq!(r.frame().await, Some(Frame::Simple("PONG".into())));
+    // Inline commands with quotes.
+    r.send(b"SET q \"two words\\n\"\r\nGET q\r\n").await;
+    assert_eq!(r.frame().await, Some(Frame::Simple("OK".into())));
+    assert_eq!(r.frame().await, Some(Frame::bulk("two words\n")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_exec_is_one_transaction() {
+    let server = start(config());
+    let mut c = connect(server.addr()).await;
+    let (x, y, keys): (i64, i64, Vec<Option<String>>) = redis::pipe()
+        .atomic()
+        .cmd("INCRBY")
+        .arg("acct:a")
+        .arg(10)
+        .cmd("INCRBY")
+        .arg("acct:b")
+        .arg(-10)
+        .cmd("MGET")
+        .arg("acct:a")
+        .arg("acct:b")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!((x, y), (10, -10));
+    assert_eq!(keys, vec![Some("10".into()), Some("-10".into())]);
+
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(r.call(&["MULTI"]).await, Frame::Simple("OK".into()));
+    assert_eq!(
+        r.call(&["MULTI"]).await,
+        err("ERR MULTI calls can not be nested")
+    );
+    assert_eq!(
+        r.call(&["SET", "m", "1"]).await,
+        Frame::Simple("QUEUED".into())
+    );
+    assert_eq!(r.call(&["LLEN", "m"]).await, Frame::Simple("QUEUED".into()));
+    assert_eq!(r.call(&["PING"]).await, Frame::Simple("QUEUED".into()));
+    match r.call(&["EXEC"]).await {
+        Frame::Array(replies) => {
+            assert_eq!(replies[0], Frame::Simple("OK".into()));
+            assert!(replies[1].is_error(), "a runtime error stays in its place");
+            assert_eq!(replies[2], Frame::Simple("PONG".into()));
+        }
+        other => panic!("EXEC: {other:?}"),
+    }
+    // A rejected command (unknown, arity) dooms the EXEC.
+    r.call(&["MULTI"]).await;
+    r.call(&["SET", "m", "2"]).await;
+    assert!(r.call(&["NOSUCH"]).await.is_error());
+    assert_eq!(
+        r.call(&["EXEC"]).await,
+        err("EXECABORT Transaction discarded because of previous errors.")
+    );
+    assert_eq!(r.call(&["GET", "m"]).await, Frame::bulk("1"));
+    // DISCARD drops the queue.
+    r.call(&["MULTI"]).await;
+    r.call(&["SET", "m", "3"]).await;
+    assert_eq!(r.call(&["DISCARD"]).await, Frame::Simple("OK".into()));
+    assert_eq!(r.call(&["GET", "m"]).await, Frame::bulk("1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_aborts_exec_when_a_key_changed() {
+    let server = start(config());
+    let mut a = Raw::connect(server.addr()).await;
+    let mut b = Raw::connect(server.addr()).await;
+    a.call(&["SET", "w", "1"]).await;
+    // Unchanged: EXEC runs.
+    assert_eq!(
+        a.call(&["WATCH", "w", "absent"]).await,
+        Frame::Simple("OK".into())
+    );
+    a.call(&["MULTI"]).await;
+    a.call(&["INCR", "w"]).await;
+    assert_eq!(
+        a.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::Integer(2)])
+    );
+    // Changed by another client: EXEC answers nil and applies nothing.
+    a.call(&["WATCH", "w"]).await;
+    b.call(&["SET", "w", "100"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["INCR", "w"]).await;
+    assert_eq!(a.call(&["EXEC"]).await, Frame::NullArray);
+    assert_eq!(a.call(&["GET", "w"]).await, Frame::bulk("100"));
+    // Set to the same value again still counts as a change (stamps, not values).
+    a.call(&["WATCH", "w"]).await;
+    b.call(&["SET", "w", "100"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["SET", "w", "0"]).await;
+    assert_eq!(a.call(&["EXEC"]).await, Frame::NullArray);
+    // A watched absent key that appears.
+    a.call(&["WATCH", "ghost"]).await;
+    b.call(&["SET", "ghost", "boo"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["SET", "ghost", "mine"]).await;
+    assert_eq!(a.call(&["EXEC"]).await, Frame::NullArray);
+    // EXEC forgets the watch; UNWATCH too.
+    a.call(&["WATCH", "w"]).await;
+    assert_eq!(a.call(&["UNWATCH"]).await, Frame::Simple("OK".into()));
+    b.call(&["SET", "w", "5"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["GET", "w"]).await;
+    assert_eq!(
+        a.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::bulk("5")])
+    );
+    match a.call(&["INFO", "stats"]).await {
+        Frame::Bulk(text) => assert!(String::from_utf8(text)
+            .unwrap()
+            .contains("roost_watch_aborts:3")),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Concurrent MULTI/EXEC transfers between accounts conserve the total, and
+/// concurrent INCRs lose nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_transfers_conserve_the_total() {
+    let server = start(config());
+    const ACCOUNTS: usize = 10;
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 200;
+    let mut setup = connect(server.addr()).await;
+    for i in 0..ACCOUNTS {
+        q::<String>(&mut setup, &["SET", &format!("acct{i}"), "100"])
+            .await
+            .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let addr = server.addr();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            for round in 0..ROUNDS {
+                let from = (client + round) % ACCOUNTS;
+                let to = (client * 7 + round * 3 + 1) % ACCOUNTS;
+                let amount = (round % 5 + 1) as i64;
+                let _: (i64, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("DECRBY")
+                    .arg(format!("acct{from}"))
+                    .arg(amount)
+                    .cmd("INCRBY")
+                    .arg(format!("acct{to}"))
+                    .arg(amount)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                let _: i64 = q(&mut c, &["INCR", "hits"]).await.unwrap();
+                if round % 20 == 0 {
+                    // A whole-bank read inside one transaction sums to the total.
+                    let keys: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct{i}")).collect();
+                    let (values,): (Vec<i64>,) = redis::pipe()
+                        .atomic()
+                        .cmd("MGET")
+                        .arg(&keys)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    assert_eq!(values.iter().sum::<i64>(), 100 * ACCOUNTS as i64);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let keys: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct{i}")).collect();
+    let values: Vec<i64> = redis::cmd("MGET")
+        .arg(&keys)
+        .query_async(&mut setup)
+        .await
+        .unwrap();
+    assert_eq!(values.iter().sum::<i64>(), 100 * ACCOUNTS as i64);
+    assert_eq!(
+        q::<i64>(&mut setup, &["GET", "hits"]).await.unwrap(),
+        (CLIENTS * ROUNDS) as i64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_input_is_refused_and_others_keep_working() {
+    let mut cfg = config();
+    cfg.max_bulk_bytes = 1024;
+    cfg.max_array_len = 16;
+    cfg.max_inline_bytes = 256;
+    cfg.max_request_bytes = 2048;
+    let server = start(cfg);
+    let mut good = connect(server.addr()).await;
+    let mut three_bulks = b"*3\r\n".to_vec();
+    for _ in 0..3 {
+        three_bulks.extend_from_slice(b"$1000\r\n");
+        three_bulks.extend_from_slice(&[b'v'; 1000]);
+        three_bulks.extend_from_slice(b"\r\n");
+    }
+    let cases: [(&[u8], &str); 6] = [
+        (
+            &three_bulks,
+            "ERR Protocol error: query buffer limit exceeded",
+        ),
+        (b"*17\r\n", "ERR Protocol error: invalid multibulk length"),
+        (
+            b"*1\r\n$1025\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (b"*1\r\n$-5\r\n", "ERR Protocol error: invalid bulk length"),
+        (
+            b"*1\r\n+PING\r\n",
+            "ERR Protocol error: expected '$', got '+'",
+        ),
+        (&[b'x'; 300], "ERR Protocol error: too big inline request"),
+    ];
+    for (input, expected) in cases {
+        let mut bad = Raw::connect(server.addr()).await;
+        bad.send(input).await;
+        assert_eq!(bad.frame().await, Some(err(expected)));
+        assert_eq!(bad.frame().await, None, "closed after a protocol error");
+        assert_eq!(q::<String>(&mut good, &["PING"]).await.unwrap(), "PONG");
+    }
+    // Within the limits all is well.
+    let value = "v".repeat(1000);
+    assert_eq!(
+        q::<String>(&mut good, &["SET", "k", &value]).await.unwrap(),
+        "OK"
+    );
+    // The storage-side limits: an overlong key.
+    let key = "k".repeat(2000);
+    let mut cfg = config();
+    cfg.max_bulk_bytes = 4096;
+    let other = start(cfg);
+    let mut c = connect(other.addr()).await;
+    let e = q::<String>(&mut c, &["SET", &key, "v"]).await.unwrap_err();
+    assert!(e.to_string().contains("key is longer than"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_clients_is_enforced() {
+    let mut cfg = config();
+    cfg.max_clients = 2;
+    let server = start(cfg);
+    let mut one = Raw::connect(server.addr()).await;
+    let mut two = Raw::connect(server.addr()).await;
+    assert_eq!(one.call(&["PING"]).await, Frame::Simple("PONG".into()));
+    assert_eq!(two.call(&["PING"]).await, Frame::Simple("PONG".into()));
+    let mut three = Raw::connect(server.addr()).await;
+    assert_eq!(
+        three.frame().await,
+        Some(err("ERR max number of clients reached"))
+    );
+    assert_eq!(three.frame().await, None);
+    drop(one);
+    // The slot frees once the server notices the close.
+    let mut again = None;
+    for _ in 0..100 {
+        let mut c = Raw::connect(server.addr()).await;
+        c.send(b"PING\r\n").await;
+        if c.frame().await == Some(Frame::Simple("PONG".into())) {
+            again = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "a freed slot is reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_and_acl_users() {
+    let mut cfg = config();
+    cfg.requirepass = Some("s3cret".into());
+    cfg.users = vec![User {
+        name: "reader".into(),
+        password: "r".into(),
+        access: Access::ReadOnly,
+    }];
+    let server = start(cfg);
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(
+        r.call(&["GET", "k"]).await,
+        err("NOAUTH Authentication required.")
+    );
+    assert_eq!(
+        r.call(&["PING"]).await,
+        err("NOAUTH Authentication required.")
+    );
+    assert_eq!(
+        r.call(&["AUTH", "wrong"]).await,
+        err("WRONGPASS invalid username-password pair or user is disabled.")
+    );
+    // Before AUTH, Redis's small limits apply: 10 arguments at most.
+    let mut big = Raw::connect(server.addr()).await;
+    big.send(b"*11\r\n").await;
+    assert_eq!(
+        big.frame().await,
+        Some(err("ERR Protocol error: invalid multibulk length"))
+    );
+    assert_eq!(
+        r.call(&["AUTH", "s3cret"]).await,
+        Frame::Simple("OK".into())
+    );
+    assert_eq!(r.call(&["SET", "k", "v"]).await, Frame::Simple("OK".into()));
+
+    let mut reader = Raw::connect(server.addr()).await;
+    assert_eq!(
+        reader.call(&["AUTH", "reader", "r"]).await,
+        Frame::Simple("OK".into())
+    );
+    assert_eq!(reader.call(&["GET", "k"]).await, Frame::bulk("v"));
+    assert_eq!(
+        reader.call(&["SET", "k", "x"]).await,
+        err("NOPERM User reader has no permissions to run the 'set' command")
+    );
+    reader.call(&["MULTI"]).await;
+    assert!(reader.call(&["DEL", "k"]).await.is_error());
+    assert_eq!(
+        reader.call(&["EXEC"]).await,
+        err("EXECABORT Transaction discarded because of previous errors.")
+    );
+    // HELLO with AUTH.
+    let mut h = Raw::connect(server.addr()).await;
+    assert!(h.call(&["HELLO", "3"]).await.is_error());
+    assert!(matches!(
+        h.call(&["HELLO", "3", "AUTH", "default", "s3cret"]).await,
+        Frame::Map(_)
+    ));
+    // The redis crate with a password in the URL.
+    let client = redis::Client::open(format!("redis://:s3cret@{}/", server.addr())).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    assert_eq!(
+        q::<Option<String>>(&mut c, &["GET", "k"]).await.unwrap(),
+        Some("v".into())
+    );
+    let refused = redis::Client::open(format!("redis://:nope@{}/", server.addr()))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await;
+    assert!(refused.is_err());
+}
+
+/// `scripts/resp-redis-cli.sh` (redis-cli against `roost resp`) and
+/// `scripts/resp_transfers.py` (redis-py MULTI/EXEC transfers) when their
+/// tools are installed; skipped with a notice otherwise.
+#[test]
+fn external_clients_when_installed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let have = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let server = start(config());
+    let port = server.addr().port().to_string();
+    if have("redis-cli", &["--version"]) {
+        let out = std::process::Command::new("bash")
+            .arg(root.join("scripts/resp-redis-cli.sh"))
+            .env("ROOST_RESP_PORT", &port)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli script failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        println!("notice: redis-cli not installed; skipping scripts/resp-redis-cli.sh");
+    }
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|p| have(p, &["-c", "import redis"]));
+    match python {
+        Some(python) => {
+            let out = std::process::Command::new(python)
+                .arg(root.join("scripts/resp_transfers.py"))
+                .arg(&port)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "redis-py transfers failed:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        None => println!(
+            "notice: python3 with redis-py not installed; skipping scripts/resp_transfers.py"
+        ),
+    }
+}

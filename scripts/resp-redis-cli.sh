@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# redis-cli against `roost resp`: commands, errors, MULTI/EXEC and a pipe.
+# With ROOST_RESP_PORT set, uses the server already listening there (the
+# cargo test `external_clients_when_installed` does this); otherwise starts
+# `target/release/roost resp` on a free port and stops it at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-cli >/dev/null; then
+  echo "notice: redis-cli not installed (Debian: redis-tools); skipping" >&2
+  exit 0
+fi
+
+server_pid=""
+if [ -z "${ROOST_RESP_PORT:-}" ]; then
+  log=$(mktemp)
+  target/release/roost resp --port 0 >"$log" 2>&1 &
+  server_pid=$!
+  trap 'kill "$server_pid" 2>/dev/null || true; rm -f "$log"' EXIT
+  for _ in $(seq 100); do
+    grep -q "listening on" "$log" && break
+    sleep 0.05
+  done
+  ROOST_RESP_PORT=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$log")
+fi
+cli() { redis-cli -p "$ROOST_RESP_PORT" "$@"; }
+
+failures=0
+expect() {
+  local want=$1; shift
+  local got
+  got=$(cli "$@" 2>&1)
+  if [ "$got" != "$want" ]; then
+    echo "FAIL: redis-cli $*: expected [$want], got [$got]"
+    failures=$((failures + 1))
+  fi
+}
+
+expect PONG PING
+expect OK SET cli:k hello
+expect hello GET cli:k
+expect 1 INCR cli:n
+expect 11 INCRBY cli:n 10
+expect 2 RPUSH cli:l a b
+expect "$(printf 'a\nb')" LRANGE cli:l 0 -1
+expect 1 HSET cli:h f v
+expect "$(printf 'f\nv')" HGETALL cli:h
+expect "WRONGTYPE Operation against a key holding the wrong kind of value" GET cli:l
+expect "ERR unknown command 'nosuch', with args beginning with: 'x' " nosuch x
+expect "ERR wrong number of arguments for 'get' command" GET
+expect OK BC.CREATE cli:stock LOWER 0 5
+expect 2 BC.DEC cli:stock 3
+
+# MULTI/EXEC through one redis-cli session (stdin).
+got=$(printf 'MULTI\nINCR cli:m\nINCR cli:m\nEXEC\n' | cli)
+want=$(printf 'OK\nQUEUED\nQUEUED\n1\n2')
+[ "$got" = "$want" ] || { echo "FAIL: MULTI/EXEC: got [$got]"; failures=$((failures + 1)); }
+
+# Mass insertion with --pipe (the Redis protocol on stdin).
+for i in $(seq 1000); do printf 'SET cli:pipe:%d %d\r\n' "$i" "$i"; done | cli --pipe >/dev/null
+expect 1000 GET cli:pipe:1000
+
+# INFO is readable by redis-cli.
+cli INFO stats | grep -q '^total_commands_processed:' || { echo "FAIL: INFO stats"; failures=$((failures + 1)); }
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures redis-cli checks failed"
+  exit 1
+fi
+echo "redis-cli checks passed"

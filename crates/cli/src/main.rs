@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod bench_resp;
 mod bench_transport;
 mod check;
 mod cluster;
@@ -79,6 +80,9 @@ enum Benchmark {
     /// The node-to-node transport: round-trip latency beside raw tokio TCP,
     /// and small-message throughput with batching.
     Transport(bench_transport::TransportBenchArgs),
+    /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
+    /// pipelined); needs redis-server and redis-benchmark on PATH.
+    Resp(bench_resp::RespBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -231,6 +235,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
             smartmart::run(&args.config(), &args.out, command)?;
         }
         Command::Bench(Benchmark::Transport(args)) => bench_transport::run(&args, command)?,
+        Command::Bench(Benchmark::Resp(args)) => bench_resp::run(&args, command)?,
         Command::Check(args) => check::run(&args)?,
         Command::Node(args) => cluster::node(&args)?,
         Command::Up(args) => cluster::up(&args)?,

@@ -167,8 +167,6 @@ impl BenchReport {
         }
     }
 
-    /// Writes `<out_dir>/<benchmark>.json` and `<out_dir>/<benchmark>.md`,
-    /// creating `out_dir` if needed.
     /// Writes the JSON and Markdown, draws the plot, and says where they went.
     pub fn write_with_plot(
         &self,
@@ -188,6 +186,8 @@ impl BenchReport {
         Ok((files, plot))
     }
 
+    /// Writes `<out_dir>/<benchmark>.json` and `<out_dir>/<benchmark>.md`,
+    /// creating `out_dir` if needed.
     pub fn write(&self, out_dir: &Path) -> Result<WrittenFiles, ResultsError> {
         check_benchmark_name(&self.benchmark)?;
         create_dir(out_dir)?;

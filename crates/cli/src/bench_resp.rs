@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -426,16 +426,7 @@ pub fn run(args: &RespBenchArgs, command: &str) -> anyhow::Result<()> {
         args.reps
     ));
     report.notes = lines;
-    write(&report, &args.out)
-}
-
-fn write(report: &BenchReport, out: &Path) -> anyhow::Result<()> {
-    let files = report.write(out)?;
-    println!(
-        "wrote {} and {}",
-        files.json.display(),
-        files.markdown.display()
-    );
+    report.write_with_plot(&args.out, || None)?;
     Ok(())
 }
 

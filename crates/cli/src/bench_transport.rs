@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -347,15 +347,6 @@ pub fn run(args: &TransportBenchArgs, command: &str) -> anyhow::Result<()> {
         println!("{line}");
     }
     report.notes = lines.to_vec();
-    write(&report, &args.out)
-}
-
-fn write(report: &BenchReport, out: &Path) -> anyhow::Result<()> {
-    let files = report.write(out)?;
-    println!(
-        "wrote {} and {}",
-        files.json.display(),
-        files.markdown.display()
-    );
+    report.write_with_plot(&args.out, || None)?;
     Ok(())
 }

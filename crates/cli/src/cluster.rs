@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
-use roost_cluster::config::{ClusterConfig, DEFAULT_ADMIN_PORT};
+use roost_cluster::config::{ClusterConfig, SecurityConfig, DEFAULT_ADMIN_PORT};
+use roost_cluster::coordinated::CoordinatorConfig;
+use roost_cluster::local_etcd::{LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
 use roost_cluster::membership::MembershipBugs;
 use roost_cluster::register::{Register, RegisterBugs};
 use roost_cluster::runtime::{admin_get, start_node, StatusReport};
@@ -31,9 +33,33 @@ pub struct ClusterArgs {
     /// Silence before a node is suspected (overrides the configuration).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub suspect_ms: Option<u64>,
-    /// Lease duration (overrides the configuration).
+    /// Lease duration of the peer membership (overrides the configuration).
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub lease_ms: Option<u64>,
+    /// Where membership comes from: `etcd` (the production path) or `peer`
+    /// (the lease protocol among the nodes themselves, for machines without
+    /// etcd). `roost node` defaults to what the configuration says; `roost up`
+    /// to etcd.
+    #[arg(long, value_enum)]
+    pub membership: Option<MembershipSource>,
+    /// etcd client endpoints, comma-separated host:port (implies etcd
+    /// membership; overrides the configuration's [coordinator]).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub etcd: Option<String>,
+    /// etcd lease time-to-live in seconds (overrides the configuration).
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub lease_ttl_s: Option<u64>,
+    /// File with the cluster's shared secret in hex: nodes authenticate each
+    /// other's connections with it (overrides [security] secret_file).
+    /// `roost up` makes one in its data directory.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MembershipSource {
+    Etcd,
+    Peer,
 }
 
 impl ClusterArgs {
@@ -53,8 +79,46 @@ impl ClusterArgs {
             m.lease_duration_ms = ms;
             m.proposal_timeout_ms = m.proposal_timeout_ms.max(ms * 2);
         }
+        self.apply_coordinator(&mut config)?;
+        if let Some(path) = &self.secret_file {
+            config.security = Some(SecurityConfig {
+                secret_file: path.clone(),
+            });
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// `--membership`, `--etcd` and `--lease-ttl-s` over the file's [coordinator].
+    fn apply_coordinator(&self, config: &mut ClusterConfig) -> anyhow::Result<()> {
+        if let Some(list) = &self.etcd {
+            let endpoints: Vec<String> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned)
+                .collect();
+            if endpoints.is_empty() {
+                bail!("--etcd needs at least one host:port");
+            }
+            let coordinator = config
+                .coordinator
+                .get_or_insert_with(|| CoordinatorConfig::etcd(Vec::new()));
+            coordinator.etcd_endpoints = endpoints;
+        }
+        match self.membership {
+            Some(MembershipSource::Peer) => config.coordinator = None,
+            Some(MembershipSource::Etcd) if config.coordinator.is_none() => {
+                bail!("--membership etcd needs --etcd host:port or a [coordinator] section")
+            }
+            _ => {}
+        }
+        if let (Some(ttl_s), Some(coordinator)) = (self.lease_ttl_s, &mut config.coordinator) {
+            coordinator.lease_ttl_s = ttl_s;
+            // Refresh four times per lease, within the timing rule.
+            coordinator.keepalive_interval_ms = ttl_s * 1000 / 4;
+        }
+        Ok(())
     }
 
     /// The same cluster as flags for a child `roost node`.
@@ -68,10 +132,24 @@ impl ClusterArgs {
             ("--heartbeat-ms", self.heartbeat_ms),
             ("--suspect-ms", self.suspect_ms),
             ("--lease-ms", self.lease_ms),
+            ("--lease-ttl-s", self.lease_ttl_s),
         ] {
             if let Some(value) = value {
                 flags.extend([flag.to_owned(), value.to_string()]);
             }
+        }
+        if let Some(etcd) = &self.etcd {
+            flags.extend(["--etcd".to_owned(), etcd.clone()]);
+        }
+        if let Some(path) = &self.secret_file {
+            flags.extend(["--secret-file".to_owned(), path.display().to_string()]);
+        }
+        if let Some(source) = self.membership {
+            let name = match source {
+                MembershipSource::Etcd => "etcd",
+                MembershipSource::Peer => "peer",
+            };
+            flags.extend(["--membership".to_owned(), name.to_owned()]);
         }
         flags
     }
@@ -90,6 +168,21 @@ pub struct NodeArgs {
 pub struct UpArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// The etcd binary `roost up` runs when membership is etcd's and no
+    /// --etcd endpoint is given (Debian's etcd-server installs /usr/bin/etcd).
+    #[arg(long, default_value = DEFAULT_ETCD_BIN, value_name = "PATH")]
+    pub etcd_bin: String,
+    /// Client port of that local etcd (its peer port is the next one).
+    #[arg(long, default_value_t = DEFAULT_ETCD_CLIENT_PORT, value_parser = clap::value_parser!(u16).range(1..65535))]
+    pub etcd_port: u16,
+    /// Where the local etcd keeps its data (membership survives a restart of
+    /// `roost up`) and where node logs go.
+    #[arg(long, default_value = "roost-data", value_name = "DIR")]
+    pub data_dir: PathBuf,
+    /// Restarts of a node (or of the local etcd) that exits on its own, before
+    /// `roost up` gives up on it.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub max_restarts: u32,
 }
 
 #[derive(Debug, Args)]
@@ -204,24 +297,104 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
 const SUPERVISE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long children get to exit after SIGTERM before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// First delay before restarting a child that exited; doubles per restart.
+const RESTART_BACKOFF_MIN: Duration = Duration::from_millis(200);
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// One supervised node process of `roost up`.
+struct Supervised {
+    id: u32,
+    child: Option<Child>,
+    restarts: u32,
+    restart_at: Option<Instant>,
+}
+
+fn spawn_node(exe: &std::path::Path, id: u32, flags: &[String]) -> anyhow::Result<Child> {
+    Command::new(exe)
+        .arg("node")
+        .args(["--id", &id.to_string()])
+        .args(flags)
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting node {id}"))
+}
+
+fn restart_backoff(restarts: u32) -> Duration {
+    RESTART_BACKOFF_MIN
+        .saturating_mul(1 << restarts.min(16))
+        .min(RESTART_BACKOFF_MAX)
+}
+
+/// Writes a new random cluster secret (32 bytes, hex) to
+/// `data_dir/cluster.secret`, readable by the owner only.
+fn write_fresh_secret(data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let path = data_dir.join("cluster.secret");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{hex}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.canonicalize().unwrap_or(path))
+}
+
+/// Starts the local etcd `roost up` runs when no --etcd endpoint is given.
+fn start_local_etcd(args: &UpArgs) -> anyhow::Result<LocalEtcd> {
+    let client = SocketAddr::from(([127, 0, 0, 1], args.etcd_port));
+    let peer = SocketAddr::from(([127, 0, 0, 1], args.etcd_port + 1));
+    let data_dir = args.data_dir.join("etcd");
+    let etcd = LocalEtcd::start(&args.etcd_bin, &data_dir, client, peer)?;
+    println!(
+        "roost up: etcd at {} (data in {}) holds the membership",
+        etcd.endpoint,
+        data_dir.display()
+    );
+    Ok(etcd)
+}
 
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
-    let config = args.cluster.cluster()?;
+    let mut cluster_args = args.cluster.clone();
+    if cluster_args.membership.is_none() {
+        cluster_args.membership = Some(MembershipSource::Etcd);
+    }
+    let mut etcd = None;
+    let given = ClusterArgs {
+        membership: None,
+        ..cluster_args.clone()
+    }
+    .cluster()?;
+    if cluster_args.membership == Some(MembershipSource::Etcd) && given.coordinator.is_none() {
+        let local = start_local_etcd(args)?;
+        cluster_args.etcd = Some(local.endpoint.clone());
+        etcd = Some(local);
+    }
+    if cluster_args.secret_file.is_none() && given.security.is_none() {
+        cluster_args.secret_file = Some(write_fresh_secret(&args.data_dir)?);
+    }
+    let config = cluster_args.cluster()?;
+    let flags = cluster_args.child_flags();
     let exe = std::env::current_exe().context("locating the roost binary")?;
-    let mut children: Vec<(u32, Child)> = Vec::with_capacity(config.nodes.len());
+    let mut nodes = Vec::with_capacity(config.nodes.len());
     for node in &config.nodes {
-        let child = Command::new(&exe)
-            .arg("node")
-            .args(["--id", &node.id.to_string()])
-            .args(args.cluster.child_flags())
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting node {}", node.id))?;
-        children.push((node.id, child));
+        nodes.push(Supervised {
+            id: node.id,
+            child: Some(spawn_node(&exe, node.id, &flags)?),
+            restarts: 0,
+            restart_at: None,
+        });
     }
     println!(
-        "roost up: {} nodes (admin {}); `roost status` shows them; Ctrl-C stops them",
-        children.len(),
+        "roost up: {} nodes, membership {} (admin {}); `roost status` shows them; Ctrl-C stops them",
+        nodes.len(),
+        if config.coordinator.is_some() { "etcd" } else { "peer" },
         config
             .nodes
             .iter()
@@ -229,29 +402,89 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    runtime()?.block_on(async {
+    let mut etcd_restarts = 0;
+    let outcome = runtime()?.block_on(async {
         let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
         let stop = stop_signal();
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                _ = &mut stop => break,
+                _ = &mut stop => return Ok(()),
                 _ = ticker.tick() => {
-                    for (id, child) in &mut children {
-                        if let Ok(Some(status)) = child.try_wait() {
-                            eprintln!("roost up: node {id} exited ({status})");
-                        }
-                    }
-                    children.retain_mut(|(_, child)| matches!(child.try_wait(), Ok(None)));
-                    if children.is_empty() {
-                        eprintln!("roost up: every node has exited");
-                        break;
+                    supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
+                    supervise_nodes(&exe, &flags, args.max_restarts, &mut nodes);
+                    if nodes.iter().all(|n| n.child.is_none() && n.restart_at.is_none()) {
+                        bail!("every node has exited and used up its restarts");
                     }
                 }
             }
         }
     });
+    let mut children: Vec<(u32, Child)> = nodes
+        .into_iter()
+        .filter_map(|n| n.child.map(|c| (n.id, c)))
+        .collect();
     stop_children(&mut children);
+    drop(etcd); // after the nodes, so they could revoke their leases
+    outcome
+}
+
+/// Restarts a node that exited (with backoff) until it used up its restarts.
+fn supervise_nodes(
+    exe: &std::path::Path,
+    flags: &[String],
+    max_restarts: u32,
+    nodes: &mut [Supervised],
+) {
+    let now = Instant::now();
+    for node in nodes.iter_mut() {
+        if let Some(child) = &mut node.child {
+            if let Ok(Some(status)) = child.try_wait() {
+                node.child = None;
+                if node.restarts < max_restarts {
+                    let delay = restart_backoff(node.restarts);
+                    eprintln!(
+                        "roost up: node {} exited ({status}); restarting in {} ms",
+                        node.id,
+                        delay.as_millis()
+                    );
+                    node.restart_at = Some(now + delay);
+                } else {
+                    eprintln!(
+                        "roost up: node {} exited ({status}) after {} restarts; giving up on it",
+                        node.id, node.restarts
+                    );
+                }
+            }
+        }
+        if node.restart_at.is_some_and(|at| at <= now) {
+            node.restart_at = None;
+            node.restarts += 1;
+            match spawn_node(exe, node.id, flags) {
+                Ok(child) => node.child = Some(child),
+                Err(error) => eprintln!("roost up: {error:#}"),
+            }
+        }
+    }
+}
+
+/// Restarts the local etcd if it exited; its data directory keeps the view.
+fn supervise_etcd(
+    args: &UpArgs,
+    etcd: &mut Option<LocalEtcd>,
+    restarts: &mut u32,
+) -> anyhow::Result<()> {
+    let Some(local) = etcd else { return Ok(()) };
+    let Some(status) = local.exited() else {
+        return Ok(());
+    };
+    if *restarts >= args.max_restarts {
+        bail!("etcd exited ({status}) after {restarts} restarts");
+    }
+    *restarts += 1;
+    eprintln!("roost up: etcd exited ({status}); restarting it");
+    *etcd = None;
+    *etcd = Some(start_local_etcd(args)?);
     Ok(())
 }
 
@@ -323,9 +556,14 @@ pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
     let status: StatusReport =
         serde_json::from_str(&body).with_context(|| format!("unexpected status from {addr}"))?;
     println!(
-        "epoch {}  members {:?}  (asked node {} at {addr}: {}, lease {} ms left)",
+        "epoch {}  members {:?}  membership {}  (asked node {} at {addr}: {}, lease {} ms left)",
         status.epoch,
         status.members,
+        if status.membership.is_empty() {
+            "?"
+        } else {
+            &status.membership
+        },
         status.id,
         if status.serving {
             "serving"

@@ -9,6 +9,10 @@
 //! clock_drift_margin_ms = 20
 //! proposal_timeout_ms = 800
 //!
+//! [coordinator]           # optional: membership from etcd (see `coordinated`)
+//! etcd_endpoints = ["127.0.0.1:2379"]
+//! lease_ttl_s = 2
+//!
 //! [[node]]
 //! id = 0
 //! addr = "127.0.0.1:7000"        # the cluster (transport) port
@@ -23,6 +27,7 @@ use roost_net::NodeId;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::coordinated::{CoordinatorConfig, CoordinatorConfigError};
 use crate::membership::{MembershipConfig, MAX_NODES};
 use crate::register::RegisterConfig;
 
@@ -48,6 +53,38 @@ pub struct ClusterConfig {
     pub membership: MembershipConfig,
     #[serde(default)]
     pub register: RegisterConfig,
+    /// Membership from etcd (the production path); without this section the
+    /// nodes run the peer-to-peer lease membership of [`crate::membership`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorConfig>,
+    /// Node-to-node authentication; without it, connections are not
+    /// authenticated (the node logs a warning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SecurityConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// A file holding the cluster's shared secret in hex (at least 16 bytes);
+    /// every node of the cluster reads the same one. Keep it mode 0600.
+    pub secret_file: std::path::PathBuf,
+}
+
+impl SecurityConfig {
+    /// Reads and parses the secret.
+    pub fn load_secret(&self) -> Result<roost_net::ClusterSecret, ConfigError> {
+        let shown = self.secret_file.display().to_string();
+        let text =
+            std::fs::read_to_string(&self.secret_file).map_err(|source| ConfigError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+        roost_net::ClusterSecret::from_hex(&text).map_err(|e| ConfigError::Parse {
+            path: shown,
+            message: format!("cluster secret: {e}"),
+        })
+    }
 }
 
 #[derive(Debug, Error)]
@@ -73,6 +110,8 @@ pub enum ConfigError {
     Membership(#[from] crate::membership::MembershipConfigError),
     #[error("register: retry_ms and op_timeout_ms must be positive")]
     Register,
+    #[error(transparent)]
+    Coordinator(#[from] CoordinatorConfigError),
 }
 
 impl ClusterConfig {
@@ -89,6 +128,8 @@ impl ClusterConfig {
             nodes,
             membership: MembershipConfig::default(),
             register: RegisterConfig::default(),
+            coordinator: None,
+            security: None,
         }
     }
 
@@ -137,6 +178,9 @@ impl ClusterConfig {
         if self.register.retry_ms == 0 || self.register.op_timeout_ms == 0 {
             return Err(ConfigError::Register);
         }
+        if let Some(coordinator) = &self.coordinator {
+            coordinator.validate()?;
+        }
         Ok(())
     }
 
@@ -164,6 +208,40 @@ mod tests {
     }
 
     #[test]
+    fn the_secret_file_is_read_and_bad_ones_are_clear_errors() {
+        let dir = std::env::temp_dir().join(format!("roost-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good");
+        std::fs::write(&good, "00112233445566778899aabbccddeeff\n").unwrap();
+        let security = SecurityConfig { secret_file: good };
+        assert_eq!(security.load_secret().unwrap().len(), 16);
+        let short = dir.join("short");
+        std::fs::write(&short, "0011").unwrap();
+        let error = SecurityConfig { secret_file: short }
+            .load_secret()
+            .unwrap_err();
+        assert!(error.to_string().contains("cluster secret"), "{error}");
+        let missing = SecurityConfig {
+            secret_file: dir.join("missing"),
+        };
+        assert!(missing
+            .load_secret()
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_coordinator_section_round_trips() {
+        let mut config = ClusterConfig::local(2);
+        config.coordinator = Some(CoordinatorConfig::etcd(vec!["127.0.0.1:2379".into()]));
+        let text = config.to_toml();
+        assert!(text.contains("etcd_endpoints"), "{text}");
+        assert_eq!(ClusterConfig::from_toml(&text, "x").unwrap(), config);
+    }
+
+    #[test]
     fn bad_files_are_clear_errors() {
         let cases = [
             ("", "node"),
@@ -181,6 +259,10 @@ mod tests {
                 "heartbeat_interval_ms",
             ),
             ("[[node]]\nid = 0\nbogus = 1\n", "x"),
+            (
+                "[coordinator]\netcd_endpoints = []\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:2\"\n",
+                "etcd_endpoints",
+            ),
         ];
         for (text, needle) in cases {
             let error = ClusterConfig::from_toml(text, "x").unwrap_err().to_string();

@@ -1,7 +1,10 @@
 //! `roost-cluster`: the cluster substrate.
 //!
 //! * [`protocol`]: the sans-IO [`Protocol`] trait (inputs in, effects out).
-//! * [`membership`]: static membership, lease-based failure detection, epochs.
+//! * [`membership`]: static membership, lease-based failure detection, epochs
+//!   (peer-to-peer; the simulator's and the fallback without etcd).
+//! * [`coordinated`]: membership decided by etcd (sans-IO rules), and
+//!   [`coordinator`] + [`etcd`], the shell and client that talk to it.
 //! * [`node`]: a node = membership + one protocol; epoch stamping and filtering.
 //! * [`register`]: the example protocol, an ABD atomic register.
 //! * [`sim`]: the deterministic simulator and its checkers.
@@ -10,6 +13,10 @@
 //!   admin HTTP endpoint.
 
 pub mod config;
+pub mod coordinated;
+pub mod coordinator;
+pub mod etcd;
+pub mod local_etcd;
 pub mod membership;
 pub mod node;
 pub mod protocol;
@@ -18,6 +25,6 @@ pub mod runtime;
 pub mod sim;
 
 pub use membership::{Health, Membership, MembershipBugs, MembershipConfig};
-pub use node::{Node, NodeEffects, NodeMsg, TimerKey};
+pub use node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 pub use protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId, View};
 pub use roost_net::{Epoch, NodeId};

@@ -7,6 +7,7 @@
 use roost_net::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 
+use crate::coordinated::{CoordinatedMembership, CoordinatorUpdate};
 use crate::membership::{
     Health, Membership, MembershipBugs, MembershipConfig, MembershipMsg, MembershipOut,
 };
@@ -68,8 +69,79 @@ pub struct NodeHealth {
     pub member: bool,
 }
 
+/// Where a node's views and lease come from: the peer-to-peer lease protocol
+/// of [`crate::membership`] (the simulator, and clusters without etcd), or a
+/// consensus service ([`crate::coordinated`], etcd).
+// One per node, built once and never moved on a hot path: boxing the larger
+// variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Members {
+    Peer(Membership),
+    Coordinated(CoordinatedMembership),
+}
+
+impl Members {
+    pub fn me(&self) -> NodeId {
+        match self {
+            Members::Peer(m) => m.me(),
+            Members::Coordinated(m) => m.me(),
+        }
+    }
+
+    pub fn incarnation(&self) -> Incarnation {
+        match self {
+            Members::Peer(m) => m.incarnation(),
+            Members::Coordinated(m) => m.incarnation(),
+        }
+    }
+
+    pub fn nodes(&self) -> &[NodeId] {
+        match self {
+            Members::Peer(m) => m.nodes(),
+            Members::Coordinated(m) => m.nodes(),
+        }
+    }
+
+    pub fn view(&self) -> &View {
+        match self {
+            Members::Peer(m) => m.view(),
+            Members::Coordinated(m) => m.view(),
+        }
+    }
+
+    pub fn is_member(&self) -> bool {
+        match self {
+            Members::Peer(m) => m.is_member(),
+            Members::Coordinated(m) => m.is_member(),
+        }
+    }
+
+    /// When this node's lease lapses, on its clock (0: it holds none).
+    pub fn lease_expiry_ms(&self) -> u64 {
+        match self {
+            Members::Peer(m) => m.lease_expiry_ms(),
+            Members::Coordinated(m) => m.lease_expiry_ms(),
+        }
+    }
+
+    pub fn serving(&self, now_ms: u64) -> bool {
+        match self {
+            Members::Peer(m) => m.serving(now_ms),
+            Members::Coordinated(m) => m.serving(now_ms),
+        }
+    }
+
+    pub fn health(&self, node: NodeId, now_ms: u64) -> Health {
+        match self {
+            Members::Peer(m) => m.health(node, now_ms),
+            Members::Coordinated(m) => m.health(node, now_ms),
+        }
+    }
+}
+
 pub struct Node<P: Protocol> {
-    membership: Membership,
+    membership: Members,
     app: P,
     app_fx: Effects<P::Msg, P::Out>,
     membership_out: MembershipOut,
@@ -86,7 +158,25 @@ impl<P: Protocol> Node<P> {
         now_ms: u64,
     ) -> Self {
         Node {
-            membership: Membership::new(me, incarnation, nodes, config, bugs, now_ms),
+            membership: Members::Peer(Membership::new(
+                me,
+                incarnation,
+                nodes,
+                config,
+                bugs,
+                now_ms,
+            )),
+            app,
+            app_fx: Effects::default(),
+            membership_out: MembershipOut::default(),
+        }
+    }
+
+    /// A node whose membership comes from a consensus service: views and the
+    /// lease arrive through [`Node::on_coordinator`].
+    pub fn coordinated(me: NodeId, incarnation: Incarnation, nodes: &[NodeId], app: P) -> Self {
+        Node {
+            membership: Members::Coordinated(CoordinatedMembership::new(me, incarnation, nodes)),
             app,
             app_fx: Effects::default(),
             membership_out: MembershipOut::default(),
@@ -97,7 +187,7 @@ impl<P: Protocol> Node<P> {
         self.membership.me()
     }
 
-    pub fn membership(&self) -> &Membership {
+    pub fn membership(&self) -> &Members {
         &self.membership
     }
 
@@ -134,8 +224,12 @@ impl<P: Protocol> Node<P> {
     pub fn on_timer(&mut self, now_ms: u64, timer: TimerKey, fx: &mut NodeEffects<P::Msg, P::Out>) {
         match timer {
             TimerKey::MembershipTick => {
-                self.membership.on_tick(now_ms, &mut self.membership_out);
-                let interval = self.membership.config().heartbeat_interval_ms;
+                // A coordinated node's membership has no timer of its own.
+                let Members::Peer(membership) = &mut self.membership else {
+                    return;
+                };
+                membership.on_tick(now_ms, &mut self.membership_out);
+                let interval = membership.config().heartbeat_interval_ms;
                 fx.timers.push((TimerKey::MembershipTick, interval));
                 self.after_membership(now_ms, fx);
             }
@@ -153,9 +247,11 @@ impl<P: Protocol> Node<P> {
     ) {
         match msg {
             NodeMsg::Membership(msg) => {
-                self.membership
-                    .on_message(now_ms, from, msg, &mut self.membership_out);
-                self.after_membership(now_ms, fx);
+                // Peer membership messages mean nothing to a coordinated node.
+                if let Members::Peer(membership) = &mut self.membership {
+                    membership.on_message(now_ms, from, msg, &mut self.membership_out);
+                    self.after_membership(now_ms, fx);
+                }
             }
             NodeMsg::App(msg) => {
                 // Messages of other epochs are dropped: the protocol only ever
@@ -163,6 +259,31 @@ impl<P: Protocol> Node<P> {
                 if epoch_admits(self.epoch(), epoch) {
                     self.call_app(now_ms, Input::Message { from, msg }, fx);
                 }
+            }
+        }
+    }
+
+    /// A round of the consensus service's shell: the view it read and this
+    /// node's lease. Ignored by a peer-membership node.
+    pub fn on_coordinator(
+        &mut self,
+        now_ms: u64,
+        update: CoordinatorUpdate,
+        fx: &mut NodeEffects<P::Msg, P::Out>,
+    ) {
+        let Members::Coordinated(membership) = &mut self.membership else {
+            return;
+        };
+        membership.on_update(&update);
+        // Each view is installed and announced in turn, so a protocol sees
+        // every epoch its incarnation belonged to.
+        for view in update.views {
+            let Members::Coordinated(membership) = &mut self.membership else {
+                unreachable!("checked above");
+            };
+            if membership.install(view) {
+                self.membership_out.installed = true;
+                self.after_membership(now_ms, fx);
             }
         }
     }

@@ -8,7 +8,8 @@
 //! | `GET /metrics` | Prometheus text: messages, bytes, batches, drops, epoch, serving |
 //! | `GET /chaos` | the chaos settings now |
 //! | `GET /chaos?drop=P&dup=P&delay_ms=N&partition=1,2` | replaces them (a parameter left out is off) |
-//! | `GET /chaos/heal` | switches chaos off |
+//! | `GET /chaos/coordinator?cut=1` | cuts this node off from etcd (`cut=0` reconnects) |
+//! | `GET /chaos/heal` | switches chaos off (and reconnects etcd) |
 //! | protocol routes ([`Served::command_for`]) | e.g. `/register/write?value=7`, `/register/read` |
 //!
 //! The driver is one task: it owns the node, so the node needs no locks; the
@@ -29,8 +30,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::ClusterConfig;
+use crate::coordinated::CoordinatorUpdate;
+use crate::coordinator::{CoordinatorChaos, CoordinatorHandle};
 use crate::membership::{Health, MembershipBugs};
-use crate::node::{Node, NodeEffects, NodeMsg, TimerKey};
+use crate::node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 use crate::protocol::Protocol;
 use crate::register::{Register, RegisterCmd, RegisterOut};
 
@@ -93,6 +96,12 @@ pub struct StatusReport {
     pub view_changes: u64,
     pub uptime_ms: u64,
     pub transport: MetricsSnapshot,
+    /// Where membership comes from: `"etcd"` or `"peer"`.
+    #[serde(default)]
+    pub membership: String,
+    /// This node is cut off from etcd by the chaos switch.
+    #[serde(default)]
+    pub coordinator_cut: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +124,8 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Transport(#[from] roost_net::StartError),
+    #[error(transparent)]
+    Etcd(#[from] crate::etcd::EtcdError),
 }
 
 enum AdminRequest<P: Protocol> {
@@ -130,6 +141,7 @@ pub struct RunningNode {
     shutdown: Option<oneshot::Sender<()>>,
     driver: JoinHandle<()>,
     admin: JoinHandle<()>,
+    coordinator: Option<CoordinatorHandle>,
 }
 
 impl RunningNode {
@@ -140,6 +152,11 @@ impl RunningNode {
         }
         self.admin.abort();
         let _ = (&mut self.driver).await;
+        // The node no longer serves: give up the lease so the others need
+        // not wait for it to expire.
+        if let Some(coordinator) = self.coordinator.take() {
+            coordinator.stop().await;
+        }
     }
 }
 
@@ -190,34 +207,74 @@ where
         .filter(|n| n.id != me)
         .map(|n| (NodeId(n.id), n.addr))
         .collect();
+    let auth = match &config.security {
+        Some(security) => Some(security.load_secret()?),
+        None => {
+            tracing::warn!(
+                node = me,
+                "no [security] secret_file: node-to-node connections are not authenticated"
+            );
+            None
+        }
+    };
     let (transport, inbox) = Transport::<NodeMsg<P::Msg>>::start(
         NodeId(me),
         cluster_listener,
         peers,
-        TransportConfig::default(),
+        TransportConfig {
+            auth,
+            ..TransportConfig::default()
+        },
     )?;
     let (admin_tx, admin_rx) = mpsc::channel(64);
     let (shutdown_tx, shutdown_rx) = oneshot::channel();
+    let started = Instant::now();
+    let incarnation = fresh_incarnation();
+    let (node, coordinator, updates) = match &config.coordinator {
+        Some(coordinator_config) => {
+            let (handle, updates) = crate::coordinator::spawn(
+                coordinator_config.clone(),
+                NodeId(me),
+                incarnation,
+                cluster_addr.to_string(),
+                config.ids(),
+                started,
+            )?;
+            let node = Node::coordinated(NodeId(me), incarnation, &config.ids(), app);
+            (node, Some(handle), Some(updates))
+        }
+        None => {
+            let node = Node::new(
+                NodeId(me),
+                incarnation,
+                &config.ids(),
+                config.membership.clone(),
+                MembershipBugs::default(),
+                app,
+                0,
+            );
+            (node, None, None)
+        }
+    };
+    let coordinator_chaos = coordinator.as_ref().map(|c| c.chaos.clone());
     let driver = Driver {
         config: config.clone(),
-        started: Instant::now(),
-        node: Node::new(
-            NodeId(me),
-            fresh_incarnation(),
-            &config.ids(),
-            config.membership.clone(),
-            MembershipBugs::default(),
-            app,
-            0,
-        ),
+        started,
+        node,
         transport: transport.clone(),
         timers: BTreeMap::new(),
         fx: NodeEffects::default(),
         in_flight: None,
         view_changes: 0,
+        coordinator_chaos: coordinator_chaos.clone(),
     };
-    let driver = tokio::spawn(driver.run(inbox, admin_rx, shutdown_rx));
-    let admin = tokio::spawn(admin_loop::<P>(admin_listener, admin_tx, transport));
+    let driver = tokio::spawn(driver.run(inbox, admin_rx, updates, shutdown_rx));
+    let admin = tokio::spawn(admin_loop::<P>(
+        admin_listener,
+        admin_tx,
+        transport,
+        coordinator_chaos,
+    ));
     tracing::info!(node = me, %cluster_addr, %admin_addr, "node started");
     Ok(RunningNode {
         id: me,
@@ -226,7 +283,18 @@ where
         shutdown: Some(shutdown_tx),
         driver,
         admin,
+        coordinator,
     })
+}
+
+/// The next round from the coordinator shell; never resolves without one.
+async fn next_update(
+    updates: &mut Option<mpsc::Receiver<CoordinatorUpdate>>,
+) -> Option<CoordinatorUpdate> {
+    match updates {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 struct Driver<P: Protocol> {
@@ -238,6 +306,7 @@ struct Driver<P: Protocol> {
     fx: NodeEffects<P::Msg, P::Out>,
     in_flight: Option<oneshot::Sender<Value>>,
     view_changes: u64,
+    coordinator_chaos: Option<CoordinatorChaos>,
 }
 
 /// Envelopes handled per wake-up before timers and admin get a turn.
@@ -257,6 +326,7 @@ where
         mut self,
         mut inbox: Inbox<NodeMsg<P::Msg>>,
         mut admin: mpsc::Receiver<AdminRequest<P>>,
+        mut updates: Option<mpsc::Receiver<CoordinatorUpdate>>,
         mut shutdown: oneshot::Receiver<()>,
     ) {
         let mut fx = std::mem::take(&mut self.fx);
@@ -287,6 +357,15 @@ where
                 request = admin.recv() => {
                     let Some(request) = request else { break };
                     self.on_admin(request, &mut fx);
+                }
+                update = next_update(&mut updates) => {
+                    let Some(update) = update else {
+                        tracing::error!(node = self.node.me().0, "the etcd shell stopped");
+                        break;
+                    };
+                    let now = self.now_ms();
+                    self.node.on_coordinator(now, update, &mut fx);
+                    self.apply(&mut fx);
                 }
                 _ = tokio::time::sleep_until(deadline) => self.fire_timers(&mut fx),
             }
@@ -396,6 +475,11 @@ where
             view_changes: self.view_changes,
             uptime_ms: now_ms,
             transport: self.transport.metrics(),
+            membership: match self.node.membership() {
+                Members::Peer(_) => "peer".to_owned(),
+                Members::Coordinated(_) => "etcd".to_owned(),
+            },
+            coordinator_cut: self.coordinator_chaos.as_ref().is_some_and(|c| c.is_cut()),
         }
     }
 }
@@ -408,6 +492,7 @@ async fn admin_loop<P>(
     listener: TcpListener,
     driver: mpsc::Sender<AdminRequest<P>>,
     transport: Transport<NodeMsg<P::Msg>>,
+    coordinator: Option<CoordinatorChaos>,
 ) where
     P: Served,
     P::Cmd: Send,
@@ -420,10 +505,10 @@ async fn admin_loop<P>(
         };
         let driver = driver.clone();
         let transport = transport.clone();
+        let coordinator = coordinator.clone();
         tokio::spawn(async move {
-            let _ =
-                tokio::time::timeout(ADMIN_TIMEOUT, serve_admin::<P>(stream, driver, transport))
-                    .await;
+            let serve = serve_admin::<P>(stream, driver, transport, coordinator);
+            let _ = tokio::time::timeout(ADMIN_TIMEOUT, serve).await;
         });
     }
 }
@@ -480,6 +565,7 @@ async fn serve_admin<P>(
     mut stream: TcpStream,
     driver: mpsc::Sender<AdminRequest<P>>,
     transport: Transport<NodeMsg<P::Msg>>,
+    coordinator: Option<CoordinatorChaos>,
 ) where
     P: Served,
     P::Cmd: Send,
@@ -505,7 +591,8 @@ async fn serve_admin<P>(
             return;
         }
     };
-    let (code, kind, body) = route::<P>(&path, &query, &driver, &transport).await;
+    let (code, kind, body) =
+        route::<P>(&path, &query, &driver, &transport, coordinator.as_ref()).await;
     let _ = respond(&mut stream, code, kind, &body).await;
 }
 
@@ -514,6 +601,7 @@ async fn route<P>(
     query: &BTreeMap<String, String>,
     driver: &mpsc::Sender<AdminRequest<P>>,
     transport: &Transport<NodeMsg<P::Msg>>,
+    coordinator: Option<&CoordinatorChaos>,
 ) -> (u16, &'static str, String)
 where
     P: Served,
@@ -553,7 +641,30 @@ where
         }
         "/chaos/heal" => {
             let _ = transport.chaos().set(ChaosSettings::default());
+            if let Some(coordinator) = coordinator {
+                coordinator.set_cut(false);
+            }
             (200, JSON, "{}\n".into())
+        }
+        "/chaos/coordinator" => {
+            let Some(coordinator) = coordinator else {
+                return (
+                    404,
+                    "text/plain",
+                    "this node's membership is not etcd's\n".into(),
+                );
+            };
+            match query.get("cut").map(String::as_str) {
+                None => {}
+                Some("1" | "true") => coordinator.set_cut(true),
+                Some("0" | "false") => coordinator.set_cut(false),
+                Some(other) => return (400, "text/plain", format!("cut={other}: use 1 or 0\n")),
+            }
+            (
+                200,
+                JSON,
+                json!({"cut": coordinator.is_cut()}).to_string() + "\n",
+            )
         }
         _ => match P::command_for(path, query) {
             None => (404, "text/plain", format!("no route {path}\n")),
@@ -666,8 +777,14 @@ pub fn prometheus_text(status: &StatusReport) -> String {
     metric(
         "roost_connects_total",
         "counter",
-        "Outbound connections made.",
+        "Outbound connections made (authenticated, where a secret is set).",
         format!("{{node=\"{id}\"}} {}", t.connects),
+    );
+    metric(
+        "roost_auth_failures_total",
+        "counter",
+        "Node-to-node connections refused by the shared-secret handshake.",
+        format!("{{node=\"{id}\"}} {}", t.auth_failures),
     );
     out
 }

@@ -7,8 +7,10 @@
 //! * [`transport`]: tokio TCP between nodes, per-peer bounded queues drained
 //!   into one write per batch, reconnect with exponential backoff, at-most-once
 //!   delivery per connection.
+//! * [`auth`]: the shared-secret handshake that authenticates each connection
+//!   when the cluster has a [`ClusterSecret`] (HMAC-SHA256 challenge-response).
 //! * [`chaos`]: drop, delay, duplicate and partition, switchable at runtime.
-//! * [`metrics`]: message, byte, batch and drop counters.
+//! * [`metrics`]: message, byte, batch, drop and failed-handshake counters.
 //!
 //! # Fuzzing the decoder
 //!
@@ -18,17 +20,22 @@
 //! ```sh
 //! cargo install cargo-fuzz
 //! cd crates/net && cargo fuzz run decode -s none
+//! cd crates/net && cargo fuzz run handshake -s none
 //! ```
 
+pub mod auth;
 pub mod chaos;
 pub mod frame;
 pub mod metrics;
 pub mod transport;
 
+pub use auth::{ClusterSecret, HandshakeError, SecretError};
 pub use chaos::{Chaos, ChaosError, ChaosSettings};
 pub use frame::{Envelope, Epoch, FrameError, NodeId, WIRE_VERSION};
 pub use metrics::MetricsSnapshot;
-pub use transport::{Inbox, Message, SendError, StartError, Transport, TransportConfig};
+pub use transport::{
+    ConfigError, Inbox, Message, SendError, StartError, Transport, TransportConfig,
+};
 
 /// A message type for the fuzz target and property tests: enough serde shapes
 /// (integers, strings, bytes, options, enums, sequences) to exercise postcard.

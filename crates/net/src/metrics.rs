@@ -17,6 +17,7 @@ pub struct Metrics {
     pub(crate) dropped_unreachable: AtomicU64,
     pub(crate) frames_rejected: AtomicU64,
     pub(crate) connects: AtomicU64,
+    pub(crate) auth_failures: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -34,7 +35,11 @@ pub struct MetricsSnapshot {
     pub dropped_unreachable: u64,
     /// Malformed or oversized frames (each closed its connection).
     pub frames_rejected: u64,
+    /// Outbound connections established (handshake done, when authenticating).
     pub connects: u64,
+    /// Failed authentication handshakes, inbound and outbound (each closed its
+    /// connection): another secret or none, garbage, a timeout, an unknown node.
+    pub auth_failures: u64,
 }
 
 pub(crate) fn add(counter: &AtomicU64, n: u64) {
@@ -55,6 +60,7 @@ impl Metrics {
             dropped_unreachable: get(&self.dropped_unreachable),
             frames_rejected: get(&self.frames_rejected),
             connects: get(&self.connects),
+            auth_failures: get(&self.auth_failures),
         }
     }
 }

@@ -15,6 +15,20 @@
 //!   Protocols above retransmit what they need.
 //! * **Chaos.** [`Chaos`] decides each outgoing message's fate, and incoming
 //!   messages from partitioned peers are dropped.
+//! * **Authentication.** With `auth: Some(secret)`, every new connection (and
+//!   every reconnect) first runs the mutual challenge-response handshake of
+//!   [`crate::auth`], bounded by `handshake_timeout_ms`: the dialer sends a
+//!   hello with its id and a nonce, the acceptor answers with its nonce and an
+//!   HMAC-SHA256 keyed with the secret over both nonces, both ids and its role,
+//!   and the dialer answers with its own. Until that succeeds the dialer sends
+//!   no envelope and the acceptor reads none; afterwards the acceptor takes only
+//!   envelopes `from` the node that authenticated. A failed handshake (another
+//!   secret, no secret, garbage, a timeout, a node not in the peer table) closes
+//!   that connection with a logged error and counts in `auth_failures`; the
+//!   dialer retries with its reconnect backoff. It authenticates connections; it
+//!   does not encrypt or MAC the envelopes that follow (for that, use mTLS).
+//!   With `auth: None` connections carry envelopes straight away, as before;
+//!   a node with a secret and one without refuse each other.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,6 +43,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::auth::{self, ClusterSecret};
 use crate::chaos::{Chaos, Verdict};
 use crate::frame::{decode_frame, encode_frame_into, Envelope, Epoch, NodeId};
 use crate::frame::{DEFAULT_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
@@ -53,6 +68,14 @@ pub struct TransportConfig {
     pub connect_timeout_ms: u64,
     /// Seed of the chaos layer's random choices.
     pub chaos_seed: u64,
+    /// The cluster's shared secret: `Some` makes every connection run the
+    /// authentication handshake of [`crate::auth`] before it carries envelopes;
+    /// `None` (the default) accepts any connection, as an unauthenticated
+    /// cluster on a trusted network does. All nodes must agree.
+    pub auth: Option<ClusterSecret>,
+    /// Time a connection has to finish the handshake (each side), when `auth`
+    /// is set; a peer that stalls is cut off then.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for TransportConfig {
@@ -67,6 +90,8 @@ impl Default for TransportConfig {
             reconnect_backoff_max_ms: 1_000,
             connect_timeout_ms: 1_000,
             chaos_seed: 0x5eed,
+            auth: None,
+            handshake_timeout_ms: 2_000,
         }
     }
 }
@@ -93,6 +118,7 @@ impl TransportConfig {
                 self.reconnect_backoff_min_ms as usize,
             ),
             ("connect_timeout_ms", self.connect_timeout_ms as usize),
+            ("handshake_timeout_ms", self.handshake_timeout_ms as usize),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero(name));
@@ -378,14 +404,15 @@ async fn accept_loop<M: Message>(
         match listener.accept().await {
             Ok((stream, remote)) => {
                 let _ = stream.set_nodelay(true);
-                let reader = read_connection(
+                let reader = serve_connection(
                     stream,
                     remote,
                     Arc::clone(&shared),
                     Arc::clone(&known),
                     inbox.clone(),
                 );
-                // Readers end on EOF, on a bad frame, or when the inbox closes.
+                // Readers end on a failed handshake, on EOF, on a bad frame, or
+                // when the inbox closes.
                 tokio::spawn(reader);
             }
             Err(error) => {
@@ -397,14 +424,46 @@ async fn accept_loop<M: Message>(
     }
 }
 
+/// An accepted connection: authenticates the dialer when the cluster has a
+/// secret (nothing is read as an envelope before that), then reads frames.
+async fn serve_connection<M: Message>(
+    mut stream: TcpStream,
+    remote: SocketAddr,
+    shared: Arc<Shared>,
+    known: Arc<Vec<NodeId>>,
+    inbox: mpsc::Sender<Envelope<M>>,
+) {
+    let sender = match &shared.config.auth {
+        None => None,
+        Some(secret) => {
+            let timeout_ms = shared.config.handshake_timeout_ms;
+            match auth::accept(&mut stream, secret, shared.me, &known, timeout_ms).await {
+                Ok(peer) => {
+                    tracing::debug!(%remote, %peer, "peer authenticated");
+                    Some(peer)
+                }
+                Err(error) => {
+                    add(&shared.metrics.auth_failures, 1);
+                    tracing::error!(%remote, %error, "handshake failed; closing connection");
+                    return;
+                }
+            }
+        }
+    };
+    read_connection(stream, remote, shared, known, sender, inbox).await;
+}
+
 /// Read buffer growth step; a frame larger than this grows the buffer to fit.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Delivers the frames of one connection. `sender` is the node that
+/// authenticated it, if any: then only envelopes from it are taken.
 async fn read_connection<M: Message>(
     mut stream: TcpStream,
     remote: SocketAddr,
     shared: Arc<Shared>,
     known: Arc<Vec<NodeId>>,
+    sender: Option<NodeId>,
     inbox: mpsc::Sender<Envelope<M>>,
 ) {
     let max_frame_bytes = shared.config.max_frame_bytes;
@@ -427,6 +486,12 @@ async fn read_connection<M: Message>(
                 add(&shared.metrics.frames_rejected, 1);
                 tracing::error!(%remote, from = %envelope.from, to = %envelope.to,
                     "frame from an unknown node or for another node; closing connection");
+                return;
+            }
+            if sender.is_some_and(|sender| sender != envelope.from) {
+                add(&shared.metrics.frames_rejected, 1);
+                tracing::error!(%remote, from = %envelope.from, ?sender,
+                    "frame from another node than the one that authenticated; closing connection");
                 return;
             }
             add(&shared.metrics.msgs_received, 1);
@@ -496,10 +561,23 @@ async fn drive_peer<M: Message>(
                 continue;
             }
         };
-        backoff_ms = config.reconnect_backoff_min_ms;
         let _ = stream.set_nodelay(true);
+        if let Some(secret) = &config.auth {
+            let timeout_ms = config.handshake_timeout_ms;
+            if let Err(error) = auth::dial(&mut stream, secret, shared.me, peer, timeout_ms).await {
+                // Like a failed connect: back off, so a peer with another
+                // secret is not hammered.
+                add(&shared.metrics.auth_failures, 1);
+                tracing::error!(%peer, %addr, %error, backoff_ms, "handshake failed; closing connection");
+                drop(stream);
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(config.reconnect_backoff_max_ms);
+                continue;
+            }
+        }
+        backoff_ms = config.reconnect_backoff_min_ms;
         add(&shared.metrics.connects, 1);
-        tracing::debug!(%peer, %addr, "connected");
+        tracing::debug!(%peer, %addr, authenticated = config.auth.is_some(), "connected");
         loop {
             let Some(first) = queue.recv().await else {
                 return;

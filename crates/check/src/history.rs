@@ -315,6 +315,12 @@ impl Recorder {
         }
     }
 
+    /// The instant times are measured from (to log other events, such as the
+    /// nemesis's faults, on the same clock).
+    pub fn base(&self) -> Instant {
+        self.base
+    }
+
     /// Nanoseconds since the recorder was created (saturating: u64 ns last
     /// 584 years).
     pub fn now_ns(&self) -> u64 {

@@ -10,7 +10,9 @@
 //! - [`runner`]: the workloads against the storage engine (`roost check`).
 
 pub mod checker;
+pub mod cluster_run;
 pub mod history;
+pub mod nemesis;
 pub mod runner;
 pub mod workload;
 

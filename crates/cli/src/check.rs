@@ -5,8 +5,13 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use std::collections::BTreeSet;
+
+use roost_check::cluster_run::{run_cluster_register, ClusterRunConfig};
+use roost_check::nemesis::FaultKind;
 use roost_check::runner::{run_engine, RunConfig};
 use roost_check::WorkloadKind;
+use roost_cluster::register::RegisterBugs;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -31,6 +36,42 @@ pub struct CheckArgs {
     /// Plant a bug (Silo's read validation skipped) to see the checker fail.
     #[arg(long, hide = true)]
     skip_read_validation: bool,
+    /// Run against a local cluster of this many `roost node` processes (with
+    /// a local etcd) instead of the single-node engine; the workload must be
+    /// rw-register (the cluster's replicated register).
+    #[arg(long, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=9))]
+    cluster: Option<u32>,
+    /// With --cluster: the nemesis's faults, comma-separated, from kill,
+    /// pause, partition, loss, delay, dup, cut-etcd, or `all` / `none`.
+    #[arg(long, value_name = "FAULTS", default_value = "all", value_parser = parse_faults)]
+    nemesis: FaultList,
+    /// With --cluster: a fault strikes every this many milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    fault_interval_ms: u64,
+    /// With --cluster: plant a bug in the nodes' register (checker self-test).
+    #[arg(long, hide = true)]
+    planted_quorum_minus_one: bool,
+}
+
+/// The faults `--nemesis` names (one flag value, hence not a bare `Vec`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FaultList(Vec<FaultKind>);
+
+/// `all`, `none`, or a comma-separated list of fault names.
+fn parse_faults(text: &str) -> Result<FaultList, String> {
+    match text {
+        "all" => return Ok(FaultList(FaultKind::ALL.to_vec())),
+        "none" => return Ok(FaultList(Vec::new())),
+        _ => {}
+    }
+    text.split(',')
+        .map(|name| {
+            FaultKind::parse(name.trim()).ok_or_else(|| {
+                format!("unknown fault `{name}` (kill, pause, partition, loss, delay, dup, cut-etcd, all, none)")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(FaultList)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,6 +135,9 @@ impl CheckArgs {
 }
 
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
+    if let Some(nodes) = args.cluster {
+        return run_cluster(args, nodes);
+    }
     let config = args.config();
     println!(
         "roost check {}: {} clients for {:.1} s against the single-node engine (seed {}){}",
@@ -125,6 +169,90 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `roost check rw-register --cluster N`: clients and nemesis against a
+/// local cluster.
+fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
+    if args.workload != WorkloadArg::RwRegister {
+        anyhow::bail!(
+            "--cluster runs the rw-register workload only (the cluster's protocol is one replicated register)"
+        );
+    }
+    let faults: Vec<FaultKind> = args
+        .nemesis
+        .0
+        .iter()
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let seconds = match (args.quick, args.seconds) {
+        (_, Some(s)) => s,
+        (true, None) => CLUSTER_QUICK_SECONDS,
+        (false, None) => DEFAULT_SECONDS,
+    };
+    let dir = std::env::temp_dir().join(format!("roost-check-cluster-{}", std::process::id()));
+    let config = ClusterRunConfig {
+        roost_bin: std::env::current_exe()?,
+        dir: dir.clone(),
+        nodes,
+        duration_ms: (seconds * 1000.0).round().max(1.0) as u64,
+        seed: args.seed,
+        faults: faults.clone(),
+        fault_interval_ms: args.fault_interval_ms,
+        register_bugs: RegisterBugs {
+            quorum_minus_one: args.planted_quorum_minus_one,
+            ..RegisterBugs::default()
+        },
+    };
+    println!(
+        "roost check rw-register: {nodes} node processes + etcd, one client per node for {seconds:.1} s, \
+         nemesis {:?} every {} ms (seed {}){}",
+        faults,
+        args.fault_interval_ms,
+        args.seed,
+        if args.planted_quorum_minus_one { ", PLANTED BUG: register quorums one short" } else { "" }
+    );
+    let run = run_cluster_register(&config)
+        .map_err(|e| anyhow::anyhow!("{e} (node logs in {})", dir.display()))?;
+    let out = args.out_path();
+    run.history
+        .save_to_path(&out)
+        .map_err(|e| anyhow::anyhow!("writing the history to {}: {e}", out.display()))?;
+    let faults_out = out.with_extension("faults.jsonl");
+    let mut lines = String::new();
+    for record in &run.faults {
+        lines += &serde_json::to_string(record)?;
+        lines.push('\n');
+    }
+    std::fs::write(&faults_out, lines)?;
+    let report = roost_check::check(&run.history)?;
+    print!("{report}");
+    let failed = run.faults.iter().filter(|f| f.error.is_some()).count();
+    println!(
+        "faults injected: {} ({} failed to apply), written to {}",
+        run.faults.len(),
+        failed,
+        faults_out.display()
+    );
+    for error in &run.heal_errors {
+        println!("heal: {error}");
+    }
+    println!(
+        "history: {} ops written to {}",
+        run.history.ops.len(),
+        out.display()
+    );
+    if !report.valid() {
+        let total: usize = report.counts.values().sum();
+        anyhow::bail!("the history is not strictly serializable ({total} anomalies)");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A CI-sized cluster run.
+const CLUSTER_QUICK_SECONDS: f64 = 5.0;
 
 #[cfg(test)]
 mod tests {

@@ -160,6 +160,9 @@ pub struct NodeArgs {
     /// This node's id in the configuration.
     #[arg(long, default_value_t = 0)]
     pub id: u32,
+    /// Plant a register bug (checker and nemesis self-tests only).
+    #[arg(long, hide = true, value_enum)]
+    pub planted_register: Vec<PlantedBug>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -281,7 +284,18 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
     let config = args.cluster.cluster()?;
     config.node(args.id)?;
     runtime()?.block_on(async {
-        let app = Register::new(config.register.clone(), RegisterBugs::default());
+        let mut bugs = RegisterBugs::default();
+        for bug in &args.planted_register {
+            match bug {
+                PlantedBug::QuorumMinusOne => bugs.quorum_minus_one = true,
+                PlantedBug::SkipRecovery => bugs.skip_recovery = true,
+                PlantedBug::EarlyRemoval => bail!("early-removal is a simulator-only bug"),
+            }
+        }
+        if bugs != RegisterBugs::default() {
+            tracing::warn!(node = args.id, ?bugs, "running with planted register bugs");
+        }
+        let app = Register::new(config.register.clone(), bugs);
         let node = start_node(&config, args.id, app).await?;
         println!(
             "roost node {}: cluster {} admin http://{}",

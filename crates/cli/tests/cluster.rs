@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::etcd_or_skip;
 use roost_cluster::local_etcd::LocalEtcd;
 use roost_cluster::runtime::StatusReport;
 
@@ -324,26 +327,6 @@ fn peer_partitioned_node_stops_serving_when_its_lease_lapses() {
         s.epoch > survivors.epoch && s.members.contains(&2) && s.serving
     });
     assert_eq!(back.members, vec![0, 1, 2]);
-}
-
-/// Is Debian's etcd-server installed? Without it the etcd tests are skipped
-/// with a notice, unless `ROOST_REQUIRE_PEERS=1` (which `.ci/run` sets, after
-/// installing it) makes its absence a failure.
-fn etcd_or_skip(test: &str) -> bool {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var("ROOST_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "etcd is not installed (apt-get install etcd-server) and ROOST_REQUIRE_PEERS=1"
-        );
-        println!("notice: etcd not installed (Debian's etcd-server); skipping {test}");
-    }
-    found
 }
 
 /// Polls node `watched` and node `observer` in turn until the observer's view

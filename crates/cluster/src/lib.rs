@@ -16,6 +16,7 @@ pub mod config;
 pub mod coordinated;
 pub mod coordinator;
 pub mod etcd;
+pub mod local_cluster;
 pub mod local_etcd;
 pub mod membership;
 pub mod node;

@@ -1,0 +1,331 @@
+//! A cluster of `roost node` processes on loopback, with a local etcd holding
+//! its membership, that a harness controls process by process: SIGKILL and
+//! restart, SIGSTOP and SIGCONT, admin requests (status, chaos, register).
+//! The nemesis (`roost-check`) and the multi-process tests drive clusters
+//! through it.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::local_etcd::{LocalEtcd, LocalEtcdError, DEFAULT_ETCD_BIN};
+use crate::register::RegisterBugs;
+use crate::runtime::StatusReport;
+
+/// How a [`LocalCluster`] is laid out.
+#[derive(Debug, Clone)]
+pub struct LocalClusterConfig {
+    /// The `roost` binary to run nodes with.
+    pub roost_bin: PathBuf,
+    pub etcd_bin: String,
+    /// Config, secret, logs and etcd data go here (created; removed on drop).
+    pub dir: PathBuf,
+    pub nodes: u32,
+    pub lease_ttl_s: u64,
+    pub keepalive_interval_ms: u64,
+    pub poll_interval_ms: u64,
+    /// Planted register faults, passed to every node (checker self-tests).
+    pub register_bugs: RegisterBugs,
+}
+
+impl LocalClusterConfig {
+    pub fn new(roost_bin: PathBuf, dir: PathBuf, nodes: u32) -> Self {
+        LocalClusterConfig {
+            roost_bin,
+            etcd_bin: DEFAULT_ETCD_BIN.to_owned(),
+            dir,
+            nodes,
+            lease_ttl_s: 1,
+            keepalive_interval_ms: 250,
+            poll_interval_ms: 50,
+            register_bugs: RegisterBugs::default(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum LocalClusterError {
+    #[error(transparent)]
+    Etcd(#[from] LocalEtcdError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("node {0} is not running")]
+    NotRunning(u32),
+    #[error("no node {0}")]
+    NoSuchNode(u32),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LocalClusterError {
+    let what = what.into();
+    move |source| LocalClusterError::Io { what, source }
+}
+
+/// The running cluster; every process is killed when it is dropped.
+pub struct LocalCluster {
+    config: LocalClusterConfig,
+    config_file: PathBuf,
+    admins: Vec<SocketAddr>,
+    cluster_addrs: Vec<SocketAddr>,
+    children: Vec<Option<Child>>,
+    etcd: Option<LocalEtcd>,
+    etcd_addrs: (SocketAddr, SocketAddr),
+}
+
+/// Ports the OS hands out now (released at once; a clash is unlikely).
+pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+impl LocalCluster {
+    /// Starts etcd and every node (it does not wait for a view).
+    pub fn start(config: LocalClusterConfig) -> Result<LocalCluster, LocalClusterError> {
+        let _ = std::fs::remove_dir_all(&config.dir);
+        std::fs::create_dir_all(&config.dir)
+            .map_err(io(format!("creating {}", config.dir.display())))?;
+        let n = config.nodes as usize;
+        let ports = free_ports(2 * n + 2).map_err(io("finding free ports"))?;
+        let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        let etcd_addrs = (loopback(ports[2 * n]), loopback(ports[2 * n + 1]));
+        let etcd = LocalEtcd::start(
+            &config.etcd_bin,
+            &config.dir.join("etcd"),
+            etcd_addrs.0,
+            etcd_addrs.1,
+        )?;
+        let secret = config.dir.join("cluster.secret");
+        let secret_hex: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        std::fs::write(&secret, secret_hex).map_err(io("writing the cluster secret"))?;
+        let mut text = format!(
+            "[coordinator]\netcd_endpoints = [\"{}\"]\nlease_ttl_s = {}\nkeepalive_interval_ms = {}\n\
+             poll_interval_ms = {}\nrequest_timeout_ms = 200\n\n[security]\nsecret_file = {:?}\n",
+            etcd.endpoint,
+            config.lease_ttl_s,
+            config.keepalive_interval_ms,
+            config.poll_interval_ms,
+            secret.display().to_string()
+        );
+        let mut admins = Vec::with_capacity(n);
+        let mut cluster_addrs = Vec::with_capacity(n);
+        for i in 0..n {
+            let (cluster, admin) = (loopback(ports[2 * i]), loopback(ports[2 * i + 1]));
+            text +=
+                &format!("\n[[node]]\nid = {i}\naddr = \"{cluster}\"\nadmin_addr = \"{admin}\"\n");
+            admins.push(admin);
+            cluster_addrs.push(cluster);
+        }
+        let config_file = config.dir.join("cluster.toml");
+        std::fs::write(&config_file, text).map_err(io("writing the cluster configuration"))?;
+        let mut cluster = LocalCluster {
+            config,
+            config_file,
+            admins,
+            cluster_addrs,
+            children: (0..n).map(|_| None).collect(),
+            etcd: Some(etcd),
+            etcd_addrs,
+        };
+        for i in 0..cluster.config.nodes {
+            cluster.start_node(i)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn nodes(&self) -> u32 {
+        self.config.nodes
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    pub fn admin_addr(&self, node: u32) -> Option<SocketAddr> {
+        self.admins.get(node as usize).copied()
+    }
+
+    pub fn cluster_addr(&self, node: u32) -> Option<SocketAddr> {
+        self.cluster_addrs.get(node as usize).copied()
+    }
+
+    /// Starts node `node` (again), as a new incarnation; its log goes to
+    /// `dir/node<i>.log` (appended across restarts).
+    pub fn start_node(&mut self, node: u32) -> Result<(), LocalClusterError> {
+        let slot = self
+            .children
+            .get_mut(node as usize)
+            .ok_or(LocalClusterError::NoSuchNode(node))?;
+        if let Some(mut old) = slot.take() {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        let log_path = self.config.dir.join(format!("node{node}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(io(format!("opening {}", log_path.display())))?;
+        let mut command = Command::new(&self.config.roost_bin);
+        command
+            .args(["node", "--id", &node.to_string(), "--config"])
+            .arg(&self.config_file)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let bugs = self.config.register_bugs;
+        if bugs.quorum_minus_one {
+            command.args(["--planted-register", "quorum-minus-one"]);
+        }
+        if bugs.skip_recovery {
+            command.args(["--planted-register", "skip-recovery"]);
+        }
+        let child = command
+            .spawn()
+            .map_err(io(format!("starting {}", self.config.roost_bin.display())))?;
+        self.children[node as usize] = Some(child);
+        Ok(())
+    }
+
+    fn pid(&self, node: u32) -> Result<libc::pid_t, LocalClusterError> {
+        self.children
+            .get(node as usize)
+            .ok_or(LocalClusterError::NoSuchNode(node))?
+            .as_ref()
+            .map(|c| c.id() as libc::pid_t)
+            .ok_or(LocalClusterError::NotRunning(node))
+    }
+
+    fn signal(&self, node: u32, signal: libc::c_int) -> Result<(), LocalClusterError> {
+        let pid = self.pid(node)?;
+        // SAFETY: kill(2) on the id of a child process this cluster owns.
+        let rc = unsafe { libc::kill(pid, signal) };
+        if rc != 0 {
+            return Err(LocalClusterError::Io {
+                what: format!("signal {signal} to node {node}"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+
+    /// SIGKILL: the process dies at once, its memory lost (SIGKILL also ends
+    /// a stopped process on Linux).
+    pub fn kill(&mut self, node: u32) -> Result<(), LocalClusterError> {
+        let mut child = self
+            .children
+            .get_mut(node as usize)
+            .ok_or(LocalClusterError::NoSuchNode(node))?
+            .take()
+            .ok_or(LocalClusterError::NotRunning(node))?;
+        child
+            .kill()
+            .map_err(io(format!("SIGKILL to node {node}")))?;
+        let _ = child.wait();
+        Ok(())
+    }
+
+    /// SIGSTOP: the process freezes (its lease lapses; its sockets stay open).
+    pub fn pause(&self, node: u32) -> Result<(), LocalClusterError> {
+        self.signal(node, libc::SIGSTOP)
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self, node: u32) -> Result<(), LocalClusterError> {
+        self.signal(node, libc::SIGCONT)
+    }
+
+    pub fn is_running(&self, node: u32) -> bool {
+        self.children
+            .get(node as usize)
+            .is_some_and(Option::is_some)
+    }
+
+    /// Kills etcd (SIGKILL); [`LocalCluster::restart_etcd`] brings it back on
+    /// the same data.
+    pub fn kill_etcd(&mut self) {
+        self.etcd = None;
+    }
+
+    pub fn restart_etcd(&mut self) -> Result<(), LocalClusterError> {
+        self.etcd = None;
+        let (client, peer) = self.etcd_addrs;
+        let etcd = LocalEtcd::start(
+            &self.config.etcd_bin,
+            &self.config.dir.join("etcd"),
+            client,
+            peer,
+        )?;
+        self.etcd = Some(etcd);
+        Ok(())
+    }
+
+    /// One admin request to node `node` (blocking): the status code and body.
+    pub fn admin(
+        &self,
+        node: u32,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(u16, String), LocalClusterError> {
+        let addr = self
+            .admin_addr(node)
+            .ok_or(LocalClusterError::NoSuchNode(node))?;
+        admin_request(addr, path, timeout).map_err(io(format!("admin {path} on node {node}")))
+    }
+
+    /// Node `node`'s `/status`, if it answers within a second.
+    pub fn status(&self, node: u32) -> Option<StatusReport> {
+        match self.admin(node, "/status", Duration::from_secs(1)) {
+            Ok((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.etcd = None;
+    }
+}
+
+/// A blocking HTTP/1.0 GET against an admin endpoint.
+pub fn admin_request(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream.take(16 << 20).read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
+        })?;
+    Ok((code, body.to_owned()))
+}

@@ -6,15 +6,14 @@
 //! partition heals; the membership survives a restart of etcd.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
 use common::etcd_or_skip;
-use roost_cluster::local_etcd::LocalEtcd;
+use roost_cluster::local_cluster::{LocalCluster, LocalClusterConfig};
 use roost_cluster::runtime::StatusReport;
 
 const HEARTBEAT_MS: u64 = 50;
@@ -28,7 +27,6 @@ const PATIENCE: Duration = Duration::from_secs(15);
 const TTL_MS: u64 = 1000;
 const KEEPALIVE_MS: u64 = 250;
 const POLL_MS: u64 = 50;
-const ETCD_DRIFT_MS: u64 = 50;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Membership {
@@ -36,126 +34,53 @@ enum Membership {
     Etcd,
 }
 
+/// A test cluster: [`LocalCluster`] (node processes with a cluster secret,
+/// and a local etcd in etcd mode) with the test's timing and waits.
 struct Cluster {
-    dir: PathBuf,
-    config: PathBuf,
-    admins: Vec<SocketAddr>,
-    peers: Vec<SocketAddr>,
-    children: Vec<Option<Child>>,
-    etcd: Option<LocalEtcd>,
-    etcd_ports: (u16, u16),
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.etcd = None;
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Ports the OS hands out now (released at once; a clash is unlikely).
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    inner: LocalCluster,
 }
 
 impl Cluster {
-    fn start(name: &str, nodes: usize, membership: Membership) -> Cluster {
+    fn start(name: &str, nodes: u32, membership: Membership) -> Cluster {
         let dir = std::env::temp_dir().join(format!("roost-cluster-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ports = free_ports(nodes * 2 + 2);
-        let etcd_ports = (ports[nodes * 2], ports[nodes * 2 + 1]);
-        let mut text = format!(
+        let mut config =
+            LocalClusterConfig::new(PathBuf::from(env!("CARGO_BIN_EXE_roost")), dir, nodes);
+        config.etcd = membership == Membership::Etcd;
+        config.lease_ttl_s = TTL_MS / 1000;
+        config.keepalive_interval_ms = KEEPALIVE_MS;
+        config.poll_interval_ms = POLL_MS;
+        config.extra_toml = format!(
             "[membership]\nheartbeat_interval_ms = {HEARTBEAT_MS}\nsuspect_after_ms = {SUSPECT_MS}\n\
              lease_duration_ms = {LEASE_MS}\nclock_drift_margin_ms = {DRIFT_MS}\nproposal_timeout_ms = 800\n"
         );
-        if membership == Membership::Etcd {
-            // The etcd clusters also authenticate node-to-node connections.
-            let secret = dir.join("cluster.secret");
-            std::fs::write(&secret, "3c0ffee5ec0e7000000000000000beef").unwrap();
-            text += &format!(
-                "\n[security]\nsecret_file = {:?}\n",
-                secret.display().to_string()
-            );
-            text += &format!(
-                "\n[coordinator]\netcd_endpoints = [\"127.0.0.1:{}\"]\nlease_ttl_s = {}\n\
-                 keepalive_interval_ms = {KEEPALIVE_MS}\npoll_interval_ms = {POLL_MS}\n\
-                 request_timeout_ms = 200\nclock_drift_margin_ms = {ETCD_DRIFT_MS}\n",
-                etcd_ports.0,
-                TTL_MS / 1000
-            );
-        }
-        let mut admins = Vec::new();
-        let mut peers = Vec::new();
-        for i in 0..nodes {
-            let (cluster, admin) = (ports[2 * i], ports[2 * i + 1]);
-            text += &format!(
-                "\n[[node]]\nid = {i}\naddr = \"127.0.0.1:{cluster}\"\nadmin_addr = \"127.0.0.1:{admin}\"\n"
-            );
-            admins.push(SocketAddr::from(([127, 0, 0, 1], admin)));
-            peers.push(SocketAddr::from(([127, 0, 0, 1], cluster)));
-        }
-        let config = dir.join("cluster.toml");
-        std::fs::write(&config, text).unwrap();
-        let mut cluster = Cluster {
-            dir,
-            config,
-            admins,
-            peers,
-            children: (0..nodes).map(|_| None).collect(),
-            etcd: None,
-            etcd_ports,
-        };
-        if membership == Membership::Etcd {
-            cluster.start_etcd();
-        }
-        for i in 0..nodes {
-            cluster.spawn(i);
-        }
-        cluster
+        let inner = LocalCluster::start(config).expect(
+            "the cluster starts (etcd mode needs Debian's etcd-server; .ci/run installs it)",
+        );
+        Cluster { inner }
     }
 
     fn spawn(&mut self, i: usize) {
-        let log = std::fs::File::create(self.dir.join(format!("node{i}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_roost"))
-            .args(["node", "--id", &i.to_string(), "--config"])
-            .arg(&self.config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn roost node");
-        self.children[i] = Some(child);
-    }
-
-    /// Starts (or restarts, on the same data) the cluster's etcd.
-    fn start_etcd(&mut self) {
-        let (client, peer) = self.etcd_ports;
-        let etcd = LocalEtcd::start(
-            "etcd",
-            &self.dir.join("etcd"),
-            SocketAddr::from(([127, 0, 0, 1], client)),
-            SocketAddr::from(([127, 0, 0, 1], peer)),
-        )
-        .expect("etcd (Debian's etcd-server; .ci/run installs it) must start");
-        self.etcd = Some(etcd);
+        self.inner.start_node(i as u32).expect("restart a node");
     }
 
     fn sigkill(&mut self, i: usize) {
-        let mut child = self.children[i].take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
+        self.inner.kill(i as u32).expect("SIGKILL a node");
+    }
+
+    fn kill_etcd(&mut self) {
+        self.inner.kill_etcd();
+    }
+
+    fn restart_etcd(&mut self) {
+        self.inner
+            .restart_etcd()
+            .expect("etcd restarts on its data");
+    }
+
+    fn cluster_addr(&self, i: usize) -> SocketAddr {
+        self.inner
+            .cluster_addr(i as u32)
+            .expect("a configured node")
     }
 
     /// Writes the register through node `i`, retrying while its replicas are
@@ -192,11 +117,14 @@ impl Cluster {
     }
 
     fn get(&self, i: usize, path: &str) -> Option<String> {
-        http_get(self.admins[i], path)
+        match self.inner.admin(i as u32, path, Duration::from_secs(3)) {
+            Ok((200, body)) => Some(body),
+            _ => None,
+        }
     }
 
     fn status(&self, i: usize) -> Option<StatusReport> {
-        serde_json::from_str(&self.get(i, "/status")?).ok()
+        self.inner.status(i as u32)
     }
 
     /// Polls node `i` every 10 ms until `done` holds; returns the status and when.
@@ -220,16 +148,6 @@ impl Cluster {
             self.status(i)
         );
     }
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
 fn all_members(status: &StatusReport, n: u32) -> bool {
@@ -373,7 +291,7 @@ fn etcd_killed_node_is_removed_after_its_lease_and_rejoins_in_a_newer_epoch() {
     // A process without the secret that connects to node 0's cluster port and
     // speaks the envelope protocol is refused; node 0 keeps serving.
     {
-        let mut impostor = TcpStream::connect(cluster.peers[0]).unwrap();
+        let mut impostor = TcpStream::connect(cluster.cluster_addr(0)).unwrap();
         let _ = impostor.write_all(&[0, 0, 0, 8, 1, 0, 0, 0, 2, 0, 0, 0]);
         let mut buf = [0u8; 16];
         impostor
@@ -475,10 +393,10 @@ fn etcd_membership_survives_an_etcd_restart() {
     assert!(before.epoch >= 2, "{before:?}");
 
     // SIGKILL etcd and start it again on the same data directory.
-    cluster.etcd = None;
+    cluster.kill_etcd();
     let (lapsed, _) = cluster.wait_for(0, "not serving without etcd", |s| !s.serving);
     assert_eq!(lapsed.epoch, before.epoch);
-    cluster.start_etcd();
+    cluster.restart_etcd();
     let (after, _) = cluster.wait_for(0, "serving again", |s| s.serving);
     // The view (and its epoch) came back from etcd's disk, not from scratch.
     assert!(after.epoch >= before.epoch, "{after:?} after {before:?}");

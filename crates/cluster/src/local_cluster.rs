@@ -29,6 +29,11 @@ pub struct LocalClusterConfig {
     pub poll_interval_ms: u64,
     /// Planted register faults, passed to every node (checker self-tests).
     pub register_bugs: RegisterBugs,
+    /// Membership from a local etcd (true) or the peer-to-peer lease protocol.
+    pub etcd: bool,
+    /// TOML appended to the generated configuration (e.g. `[membership]`
+    /// timing for the peer protocol).
+    pub extra_toml: String,
 }
 
 impl LocalClusterConfig {
@@ -42,6 +47,8 @@ impl LocalClusterConfig {
             keepalive_interval_ms: 250,
             poll_interval_ms: 50,
             register_bugs: RegisterBugs::default(),
+            etcd: true,
+            extra_toml: String::new(),
         }
     }
 }
@@ -98,12 +105,16 @@ impl LocalCluster {
         let ports = free_ports(2 * n + 2).map_err(io("finding free ports"))?;
         let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         let etcd_addrs = (loopback(ports[2 * n]), loopback(ports[2 * n + 1]));
-        let etcd = LocalEtcd::start(
-            &config.etcd_bin,
-            &config.dir.join("etcd"),
-            etcd_addrs.0,
-            etcd_addrs.1,
-        )?;
+        let etcd = if config.etcd {
+            Some(LocalEtcd::start(
+                &config.etcd_bin,
+                &config.dir.join("etcd"),
+                etcd_addrs.0,
+                etcd_addrs.1,
+            )?)
+        } else {
+            None
+        };
         let secret = config.dir.join("cluster.secret");
         let secret_hex: String = rand::random::<[u8; 32]>()
             .iter()
@@ -111,14 +122,20 @@ impl LocalCluster {
             .collect();
         std::fs::write(&secret, secret_hex).map_err(io("writing the cluster secret"))?;
         let mut text = format!(
-            "[coordinator]\netcd_endpoints = [\"{}\"]\nlease_ttl_s = {}\nkeepalive_interval_ms = {}\n\
-             poll_interval_ms = {}\nrequest_timeout_ms = 200\n\n[security]\nsecret_file = {:?}\n",
-            etcd.endpoint,
-            config.lease_ttl_s,
-            config.keepalive_interval_ms,
-            config.poll_interval_ms,
-            secret.display().to_string()
+            "[security]\nsecret_file = {:?}\n\n{}\n",
+            secret.display().to_string(),
+            config.extra_toml
         );
+        if let Some(etcd) = &etcd {
+            text += &format!(
+                "\n[coordinator]\netcd_endpoints = [\"{}\"]\nlease_ttl_s = {}\nkeepalive_interval_ms = {}\n\
+                 poll_interval_ms = {}\nrequest_timeout_ms = 200\n",
+                etcd.endpoint,
+                config.lease_ttl_s,
+                config.keepalive_interval_ms,
+                config.poll_interval_ms,
+            );
+        }
         let mut admins = Vec::with_capacity(n);
         let mut cluster_addrs = Vec::with_capacity(n);
         for i in 0..n {
@@ -136,7 +153,7 @@ impl LocalCluster {
             admins,
             cluster_addrs,
             children: (0..n).map(|_| None).collect(),
-            etcd: Some(etcd),
+            etcd,
             etcd_addrs,
         };
         for i in 0..cluster.config.nodes {
@@ -260,7 +277,11 @@ impl LocalCluster {
         self.etcd = None;
     }
 
+    /// Starts etcd again on its data (a no-op for a peer-membership cluster).
     pub fn restart_etcd(&mut self) -> Result<(), LocalClusterError> {
+        if !self.config.etcd {
+            return Ok(());
+        }
         self.etcd = None;
         let (client, peer) = self.etcd_addrs;
         let etcd = LocalEtcd::start(

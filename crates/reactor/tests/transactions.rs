@@ -411,12 +411,18 @@ fn increments_racing_moves(planted_bug: bool) -> u64 {
         .unwrap();
     let (committed, half_moved, stop) =
         (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    // Incrementers stop after this long even if the mover has not finished:
+    // with the placement check skipped (planted) nothing holds them back, and
+    // on an oversubscribed machine they can starve the long move transaction
+    // indefinitely; once they stop, the remaining moves commit at once.
+    let started = std::time::Instant::now();
+    let incrementing_for = std::time::Duration::from_secs(5);
     std::thread::scope(|s| {
         for _ in 0..3 {
             let (db, committed, half_moved, stop) =
                 (Arc::clone(&shop.db), &committed, &half_moved, &stop);
             s.spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) && started.elapsed() < incrementing_for {
                     let result = db.run_blocking(w, |ctx| async move {
                         match ctx.get(&COUNT, &0)? {
                             Some(n) => ctx.put(&COUNT, &0, &(n + 1)),

@@ -19,6 +19,11 @@ pub struct RespArgs {
     /// Server configuration (TOML: limits, keyspace, requirepass, users).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this port, on
+    /// the config's `metrics_bind` address or else the listening one
+    /// (overrides `metrics_bind`'s port; 0 picks a free one).
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
 }
 
 impl RespArgs {
@@ -30,6 +35,10 @@ impl RespArgs {
         let ip = self.bind.unwrap_or(config.bind.ip());
         let port = self.port.unwrap_or(config.bind.port());
         config.bind = SocketAddr::new(ip, port);
+        if let Some(metrics_port) = self.metrics_port {
+            let metrics_ip = config.metrics_bind.map_or(ip, |addr| addr.ip());
+            config.metrics_bind = Some(SocketAddr::new(metrics_ip, metrics_port));
+        }
         Ok(config)
     }
 }
@@ -39,6 +48,9 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
     let config = args.config()?;
     let server = Server::spawn(config).context("starting the RESP server")?;
     println!("roost resp: listening on {}", server.addr());
+    if let Some(metrics) = server.metrics_addr() {
+        println!("roost resp: metrics on http://{metrics}/metrics");
+    }
     server.wait();
     Ok(())
 }
@@ -53,8 +65,22 @@ mod tests {
             port: Some(7000),
             bind: None,
             config: None,
+            metrics_port: None,
         };
         let config = args.config().unwrap();
         assert_eq!(config.bind, "127.0.0.1:7000".parse().unwrap());
+        assert_eq!(config.metrics_bind, None);
+    }
+
+    #[test]
+    fn metrics_port_serves_on_the_listening_address() {
+        let args = RespArgs {
+            port: Some(7000),
+            bind: Some("0.0.0.0".parse().unwrap()),
+            config: None,
+            metrics_port: Some(9121),
+        };
+        let config = args.config().unwrap();
+        assert_eq!(config.metrics_bind, Some("0.0.0.0:9121".parse().unwrap()));
     }
 }

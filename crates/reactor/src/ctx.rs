@@ -2,6 +2,7 @@
 //! context for the root transaction, typed access to the reactor's relations,
 //! and asynchronous calls on other reactors.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::ops::{Bound, RangeBounds};
 use std::pin::Pin;
@@ -232,10 +233,23 @@ impl ReactorCtx {
     }
 
     fn key<K: KeyCodec>(&self, key: &K) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16);
-        out.extend_from_slice(&self.reactor.0.to_be_bytes());
-        key.encode_into(&mut out);
+        let mut out = Vec::with_capacity(64);
+        self.encode_key_into(key, &mut out);
         out
+    }
+
+    fn encode_key_into<K: KeyCodec>(&self, key: &K, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.reactor.0.to_be_bytes());
+        key.encode_into(out);
+    }
+
+    /// Runs `op` with `key` encoded (reactor prefix first) in this thread's
+    /// reusable key buffer: a point operation allocates no key.
+    fn with_key<K: KeyCodec, R>(&self, key: &K, op: impl FnOnce(&[u8]) -> R) -> R {
+        with_scratch(&KEY_SCRATCH, |buf| {
+            self.encode_key_into(key, buf);
+            op(buf)
+        })
     }
 
     fn with_context<R>(
@@ -256,10 +270,10 @@ impl ReactorCtx {
         key: &K,
     ) -> Result<Option<V>, ReactorError> {
         let relation = self.relation(def)?;
-        let key = self.key(key);
-        // SAFETY: the participant's guard lives until the context is released.
-        let value =
-            self.with_context(|c, g| unsafe { c.get_with(g, relation, &key, decode::<V>) })?;
+        let value = self.with_key(key, |key| {
+            // SAFETY: the participant's guard lives until the context is released.
+            self.with_context(|c, g| unsafe { c.get_with(g, relation, key, decode::<V>) })
+        })?;
         Ok(value.transpose()?)
     }
 
@@ -269,9 +283,11 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
-        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
-        // SAFETY: as in `get`.
-        Ok(self.with_context(|c, g| unsafe { c.put(g, relation, &key, &value) })?)
+        let relation = self.relation(def)?;
+        self.with_encoded(key, value, |key, value| {
+            // SAFETY: as in `get`.
+            self.with_context(|c, g| unsafe { c.put(g, relation, key, value) })
+        })
     }
 
     pub fn insert<K: KeyCodec, V: Serialize>(
@@ -280,9 +296,11 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
-        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
-        // SAFETY: as in `get`.
-        Ok(self.with_context(|c, g| unsafe { c.insert(g, relation, &key, &value) })?)
+        let relation = self.relation(def)?;
+        self.with_encoded(key, value, |key, value| {
+            // SAFETY: as in `get`.
+            self.with_context(|c, g| unsafe { c.insert(g, relation, key, value) })
+        })
     }
 
     pub fn update<K: KeyCodec, V: Serialize>(
@@ -291,9 +309,11 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
-        let (relation, key, value) = (self.relation(def)?, self.key(key), encode(value)?);
-        // SAFETY: as in `get`.
-        Ok(self.with_context(|c, g| unsafe { c.update(g, relation, &key, &value) })?)
+        let relation = self.relation(def)?;
+        self.with_encoded(key, value, |key, value| {
+            // SAFETY: as in `get`.
+            self.with_context(|c, g| unsafe { c.update(g, relation, key, value) })
+        })
     }
 
     pub fn delete<K: KeyCodec, V>(
@@ -301,9 +321,26 @@ impl ReactorCtx {
         def: &RelationDef<K, V>,
         key: &K,
     ) -> Result<bool, ReactorError> {
-        let (relation, key) = (self.relation(def)?, self.key(key));
-        // SAFETY: as in `get`.
-        Ok(self.with_context(|c, g| unsafe { c.delete(g, relation, &key) })?)
+        let relation = self.relation(def)?;
+        Ok(self.with_key(key, |key| {
+            // SAFETY: as in `get`.
+            self.with_context(|c, g| unsafe { c.delete(g, relation, key) })
+        })?)
+    }
+
+    /// Runs a write with `key` and `value` encoded in this thread's reusable
+    /// buffers (the storage copies both into the transaction's own buffers).
+    fn with_encoded<K: KeyCodec, V: Serialize>(
+        &self,
+        key: &K,
+        value: &V,
+        write: impl FnOnce(&[u8], &[u8]) -> Result<(), TxError>,
+    ) -> Result<(), ReactorError> {
+        with_scratch(&VALUE_SCRATCH, |value_buf| {
+            encode_into(value, value_buf)?;
+            self.with_key(key, |key| write(key, value_buf))?;
+            Ok(())
+        })
     }
 
     /// Up to `limit` rows of this reactor in `range`, in key order or reversed.
@@ -403,6 +440,33 @@ impl ReactorCtx {
         self.dispatch(container, target, true, procedure)
     }
 
+    /// The context of reactor `target` when it lives in this container, for
+    /// synchronous access to its relations as part of this transaction: what
+    /// [`call`](Self::call) would hand an inline procedure, without the
+    /// future, its allocation and the call bookkeeping. `None` when `target`
+    /// lives in another container (use `call`). An error (the reactor moved
+    /// away meanwhile) aborts the transaction when the procedure returns it.
+    pub fn local(&self, target: ReactorId) -> Result<Option<ReactorCtx>, ReactorError> {
+        if target == self.reactor {
+            return Ok(Some(self.clone()));
+        }
+        let (reactor_type, container) = self.root.db.reactor_entry(target)?;
+        if container as usize != self.container {
+            return Ok(None);
+        }
+        let child = ReactorCtx {
+            reactor: target,
+            reactor_type,
+            ..self.clone()
+        };
+        if child.has_moved_away()? {
+            return Err(ReactorError::Tx(TxError::Conflict(
+                ConflictKind::RecordUnlinked,
+            )));
+        }
+        Ok(Some(child))
+    }
+
     /// Enqueues `procedure` on the executor serving this transaction in
     /// `container`; the call was already counted as started.
     fn dispatch<T, F, Fut>(
@@ -455,7 +519,7 @@ impl ReactorCtx {
 /// waiting, and then cost no task allocation and no trip through the
 /// scheduler. Safe with a no-op waker: a pending future is spawned, and a
 /// spawned task is polled again, registering its real waker.
-fn run_soon(future: impl Future<Output = ()> + 'static) {
+pub(crate) fn run_soon(future: impl Future<Output = ()> + 'static) {
     let mut future = Box::pin(future);
     let mut cx = Context::from_waker(std::task::Waker::noop());
     if future.as_mut().poll(&mut cx).is_pending() {
@@ -467,8 +531,59 @@ fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V, TxError> {
     postcard::from_bytes(bytes).map_err(|e| TxError::Codec(e.to_string()))
 }
 
-fn encode<V: Serialize>(value: &V) -> Result<Vec<u8>, TxError> {
-    postcard::to_allocvec(value).map_err(|e| TxError::Codec(e.to_string()))
+/// Appends `value`'s postcard encoding to `out`.
+fn encode_into<V: Serialize>(value: &V, out: &mut Vec<u8>) -> Result<(), TxError> {
+    postcard::serialize_with_flavor(value, AppendVec(out))
+        .map_err(|e| TxError::Codec(e.to_string()))
+}
+
+/// A postcard output that appends to a borrowed buffer (reused across
+/// operations instead of a fresh vector per write).
+struct AppendVec<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for AppendVec<'_> {
+    type Output = ();
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// Buffers larger than this are not kept between operations.
+const SCRATCH_KEEP_BYTES: usize = 64 << 10;
+
+thread_local! {
+    static KEY_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static VALUE_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `op` with an empty buffer: this thread's `scratch`, or a fresh one if
+/// it is in use (an operation nested in another's encoding).
+fn with_scratch<R>(
+    scratch: &'static std::thread::LocalKey<RefCell<Vec<u8>>>,
+    op: impl FnOnce(&mut Vec<u8>) -> R,
+) -> R {
+    scratch.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let result = op(&mut buf);
+            if buf.capacity() > SCRATCH_KEEP_BYTES {
+                *buf = Vec::new();
+            }
+            result
+        }
+        Err(_) => op(&mut Vec::with_capacity(64)),
+    })
 }
 
 type LocalFuture<T> = Pin<Box<dyn Future<Output = Result<T, ReactorError>>>>;

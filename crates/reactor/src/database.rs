@@ -370,7 +370,10 @@ impl Database {
         let shared = Arc::clone(&self.shared);
         let procedure = Arc::new(procedure);
         let sent = self.shared.executors[executor].send(move || {
-            tokio::task::spawn_local(async move {
+            // Polled at once, and spawned as a task only if it must wait: a
+            // transaction whose reactors all live in this container commits
+            // within its first poll.
+            crate::ctx::run_soon(async move {
                 let outcome = run_root(shared, reactor, executor, moving, procedure).await;
                 let _ = reply.send(outcome);
             });

@@ -47,6 +47,8 @@ pub(crate) struct ExecutorLocal {
     participants: HashMap<u64, Rc<Participant>>,
     /// Reusable contexts, so a transaction does not allocate fresh buffers.
     pool: Vec<TxContext>,
+    /// Reusable `Participant::present` sets, likewise.
+    present_pool: Vec<Vec<crate::database::ReactorId>>,
     engine: Engine,
 }
 
@@ -81,7 +83,7 @@ impl ExecutorLocal {
         let p = Rc::new(Participant {
             guard: Guard::new(),
             context: Arc::new(Mutex::new(context)),
-            present: RefCell::new(Vec::new()),
+            present: RefCell::new(self.present_pool.pop().unwrap_or_default()),
         });
         self.participants.insert(txn_id, Rc::clone(&p));
         (p, true)
@@ -94,7 +96,16 @@ impl ExecutorLocal {
             return;
         };
         let Ok(p) = Rc::try_unwrap(p) else { return };
-        let Participant { guard, context, .. } = p;
+        let Participant {
+            guard,
+            context,
+            present,
+        } = p;
+        let mut present = present.into_inner();
+        if self.present_pool.len() < CONTEXT_POOL_LIMIT {
+            present.clear();
+            self.present_pool.push(present);
+        }
         if let Ok(context) = Arc::try_unwrap(context) {
             let context = context.into_inner().unwrap_or_else(|e| e.into_inner());
             if context.is_untouched() && self.pool.len() < CONTEXT_POOL_LIMIT {
@@ -207,6 +218,7 @@ impl ExecutorHandle {
                         admission: Rc::new(Semaphore::new(max_active)),
                         participants: HashMap::new(),
                         pool: Vec::new(),
+                        present_pool: Vec::new(),
                         engine,
                     })
                 });

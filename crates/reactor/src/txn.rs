@@ -157,13 +157,22 @@ impl RootTxn {
     /// Commits (or, after an error, aborts) every context, then releases them
     /// on their executors.
     fn finish(&self, body: Result<(), ReactorError>) -> Result<(), ReactorError> {
-        let (members, error) = {
+        let (mut members, error) = {
             let mut state = self.state();
             (std::mem::take(&mut state.members), state.error.take())
         };
         let verdict = body.and(error.map_or(Ok(()), Err));
-        let contexts: Vec<Arc<Mutex<TxContext>>> =
-            members.iter().filter_map(|m| m.context.clone()).collect();
+        // Moved out of the members, so that once they are dropped below the
+        // executors hold the only references and can pool the contexts.
+        let mut contexts: Vec<Arc<Mutex<TxContext>>> = Vec::with_capacity(members.len());
+        let mut participated: Vec<usize> = Vec::with_capacity(members.len());
+        for member in &mut members {
+            if let Some(context) = member.context.take() {
+                contexts.push(context);
+                participated.push(member.executor);
+            }
+        }
+        drop(members);
         let guard = Guard::new();
         let outcome = {
             let mut locked: Vec<MutexGuard<'_, TxContext>> = contexts
@@ -190,18 +199,19 @@ impl RootTxn {
             }
         };
         drop(contexts);
-        self.release(&members);
+        self.release(&participated);
         outcome
     }
 
-    fn release(&self, members: &[Member]) {
+    /// Releases the contexts on `executors` (those that hold one).
+    fn release(&self, executors: &[usize]) {
         let id = self.id;
         let here = with_local(|l| l.executor);
-        for m in members.iter().filter(|m| m.context.is_some()) {
-            if m.executor == here {
+        for &executor in executors {
+            if executor == here {
                 with_local(|l| l.release(id));
             } else {
-                self.db.executors[m.executor].send(move || with_local(|l| l.release(id)));
+                self.db.executors[executor].send(move || with_local(|l| l.release(id)));
             }
         }
     }

@@ -232,9 +232,14 @@ pub(crate) static COMMANDS: &[Spec] = &[
 ];
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    lookup_index(name).map(|i| &COMMANDS[i])
+}
+
+/// The command's index in [`COMMANDS`].
+pub(crate) fn lookup_index(name: &[u8]) -> Option<usize> {
     COMMANDS
         .iter()
-        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+        .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 pub(crate) fn arity_ok(spec: &Spec, argc: usize) -> bool {
@@ -303,12 +308,22 @@ fn integer(arg: &[u8]) -> Result<i64, Frame> {
 /// The data command `spec` with `args` (arity already checked) as an [`Op`];
 /// a bad argument becomes [`Op::Reply`] with Redis's error text, answered
 /// when the command runs (inside MULTI: at EXEC, in its place).
-pub(crate) fn parse_op(spec: &Spec, args: &[Vec<u8>]) -> Op {
-    parse_op_checked(spec, args).unwrap_or_else(Op::Reply)
+/// The arguments are moved into the `Op`, not copied.
+pub(crate) fn parse_op(spec: &Spec, mut args: Vec<Vec<u8>>) -> Op {
+    parse_op_checked(spec, &mut args).unwrap_or_else(Op::Reply)
 }
 
-fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
-    let a = &args[1..];
+/// Moves argument `i` out (it is left empty).
+fn take(a: &mut [Vec<u8>], i: usize) -> Vec<u8> {
+    std::mem::take(&mut a[i])
+}
+
+fn take_all(a: &mut [Vec<u8>]) -> Vec<Vec<u8>> {
+    a.iter_mut().map(std::mem::take).collect()
+}
+
+fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let a = &mut args[1..];
     if spec.first_key > 0 {
         let last = if spec.last_key < 0 {
             a.len()
@@ -321,24 +336,23 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
             i += spec.step.max(1) as usize;
         }
     }
-    let key = || a[0].clone();
     Ok(match spec.name {
-        "get" => Op::Get(key()),
+        "get" => Op::Get(take(a, 0)),
         "set" => parse_set(a)?,
-        "del" => Op::Del(a.to_vec()),
-        "exists" => Op::Exists(a.to_vec()),
-        "incr" => Op::IncrBy(key(), 1),
-        "decr" => Op::IncrBy(key(), -1),
-        "incrby" => Op::IncrBy(key(), integer(&a[1])?),
+        "del" => Op::Del(take_all(a)),
+        "exists" => Op::Exists(take_all(a)),
+        "incr" => Op::IncrBy(take(a, 0), 1),
+        "decr" => Op::IncrBy(take(a, 0), -1),
+        "incrby" => Op::IncrBy(take(a, 0), integer(&a[1])?),
         "decrby" => {
             let by = integer(&a[1])?;
             // Redis: "ERR decrement would overflow" for i64::MIN.
             let by = by
                 .checked_neg()
                 .ok_or_else(|| Frame::error("ERR decrement would overflow"))?;
-            Op::IncrBy(key(), by)
+            Op::IncrBy(take(a, 0), by)
         }
-        "mget" => Op::MGet(a.to_vec()),
+        "mget" => Op::MGet(take_all(a)),
         "mset" => {
             if a.len() % 2 != 0 {
                 return Err(wrong_arity("mset"));
@@ -346,7 +360,9 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
             let mut pairs = Vec::with_capacity(a.len() / 2);
             for pair in a.chunks_exact(2) {
                 check_value(&pair[1])?;
-                pairs.push((pair[0].clone(), pair[1].clone()));
+            }
+            for pair in a.chunks_exact_mut(2) {
+                pairs.push((take(pair, 0), take(pair, 1)));
             }
             Op::MSet(pairs)
         }
@@ -355,18 +371,18 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
                 check_value(v)?;
             }
             Op::Push {
-                key: key(),
+                key: take(a, 0),
                 left: spec.name == "lpush",
-                values: a[1..].to_vec(),
+                values: take_all(&mut a[1..]),
             }
         }
         "lrange" => Op::LRange {
-            key: key(),
+            key: take(a, 0),
             start: integer(&a[1])?,
             stop: integer(&a[2])?,
         },
-        "llen" => Op::LLen(key()),
-        "hget" => Op::HGet(key(), a[1].clone()),
+        "llen" => Op::LLen(take(a, 0)),
+        "hget" => Op::HGet(take(a, 0), take(a, 1)),
         "hset" => {
             if a.len() % 2 != 1 {
                 return Err(wrong_arity("hset"));
@@ -374,12 +390,14 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
             let mut pairs = Vec::with_capacity(a.len() / 2);
             for pair in a[1..].chunks_exact(2) {
                 check_value(&pair[1])?;
-                pairs.push((pair[0].clone(), pair[1].clone()));
             }
-            Op::HSet(key(), pairs)
+            for pair in a[1..].chunks_exact_mut(2) {
+                pairs.push((take(pair, 0), take(pair, 1)));
+            }
+            Op::HSet(take(a, 0), pairs)
         }
-        "hgetall" => Op::HGetAll(key()),
-        "hdel" => Op::HDel(key(), a[1..].to_vec()),
+        "hgetall" => Op::HGetAll(take(a, 0)),
+        "hdel" => Op::HDel(take(a, 0), take_all(&mut a[1..])),
         "bc.create" => {
             if a.len() > 4 {
                 return Err(syntax_error());
@@ -397,7 +415,7 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
                 None => k,
             };
             Op::BcCreate {
-                key: key(),
+                key: take(a, 0),
                 bound,
                 k,
                 initial,
@@ -418,17 +436,17 @@ fn parse_op_checked(spec: &Spec, args: &[Vec<u8>]) -> Result<Op, Frame> {
             let delta = u64::try_from(delta)
                 .map_err(|_| Frame::error("ERR delta must be a non-negative integer"))?;
             Op::BcAdd {
-                key: key(),
+                key: take(a, 0),
                 up: spec.name == "bc.inc",
                 delta,
             }
         }
-        "bc.get" => Op::BcGet(key()),
+        "bc.get" => Op::BcGet(take(a, 0)),
         other => unreachable!("data command `{other}` without a parser"),
     })
 }
 
-fn parse_set(a: &[Vec<u8>]) -> Result<Op, Frame> {
+fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
     check_value(&a[1])?;
     let mut cond = SetCond::Always;
     let mut get = false;
@@ -445,8 +463,8 @@ fn parse_set(a: &[Vec<u8>]) -> Result<Op, Frame> {
         }
     }
     Ok(Op::Set {
-        key: a[0].clone(),
-        value: a[1].clone(),
+        key: take(a, 0),
+        value: take(a, 1),
         cond,
         get,
     })
@@ -513,7 +531,7 @@ mod tests {
             if spec.name == "bc.create" {
                 a[2] = b"lower".to_vec();
             }
-            let _ = parse_op(spec, &a);
+            let _ = parse_op(spec, a);
         }
     }
 
@@ -521,7 +539,7 @@ mod tests {
     fn set_options() {
         let spec = lookup(b"SET").unwrap();
         assert!(matches!(
-            parse_op(spec, &args("set k v nx get")),
+            parse_op(spec, args("set k v nx get")),
             Op::Set {
                 cond: SetCond::IfAbsent,
                 get: true,
@@ -529,10 +547,10 @@ mod tests {
             }
         ));
         assert!(matches!(
-            parse_op(spec, &args("set k v nx xx")),
+            parse_op(spec, args("set k v nx xx")),
             Op::Reply(_)
         ));
-        match parse_op(spec, &args("set k v ex 10")) {
+        match parse_op(spec, args("set k v ex 10")) {
             Op::Reply(Frame::Error(e)) => assert!(e.contains("expiry")),
             other => panic!("{other:?}"),
         }

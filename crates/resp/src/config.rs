@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! bind = "127.0.0.1:6379"
+//! metrics_bind = "127.0.0.1:9121" # Prometheus text at GET /metrics (HTTP); default: off
 //! requirepass = "secret"          # password of the `default` user (AUTH <password>)
 //! max_clients = 10000
 //! max_bulk_bytes = 16777216
@@ -64,6 +65,9 @@ pub struct User {
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub bind: SocketAddr,
+    /// Where to serve the Prometheus endpoint (`GET /metrics` over plain
+    /// HTTP/1.x); `None`: not served.
+    pub metrics_bind: Option<SocketAddr>,
     /// The `default` user's password; without it (and without users) no
     /// client needs to authenticate.
     pub requirepass: Option<String>,
@@ -90,6 +94,7 @@ impl Default for Config {
         let limits = Limits::default();
         Config {
             bind: SocketAddr::from(([127, 0, 0, 1], 6379)),
+            metrics_bind: None,
             requirepass: None,
             max_clients: 10_000,
             max_bulk_bytes: limits.max_bulk_bytes,
@@ -247,6 +252,13 @@ mod tests {
         assert_eq!(config.authenticate("reader", b"r"), Some(Access::ReadOnly));
         assert_eq!(config.authenticate("reader", b""), None);
         assert_eq!(config.authenticate("nobody", b"r"), None);
+        assert_eq!(config.metrics_bind, None);
+        assert_eq!(
+            Config::from_toml("metrics_bind = \"127.0.0.1:9121\"")
+                .unwrap()
+                .metrics_bind,
+            Some("127.0.0.1:9121".parse().unwrap())
+        );
         assert!(Config::from_toml("executors = 0").is_err());
         assert!(Config::from_toml("unknown = 1").is_err());
     }

@@ -1,5 +1,10 @@
-//! One client connection: read, parse up to the pipeline depth, run, reply in
-//! order.
+//! One client connection: read, parse and run in order up to the pipeline
+//! depth, reply in order.
+//!
+//! A request that arrived whole is parsed in place; GET, SET without options,
+//! INCR and DECR are then built straight from the read buffer (copying only
+//! their key and value), and every other request takes the general path
+//! (`classify`) with its arguments copied, which answers every error.
 //!
 //! Consecutive data commands of a pipeline (outside MULTI) run as one root
 //! transaction, up to `max_batch_commands` commands or
@@ -9,6 +14,7 @@
 //! whole (retries exhausted, too large) is re-run one command per
 //! transaction, so only the command at fault gets the error.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -16,12 +22,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::commands::{
-    self, arity_ok, command_docs, command_info, lookup, unknown_command, wrong_arity, Kind, Spec,
+    self, arity_ok, command_docs, command_info, lookup, lookup_index, unknown_command, wrong_arity,
+    Kind, Spec,
 };
 use crate::config::Access;
-use crate::protocol::{Args, Frame, Limits, Protocol, RequestParser};
+use crate::protocol::{Args, Frame, InPlace, Limits, Parsed, Protocol, RequestParser};
 use crate::server::ServerShared;
-use crate::store::{BatchOutcome, Op, Watched};
+use crate::store::{BatchOutcome, Op, SetCond, Watched};
 
 /// A batch is cut when its keys and values reach this size.
 const MAX_BATCH_PAYLOAD_BYTES: usize = 1 << 20;
@@ -56,6 +63,7 @@ struct Connection<'a> {
     watched: Watched,
     parser: RequestParser,
     close: bool,
+    tally: Tally,
 }
 
 pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShared) {
@@ -71,22 +79,34 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
         multi: None,
         watched: Vec::new(),
         close: false,
+        tally: Tally::default(),
     };
     conn.update_limits();
     let depth = config.max_pipeline_depth;
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut out: Vec<u8> = Vec::new();
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    let mut batch = Batch::default();
     loop {
-        // Parse what has arrived, at most `depth` commands ahead of replies.
-        let mut requests = Vec::new();
+        // Run what has arrived, in order, at most `depth` commands ahead of
+        // replies; consecutive data commands go into one batch.
         let mut consumed = 0;
+        let mut handled = 0;
         let mut failure = None;
-        while requests.len() < depth {
-            match conn.parser.parse(&input[consumed..]) {
-                Ok(step) => {
-                    consumed += step.consumed;
-                    match step.request {
-                        Some(request) => requests.push(request),
+        while handled < depth && !conn.close {
+            let step = match conn.parser.parse_in_place(&input[consumed..], &mut spans) {
+                Ok(InPlace::Spans { consumed: used }) => {
+                    let request = &input[consumed..consumed + used];
+                    consumed += used;
+                    conn.classify_in_place(request, &spans)
+                }
+                Ok(InPlace::Parsed(Parsed {
+                    consumed: used,
+                    request,
+                })) => {
+                    consumed += used;
+                    match request {
+                        Some(args) => conn.classify(args),
                         None => break,
                     }
                 }
@@ -94,19 +114,21 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
                     failure = Some(e);
                     break;
                 }
-            }
+            };
+            handled += 1;
+            conn.dispatch(step, &mut batch, &mut out).await;
         }
+        conn.flush(&mut batch, &mut out).await;
+        conn.flush_tally();
         input.drain(..consumed);
-        let more_buffered = requests.len() >= depth;
-        if !requests.is_empty() {
-            conn.handle(requests, &mut out).await;
+        if !out.is_empty() {
             if stream.write_all(&out).await.is_err() {
                 return;
             }
             out.clear();
-            if conn.close {
-                return;
-            }
+        }
+        if conn.close {
+            return;
         }
         if let Some(error) = failure {
             // As Redis: the error, then the connection is closed.
@@ -115,15 +137,25 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
             let _ = stream.write_all(&out).await;
             return;
         }
-        if more_buffered {
+        if handled >= depth {
             continue;
         }
-        input.reserve(READ_CHUNK_BYTES);
+        if input.capacity() - input.len() < READ_CHUNK_BYTES / 2 {
+            input.reserve(READ_CHUNK_BYTES);
+        }
         match stream.read_buf(&mut input).await {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
     }
+}
+
+/// Data commands waiting to run as one transaction.
+#[derive(Default)]
+struct Batch {
+    ops: Vec<Op>,
+    /// Their keys' and values' bytes.
+    bytes: usize,
 }
 
 impl Connection<'_> {
@@ -146,45 +178,69 @@ impl Connection<'_> {
         });
     }
 
-    /// Runs `requests` in order, appending their replies to `out`.
-    async fn handle(&mut self, requests: Vec<Args>, out: &mut Vec<u8>) {
-        let config = &self.shared.config;
-        let mut batch: Vec<Op> = Vec::new();
-        let mut batch_bytes = 0;
-        for args in requests {
-            self.shared.stats.commands.fetch_add(1, Ordering::Relaxed);
-            if self.close {
-                break;
-            }
-            match self.classify(&args) {
-                Step::Data(op) if self.multi.is_none() => {
-                    batch_bytes += op.payload_bytes();
-                    batch.push(op);
-                    if batch.len() >= config.max_batch_commands
-                        || batch_bytes >= MAX_BATCH_PAYLOAD_BYTES
-                    {
-                        self.flush(&mut batch, out).await;
-                        batch_bytes = 0;
+    /// Counts a command (`index` into the command table, if known); the
+    /// counts reach the shared statistics in [`flush_tally`](Self::flush_tally).
+    fn count(&mut self, index: Option<usize>) {
+        self.tally.total += 1;
+        if let Some(index) = index {
+            match &mut self.tally.run {
+                Some((last, n)) if *last == index => *n += 1,
+                run => {
+                    if let Some((last, n)) = run.take() {
+                        self.shared.stats.count_command(last, n);
                     }
-                }
-                step => {
-                    self.flush(&mut batch, out).await;
-                    batch_bytes = 0;
-                    let reply = self.run_step(step).await;
-                    // After HELLO, its reply is already in the protocol it chose.
-                    reply.encode(self.protocol, out);
+                    *run = Some((index, 1));
                 }
             }
         }
-        self.flush(&mut batch, out).await;
+    }
+
+    /// Adds the counted commands to the shared statistics.
+    fn flush_tally(&mut self) {
+        let stats = &self.shared.stats;
+        if self.tally.total > 0 {
+            stats
+                .commands
+                .fetch_add(std::mem::take(&mut self.tally.total), Ordering::Relaxed);
+        }
+        if let Some((index, n)) = self.tally.run.take() {
+            stats.count_command(index, n);
+        }
+    }
+
+    /// Runs one request's step: a data command outside MULTI joins the
+    /// batch; anything else runs the batch first, then itself.
+    async fn dispatch(&mut self, step: Step, batch: &mut Batch, out: &mut Vec<u8>) {
+        match step {
+            Step::Data(op) if self.multi.is_none() => {
+                batch.bytes += op.payload_bytes();
+                batch.ops.push(op);
+                if batch.ops.len() >= self.shared.config.max_batch_commands
+                    || batch.bytes >= MAX_BATCH_PAYLOAD_BYTES
+                {
+                    self.flush(batch, out).await;
+                }
+            }
+            step => {
+                self.flush(batch, out).await;
+                // INFO sees every command so far, itself included.
+                self.flush_tally();
+                let reply = self.run_step(step).await;
+                // After HELLO, its reply is already in the protocol it chose.
+                reply.encode(self.protocol, out);
+            }
+        }
     }
 
     /// Runs the batched data commands as one transaction.
-    async fn flush(&mut self, batch: &mut Vec<Op>, out: &mut Vec<u8>) {
-        if batch.is_empty() {
+    async fn flush(&mut self, batch: &mut Batch, out: &mut Vec<u8>) {
+        if batch.ops.is_empty() {
             return;
         }
-        let ops = Arc::new(std::mem::take(batch));
+        batch.bytes = 0;
+        // The next batch is likely as long as this one.
+        let hint = batch.ops.len();
+        let ops = Arc::new(std::mem::replace(&mut batch.ops, Vec::with_capacity(hint)));
         let replies = match self.shared.store.run(Arc::clone(&ops), None).await {
             Ok(Some(replies)) => replies,
             Ok(None) => unreachable!("nothing watched"),
@@ -204,10 +260,55 @@ impl Connection<'_> {
         }
     }
 
+    /// What to do with a request parsed in place (`spans` of `request`):
+    /// the common data commands (GET, SET without options, INCR, DECR) are
+    /// taken from the input directly, copying only their key and value;
+    /// anything else goes through [`classify`](Self::classify).
+    fn classify_in_place(&mut self, request: &[u8], spans: &[Range<usize>]) -> Step {
+        let arg = |i: usize| &request[spans[i].clone()];
+        if let Some(index) = lookup_index(arg(0)) {
+            let spec = &commands::COMMANDS[index];
+            let may_run = spec.kind == Kind::Data
+                && match &self.user {
+                    Some((_, Access::ReadWrite)) => true,
+                    Some((_, Access::ReadOnly)) => !spec.write,
+                    None => false,
+                };
+            let op = match (spec.name, spans.len()) {
+                _ if !may_run => None,
+                ("get", 2) => fast_key(arg(1)).map(Op::Get),
+                ("set", 3) => fast_key(arg(1)).and_then(|key| {
+                    let value = arg(2);
+                    (value.len() <= crate::store::MAX_VALUE_BYTES).then(|| Op::Set {
+                        key,
+                        value: value.to_vec(),
+                        cond: SetCond::Always,
+                        get: false,
+                    })
+                }),
+                ("incr", 2) => fast_key(arg(1)).map(|key| Op::IncrBy(key, 1)),
+                ("decr", 2) => fast_key(arg(1)).map(|key| Op::IncrBy(key, -1)),
+                _ => None,
+            };
+            if let Some(op) = op {
+                self.count(Some(index));
+                return Step::Data(op);
+            }
+        }
+        self.classify(
+            spans
+                .iter()
+                .map(|span| request[span.clone()].to_vec())
+                .collect(),
+        )
+    }
+
     /// What to do with one request.
-    fn classify(&mut self, args: &Args) -> Step {
-        let Some(spec) = lookup(&args[0]) else {
-            return self.reject(unknown_command(args));
+    fn classify(&mut self, args: Args) -> Step {
+        let index = lookup_index(&args[0]);
+        self.count(index);
+        let Some(spec) = index.map(|i| &commands::COMMANDS[i]) else {
+            return self.reject(unknown_command(&args));
         };
         if !self.authenticated() && !spec.noauth {
             return self.reject(Frame::error(NOAUTH));
@@ -227,7 +328,7 @@ impl Connection<'_> {
                 }
                 Step::Data(commands::parse_op(spec, args))
             }
-            Kind::Conn => Step::Conn(spec, args.clone()),
+            Kind::Conn => Step::Conn(spec, args),
         }
     }
 
@@ -530,10 +631,10 @@ impl Connection<'_> {
                 })
         };
         let shared = self.shared;
-        let stats = &shared.stats;
-        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        // One reading of the counters: the figures `GET /metrics` shows.
+        let snap = shared.stats.snapshot();
         let mut text = String::new();
-        let mut section = |title: &str, fields: Vec<(&str, String)>| {
+        let mut section = |title: &str, fields: Vec<(String, String)>| {
             if !text.is_empty() {
                 text.push_str("\r\n");
             }
@@ -542,24 +643,22 @@ impl Connection<'_> {
                 text.push_str(&format!("{k}:{v}\r\n"));
             }
         };
+        let field = |k: &str, v: String| (k.to_owned(), v);
         if wanted("server") {
             section(
                 "Server",
                 vec![
-                    ("redis_version", crate::REDIS_VERSION.into()),
-                    ("roost_version", env!("CARGO_PKG_VERSION").into()),
-                    ("redis_mode", "standalone".into()),
-                    ("process_id", std::process::id().to_string()),
-                    ("tcp_port", shared.port.to_string()),
-                    (
-                        "uptime_in_seconds",
-                        stats.started.elapsed().as_secs().to_string(),
-                    ),
-                    (
+                    field("redis_version", crate::REDIS_VERSION.into()),
+                    field("roost_version", env!("CARGO_PKG_VERSION").into()),
+                    field("redis_mode", "standalone".into()),
+                    field("process_id", std::process::id().to_string()),
+                    field("tcp_port", shared.port.to_string()),
+                    field("uptime_in_seconds", snap.uptime_seconds.to_string()),
+                    field(
                         "keyspace_reactors",
                         shared.config.keyspace_reactors.to_string(),
                     ),
-                    ("executors", shared.config.executors.to_string()),
+                    field("executors", shared.config.executors.to_string()),
                 ],
             );
         }
@@ -567,59 +666,57 @@ impl Connection<'_> {
             section(
                 "Clients",
                 vec![
-                    (
-                        "connected_clients",
-                        get(&stats.connected_clients).to_string(),
-                    ),
-                    ("maxclients", shared.config.max_clients.to_string()),
-                    ("blocked_clients", "0".into()),
+                    field("connected_clients", snap.connected_clients.to_string()),
+                    field("maxclients", shared.config.max_clients.to_string()),
+                    field("blocked_clients", "0".into()),
                 ],
             );
         }
         if wanted("stats") {
-            let transactions = get(&stats.transactions);
-            let failed = get(&stats.failed_transactions);
-            let retries = get(&stats.attempts).saturating_sub(transactions + failed);
             section(
                 "Stats",
                 vec![
-                    (
+                    field(
                         "total_connections_received",
-                        get(&stats.total_connections).to_string(),
+                        snap.total_connections.to_string(),
                     ),
-                    ("total_commands_processed", get(&stats.commands).to_string()),
-                    (
+                    field("total_commands_processed", snap.commands.to_string()),
+                    field(
                         "rejected_connections",
-                        get(&stats.rejected_connections).to_string(),
+                        snap.rejected_connections.to_string(),
                     ),
-                    (
-                        "total_protocol_errors",
-                        get(&stats.protocol_errors).to_string(),
+                    field("total_protocol_errors", snap.protocol_errors.to_string()),
+                    field("roost_transactions", snap.transactions.to_string()),
+                    field("roost_transaction_attempts", snap.attempts.to_string()),
+                    field("roost_conflict_retries", snap.conflict_retries.to_string()),
+                    field(
+                        "roost_failed_transactions",
+                        snap.failed_transactions.to_string(),
                     ),
-                    ("roost_transactions", transactions.to_string()),
-                    (
-                        "roost_transaction_attempts",
-                        get(&stats.attempts).to_string(),
-                    ),
-                    ("roost_conflict_retries", retries.to_string()),
-                    ("roost_failed_transactions", failed.to_string()),
-                    ("roost_watch_aborts", get(&stats.watch_aborts).to_string()),
-                    ("roost_execabort", get(&stats.exec_aborts).to_string()),
+                    field("roost_watch_aborts", snap.watch_aborts.to_string()),
+                    field("roost_execabort", snap.exec_aborts.to_string()),
                 ],
             );
         }
+        if wanted("commandstats") {
+            section(
+                "Commandstats",
+                snap.command_calls
+                    .iter()
+                    .map(|(name, calls)| (format!("cmdstat_{name}"), format!("calls={calls}")))
+                    .collect(),
+            );
+        }
         if wanted("latency") {
-            let h = &stats.latency;
+            let q = &snap.latency_quantiles_us;
             section(
                 "Latency",
                 vec![
-                    ("roost_transaction_count", h.count().to_string()),
-                    ("roost_transaction_p50_us", h.quantile_us(0.50).to_string()),
-                    ("roost_transaction_p99_us", h.quantile_us(0.99).to_string()),
-                    (
-                        "roost_transaction_p999_us",
-                        h.quantile_us(0.999).to_string(),
-                    ),
+                    field("roost_transaction_count", snap.latency_count.to_string()),
+                    field("roost_transaction_sum_us", snap.latency_sum_us.to_string()),
+                    field("roost_transaction_p50_us", q[0].to_string()),
+                    field("roost_transaction_p99_us", q[1].to_string()),
+                    field("roost_transaction_p999_us", q[2].to_string()),
                 ],
             );
         }
@@ -660,6 +757,22 @@ fn check_client_name(name: &[u8]) -> Result<(), Frame> {
         ));
     }
     Ok(())
+}
+
+/// A key the fast path accepts (a longer one takes the general path, which
+/// answers the error).
+fn fast_key(key: &[u8]) -> Option<Vec<u8>> {
+    (key.len() <= crate::store::MAX_KEY_BYTES).then(|| key.to_vec())
+}
+
+/// Commands counted by a connection and not yet added to the shared
+/// statistics (atomics shared by every connection cost more than a local
+/// count).
+#[derive(Default)]
+struct Tally {
+    total: u64,
+    /// The last command counted, and how many times in a row.
+    run: Option<(usize, u64)>,
 }
 
 /// What one request asks for.

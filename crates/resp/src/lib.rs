@@ -5,7 +5,9 @@
 //!   its [`Limits`](protocol::Limits);
 //! - [`Config`]: address, limits, keyspace, users (TOML);
 //! - [`Server`]: binds, serves connections, or runs in the background
-//!   ([`Server::spawn`]).
+//!   ([`Server::spawn`]);
+//! - [`stats`]: the counters INFO reports, also served in Prometheus's text
+//!   format at `GET /metrics` when the config's `metrics_bind` is set.
 //!
 //! Every key lives in one of `keyspace_reactors` reactors (see the `store`
 //! module and `docs/architecture.md`, "RESP front door"); a pipeline batch or
@@ -14,6 +16,7 @@
 mod commands;
 pub mod config;
 mod connection;
+mod metrics;
 pub mod protocol;
 mod server;
 pub mod stats;

@@ -137,9 +137,13 @@ impl Frame {
     pub fn encode(&self, protocol: Protocol, out: &mut Vec<u8>) {
         let resp3 = protocol == Protocol::Resp3;
         match self {
-            Frame::Simple(s) => line(out, b'+', clean_line(s).as_bytes()),
-            Frame::Error(s) => line(out, b'-', clean_line(s).as_bytes()),
-            Frame::Integer(n) => line(out, b':', n.to_string().as_bytes()),
+            Frame::Simple(s) => clean_line_to(out, b'+', s),
+            Frame::Error(s) => clean_line_to(out, b'-', s),
+            Frame::Integer(n) => {
+                out.push(b':');
+                push_decimal(out, n.unsigned_abs(), *n < 0);
+                out.extend_from_slice(b"\r\n");
+            }
             Frame::Bulk(b) => bulk(out, b'$', b),
             Frame::Null if resp3 => out.extend_from_slice(b"_\r\n"),
             Frame::NullArray if resp3 => out.extend_from_slice(b"_\r\n"),
@@ -235,7 +239,37 @@ fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
 }
 
 fn header(out: &mut Vec<u8>, tag: u8, len: usize) {
-    line(out, tag, len.to_string().as_bytes());
+    out.push(tag);
+    push_decimal(out, len as u64, false);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A simple string or error line, CR and LF turned into spaces.
+fn clean_line_to(out: &mut Vec<u8>, tag: u8, s: &str) {
+    if s.bytes().any(|b| b == b'\r' || b == b'\n') {
+        line(out, tag, clean_line(s).as_bytes());
+    } else {
+        line(out, tag, s.as_bytes());
+    }
+}
+
+/// Appends `n` in decimal (with a `-` if `negative`), without allocating.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64, negative: bool) {
+    if negative {
+        out.push(b'-');
+    }
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    while n > 0 {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 fn bulk(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
@@ -276,6 +310,15 @@ pub struct RequestParser {
     in_array: Option<InArray>,
 }
 
+/// One step of [`RequestParser::parse_in_place`].
+#[derive(Debug, PartialEq)]
+pub enum InPlace {
+    /// A whole request of this many bytes, its arguments in the spans.
+    Spans { consumed: usize },
+    /// What [`RequestParser::parse`] made of the input.
+    Parsed(Parsed),
+}
+
 /// One step of the request parser.
 #[derive(Debug, PartialEq)]
 pub struct Parsed {
@@ -300,6 +343,63 @@ impl RequestParser {
 
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// As [`parse`](Self::parse), but a multibulk request found whole at the
+    /// front of `input` is not copied: its arguments are left in `spans` as
+    /// byte ranges of `input` ([`InPlace::Spans`]). Anything else (a request
+    /// split over reads, an inline command, an error) is [`parse`]'s.
+    ///
+    /// [`parse`]: Self::parse
+    pub fn parse_in_place(
+        &mut self,
+        input: &[u8],
+        spans: &mut Vec<std::ops::Range<usize>>,
+    ) -> Result<InPlace, ProtocolError> {
+        if self.in_array.is_none() {
+            if let Some(consumed) = self.whole_request(input, spans) {
+                return Ok(InPlace::Spans { consumed });
+            }
+        }
+        self.parse(input).map(InPlace::Parsed)
+    }
+
+    /// The length of the well-formed, complete, non-empty multibulk request
+    /// at the front of `input` within the limits, its arguments in `spans`;
+    /// `None` for anything else.
+    fn whole_request(
+        &self,
+        input: &[u8],
+        spans: &mut Vec<std::ops::Range<usize>>,
+    ) -> Option<usize> {
+        spans.clear();
+        if input.first() != Some(&b'*') {
+            return None;
+        }
+        let (count, mut pos) = short_header(input)?;
+        if count == 0 || count > self.limits.max_array_len {
+            return None;
+        }
+        let mut bytes = 0usize;
+        for _ in 0..count {
+            let rest = &input[pos..];
+            if rest.first() != Some(&b'$') {
+                return None;
+            }
+            let (len, header_len) = short_header(rest)?;
+            if len > self.limits.max_bulk_bytes {
+                return None;
+            }
+            let start = pos + header_len;
+            let end = start.checked_add(len)?;
+            if input.get(end..end.checked_add(2)?)? != b"\r\n" {
+                return None;
+            }
+            bytes += len;
+            spans.push(start..end);
+            pos = end + 2;
+        }
+        (bytes <= self.limits.max_request_bytes).then_some(pos)
     }
 
     /// Consumes bytes from the front of `input` until one request is complete
@@ -446,6 +546,23 @@ fn header_line(
     }
 }
 
+/// A `<tag><digits>\r\n` line of at most 19 digits at the front of `input`:
+/// the number and the line's length; `None` if it is anything else or is
+/// not complete.
+fn short_header(input: &[u8]) -> Option<(usize, usize)> {
+    let mut n: u64 = 0;
+    for (i, &b) in input.iter().enumerate().skip(1).take(20) {
+        match b {
+            b'0'..=b'9' if i < 20 => n = n * 10 + u64::from(b - b'0'),
+            b'\r' if i > 1 && input.get(i + 1) == Some(&b'\n') => {
+                return Some((usize::try_from(n).ok()?, i + 2))
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
 fn too_long_or_invalid(kind: ProtocolError) -> ProtocolError {
     match kind {
         ProtocolError::TooBigBulkCount => ProtocolError::InvalidBulkLength,
@@ -455,10 +572,18 @@ fn too_long_or_invalid(kind: ProtocolError) -> ProtocolError {
 
 /// A non-negative decimal without sign or leading garbage.
 fn parse_len(digits: &[u8]) -> Option<usize> {
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+    // 19 digits cannot overflow a u64.
+    if digits.is_empty() || digits.len() > 19 {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let mut n: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u64::from(b - b'0');
+    }
+    usize::try_from(n).ok()
 }
 
 /// An array count: `-1` (and any negative, as Redis treats them) is none.

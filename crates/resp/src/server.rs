@@ -42,7 +42,18 @@ pub(crate) struct ServerShared {
 /// A RESP server bound to its address, not yet serving.
 pub struct Server {
     listener: TcpListener,
+    /// The Prometheus endpoint's, with `metrics_bind`.
+    metrics: Option<TcpListener>,
     shared: Arc<ServerShared>,
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Server {
@@ -56,11 +67,20 @@ impl Server {
                     addr: config.bind,
                     source,
                 })?;
+        let metrics = match config.metrics_bind {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ServerError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
         let stats = Arc::new(Stats::default());
         let store = Store::new(&config, Arc::clone(&stats)).map_err(ServerError::Database)?;
         Ok(Server {
             listener,
+            metrics,
             shared: Arc::new(ServerShared {
                 config,
                 store,
@@ -75,10 +95,26 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The Prometheus endpoint's address, if `metrics_bind` asked for one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Accepts connections until the future is dropped. A client beyond
     /// `max_clients` gets `ERR max number of clients reached` and is closed.
+    /// With `metrics_bind`, serves `GET /metrics` alongside.
     pub async fn serve(self) -> std::io::Result<()> {
-        let Server { listener, shared } = self;
+        let Server {
+            listener,
+            metrics,
+            shared,
+        } = self;
+        let _metrics = metrics.map(|metrics| {
+            AbortOnDrop(tokio::spawn(crate::metrics::serve(
+                metrics,
+                Arc::clone(&shared.stats),
+            )))
+        });
         loop {
             let (mut stream, _) = match listener.accept().await {
                 Ok(accepted) => accepted,
@@ -137,7 +173,11 @@ impl Server {
                             return;
                         }
                     };
-                    let addr = server.local_addr().map_err(ServerError::Runtime);
+                    let metrics_addr = server.metrics_addr();
+                    let addr = server
+                        .local_addr()
+                        .map(|addr| (addr, metrics_addr))
+                        .map_err(ServerError::Runtime);
                     let failed = addr.is_err();
                     let _ = bound.send(addr);
                     if failed {
@@ -152,8 +192,8 @@ impl Server {
                 runtime.shutdown_timeout(std::time::Duration::from_secs(1));
             })
             .map_err(ServerError::Runtime)?;
-        let addr = match bind_result.recv() {
-            Ok(Ok(addr)) => addr,
+        let (addr, metrics_addr) = match bind_result.recv() {
+            Ok(Ok(addrs)) => addrs,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(e);
@@ -167,6 +207,7 @@ impl Server {
         };
         Ok(RunningServer {
             addr,
+            metrics_addr,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -176,6 +217,7 @@ impl Server {
 /// A server running in the background ([`Server::spawn`]).
 pub struct RunningServer {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -183,6 +225,11 @@ pub struct RunningServer {
 impl RunningServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The Prometheus endpoint's address (`GET /metrics`), if served.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Blocks until the server stops (it does not stop by itself).

@@ -1,6 +1,8 @@
-//! Server counters for INFO: connections, commands, transactions, aborts,
-//! and a lock-free latency histogram of transactions.
+//! Server counters for INFO and the Prometheus endpoint: connections,
+//! commands, transactions, aborts, and a lock-free latency histogram of
+//! transactions. Both read one [`Snapshot`], so they report the same figures.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,12 +15,15 @@ const BUCKETS: usize = SUB_BUCKETS * (POWERS + 1);
 /// A histogram of latencies in microseconds with about 12% resolution.
 pub struct LatencyHistogram {
     buckets: Box<[AtomicU64]>,
+    /// Sum of every recorded latency, us.
+    sum_us: AtomicU64,
 }
 
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_us: AtomicU64::new(0),
         }
     }
 }
@@ -47,33 +52,203 @@ impl LatencyHistogram {
     pub fn record(&self, latency: Duration) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
     pub fn count(&self) -> u64 {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
+    /// The sum of every recorded latency, us.
+    pub fn sum_us(&self) -> u64 {
+        self.sum_us.load(Ordering::Relaxed)
+    }
+
     /// The latency (us, bucket floor) at quantile `q` in `[0, 1]`; 0 if empty.
     pub fn quantile_us(&self, q: f64) -> u64 {
+        self.quantiles_us(&[q]).1[0]
+    }
+
+    /// The count and the latencies (us, bucket floors) at quantiles `qs`,
+    /// all from one reading of the buckets.
+    pub fn quantiles_us(&self, qs: &[f64]) -> (u64, Vec<u64>) {
         let counts: Vec<u64> = self
             .buckets
             .iter()
             .map(|b| b.load(Ordering::Relaxed))
             .collect();
         let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (index, count) in counts.iter().enumerate() {
-            seen += count;
-            if seen >= rank {
-                return bucket_floor_us(index);
-            }
-        }
-        bucket_floor_us(BUCKETS - 1)
+        let quantiles = qs
+            .iter()
+            .map(|&q| {
+                if total == 0 {
+                    return 0;
+                }
+                let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+                let mut seen = 0;
+                for (index, count) in counts.iter().enumerate() {
+                    seen += count;
+                    if seen >= rank {
+                        return bucket_floor_us(index);
+                    }
+                }
+                bucket_floor_us(BUCKETS - 1)
+            })
+            .collect();
+        (total, quantiles)
     }
+}
+
+/// The transaction latency quantiles reported (INFO and Prometheus).
+pub const LATENCY_QUANTILES: [f64; 3] = [0.5, 0.99, 0.999];
+
+/// The server's figures at one moment: what INFO and `GET /metrics` show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub uptime_seconds: u64,
+    pub connected_clients: u64,
+    pub total_connections: u64,
+    pub rejected_connections: u64,
+    pub commands: u64,
+    /// Calls per command (those called at least once).
+    pub command_calls: Vec<(&'static str, u64)>,
+    pub protocol_errors: u64,
+    pub transactions: u64,
+    pub attempts: u64,
+    /// Attempts re-run after an OCC conflict.
+    pub conflict_retries: u64,
+    pub failed_transactions: u64,
+    pub watch_aborts: u64,
+    pub exec_aborts: u64,
+    /// Committed transactions timed, and the sum of their latencies (us).
+    pub latency_count: u64,
+    pub latency_sum_us: u64,
+    /// Latencies (us) at [`LATENCY_QUANTILES`].
+    pub latency_quantiles_us: Vec<u64>,
+}
+
+impl Snapshot {
+    /// The figures in Prometheus's text format (0.0.4), names prefixed
+    /// `roost_resp_`.
+    pub fn prometheus(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP roost_resp_{name} {help}");
+            let _ = writeln!(out, "# TYPE roost_resp_{name} {kind}");
+            let _ = writeln!(out, "roost_resp_{name} {value}");
+        };
+        metric(
+            "uptime_seconds",
+            "gauge",
+            "Seconds since the server started.",
+            self.uptime_seconds,
+        );
+        metric(
+            "connected_clients",
+            "gauge",
+            "Client connections open now.",
+            self.connected_clients,
+        );
+        metric(
+            "connections_received_total",
+            "counter",
+            "Client connections accepted (INFO total_connections_received).",
+            self.total_connections,
+        );
+        metric(
+            "rejected_connections_total",
+            "counter",
+            "Client connections refused at max_clients.",
+            self.rejected_connections,
+        );
+        metric(
+            "commands_processed_total",
+            "counter",
+            "Commands received (INFO total_commands_processed).",
+            self.commands,
+        );
+        metric(
+            "protocol_errors_total",
+            "counter",
+            "Connections closed on a protocol error.",
+            self.protocol_errors,
+        );
+        metric(
+            "transactions_committed_total",
+            "counter",
+            "Root transactions committed: a pipeline batch, an EXEC, a WATCH read (INFO roost_transactions).",
+            self.transactions,
+        );
+        metric(
+            "transaction_attempts_total",
+            "counter",
+            "Attempts of root transactions, re-runs included.",
+            self.attempts,
+        );
+        metric(
+            "transaction_retries_total",
+            "counter",
+            "Attempts re-run after an OCC conflict (INFO roost_conflict_retries).",
+            self.conflict_retries,
+        );
+        metric(
+            "transactions_failed_total",
+            "counter",
+            "Root transactions that failed for good: retries exhausted, too large.",
+            self.failed_transactions,
+        );
+        metric(
+            "watch_aborts_total",
+            "counter",
+            "EXECs aborted because a WATCHed key changed.",
+            self.watch_aborts,
+        );
+        metric(
+            "execabort_total",
+            "counter",
+            "EXECs refused because a queued command was rejected (EXECABORT).",
+            self.exec_aborts,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP roost_resp_command_calls_total Calls per command (INFO commandstats)."
+        );
+        let _ = writeln!(out, "# TYPE roost_resp_command_calls_total counter");
+        for (name, calls) in &self.command_calls {
+            let _ = writeln!(
+                out,
+                "roost_resp_command_calls_total{{command=\"{name}\"}} {calls}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP roost_resp_transaction_latency_seconds Latency of committed root transactions, from submission to commit (quantiles are bucket floors, about 12% resolution)."
+        );
+        let _ = writeln!(out, "# TYPE roost_resp_transaction_latency_seconds summary");
+        for (q, us) in LATENCY_QUANTILES.iter().zip(&self.latency_quantiles_us) {
+            let _ = writeln!(
+                out,
+                "roost_resp_transaction_latency_seconds{{quantile=\"{q}\"}} {}",
+                seconds(*us)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "roost_resp_transaction_latency_seconds_sum {}",
+            seconds(self.latency_sum_us)
+        );
+        let _ = writeln!(
+            out,
+            "roost_resp_transaction_latency_seconds_count {}",
+            self.latency_count
+        );
+        out
+    }
+}
+
+/// Microseconds as seconds, exactly (six decimals).
+fn seconds(us: u64) -> String {
+    format!("{}.{:06}", us / 1_000_000, us % 1_000_000)
 }
 
 /// Counters shared by every connection.
@@ -96,6 +271,55 @@ pub struct Stats {
     pub exec_aborts: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub latency: LatencyHistogram,
+    /// Calls per command, in the order of the command table.
+    per_command: Box<[AtomicU64]>,
+}
+
+impl Stats {
+    /// Adds `n` calls of the command at `index` in the command table.
+    pub(crate) fn count_command(&self, index: usize, n: u64) {
+        if let Some(counter) = self.per_command.get(index) {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Every figure, read now.
+    pub fn snapshot(&self) -> Snapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (latency_count, latency_quantiles_us) = self.latency.quantiles_us(&LATENCY_QUANTILES);
+        let transactions = get(&self.transactions);
+        let failed_transactions = get(&self.failed_transactions);
+        let attempts = get(&self.attempts);
+        Snapshot {
+            uptime_seconds: self.started.elapsed().as_secs(),
+            connected_clients: get(&self.connected_clients),
+            total_connections: get(&self.total_connections),
+            rejected_connections: get(&self.rejected_connections),
+            commands: get(&self.commands),
+            command_calls: self.command_calls(),
+            protocol_errors: get(&self.protocol_errors),
+            transactions,
+            attempts,
+            conflict_retries: attempts.saturating_sub(transactions + failed_transactions),
+            failed_transactions,
+            watch_aborts: get(&self.watch_aborts),
+            exec_aborts: get(&self.exec_aborts),
+            latency_count,
+            latency_sum_us: self.latency.sum_us(),
+            latency_quantiles_us,
+        }
+    }
+
+    /// Every command called at least once, with its calls (a command is
+    /// counted when it is recognized, whether it then succeeds or not).
+    pub fn command_calls(&self) -> Vec<(&'static str, u64)> {
+        crate::commands::COMMANDS
+            .iter()
+            .zip(self.per_command.iter())
+            .map(|(spec, calls)| (spec.name, calls.load(Ordering::Relaxed)))
+            .filter(|&(_, calls)| calls > 0)
+            .collect()
+    }
 }
 
 impl Default for Stats {
@@ -113,6 +337,10 @@ impl Default for Stats {
             exec_aborts: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             latency: LatencyHistogram::default(),
+            per_command: crate::commands::COMMANDS
+                .iter()
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
 }
@@ -165,5 +393,30 @@ mod tests {
         let p50 = h.quantile_us(0.5);
         assert!((44..=50).contains(&p50), "{p50}");
         assert!(h.quantile_us(0.99) >= 88);
+        assert_eq!(h.sum_us(), 5050);
+        let (count, qs) = h.quantiles_us(&[0.5, 0.99]);
+        assert_eq!((count, qs), (100, vec![p50, h.quantile_us(0.99)]));
+    }
+
+    #[test]
+    fn prometheus_text_is_well_formed() {
+        let stats = Stats::default();
+        stats.count_command(0, 3);
+        stats.latency.record(Duration::from_micros(1500));
+        let text = stats.snapshot().prometheus();
+        assert!(text.contains("roost_resp_command_calls_total{command=\"get\"} 3\n"));
+        assert!(text.contains("roost_resp_transaction_latency_seconds_sum 0.001500\n"));
+        for line in text.lines() {
+            if let Some(comment) = line.strip_prefix('#') {
+                assert!(
+                    comment.starts_with(" HELP roost_resp_")
+                        || comment.starts_with(" TYPE roost_resp_")
+                );
+            } else {
+                let (name, value) = line.rsplit_once(' ').expect("name value");
+                assert!(name.starts_with("roost_resp_"), "{line}");
+                assert!(value.parse::<f64>().is_ok(), "{line}");
+            }
+        }
     }
 }

@@ -793,6 +793,62 @@ async fn auth_and_acl_users() {
     assert!(refused.is_err());
 }
 
+/// One write holding a pipeline that mixes the in-place fast path (GET,
+/// SET, INCR, DECR) with everything it hands over to the general path: state
+/// changed by a command (AUTH, MULTI) applies to the very next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pipeline_mixes_fast_and_general_paths() {
+    let mut cfg = config();
+    cfg.requirepass = Some("pw".into());
+    let server = start(cfg);
+    let mut r = Raw::connect(server.addr()).await;
+    let long_key = "k".repeat(1025);
+    let pipeline: Vec<Vec<&str>> = vec![
+        vec!["GET", "k"],
+        vec!["AUTH", "pw"],
+        vec!["SET", "k", "v"],
+        vec!["SET", "k", "v2", "GET"],
+        vec!["gEt", "k"],
+        vec!["INCR", "k"],
+        vec!["DECR", "n"],
+        vec!["SET", &long_key, "v"],
+        vec!["GET", "k", "extra"],
+        vec!["MULTI"],
+        vec!["SET", "m", "1"],
+        vec!["INCR", "m"],
+        vec!["EXEC"],
+    ];
+    let mut wire = Vec::new();
+    for args in &pipeline {
+        Frame::Array(args.iter().map(|a| Frame::bulk(a.as_bytes())).collect())
+            .encode(roost_resp::protocol::Protocol::Resp2, &mut wire);
+    }
+    r.send(&wire).await;
+    let expected = [
+        err("NOAUTH Authentication required."),
+        Frame::Simple("OK".into()),
+        Frame::Simple("OK".into()),
+        Frame::bulk("v"),
+        Frame::bulk("v2"),
+        err("ERR value is not an integer or out of range"),
+        Frame::Integer(-1),
+        err("ERR key is longer than 1024 bytes"),
+        err("ERR wrong number of arguments for 'get' command"),
+        Frame::Simple("OK".into()),
+        Frame::Simple("QUEUED".into()),
+        Frame::Simple("QUEUED".into()),
+        Frame::Array(vec![Frame::Simple("OK".into()), Frame::Integer(2)]),
+    ];
+    for (args, want) in pipeline.iter().zip(expected) {
+        assert_eq!(
+            r.frame().await,
+            Some(want),
+            "{:?}",
+            &args[..args.len().min(2)]
+        );
+    }
+}
+
 /// `scripts/resp-redis-cli.sh` (redis-cli against `roost resp`) and
 /// `scripts/resp_transfers.py` (redis-py MULTI/EXEC transfers) when their
 /// tools are installed; skipped with a notice otherwise.

@@ -1,9 +1,10 @@
 //! Property tests of the protocol: frames round-trip through the encoder and
 //! the parser in both protocols; requests split at any points parse back
-//! whole; arbitrary bytes never make either parser panic.
+//! whole; arbitrary bytes never make either parser panic; the in-place
+//! parser agrees with the copying one.
 
 use proptest::prelude::*;
-use roost_resp::protocol::{parse_frame, Frame, Limits, Protocol, RequestParser};
+use roost_resp::protocol::{parse_frame, Frame, InPlace, Limits, Protocol, RequestParser};
 
 fn text() -> impl Strategy<Value = String> {
     // Simple strings and errors cannot hold CR or LF.
@@ -122,5 +123,61 @@ proptest! {
                 break;
             }
         }
+    }
+
+    #[test]
+    fn in_place_parsing_matches_copying(
+        requests in prop::collection::vec(prop::collection::vec(bytes(), 0..5), 1..5),
+        garbage in prop::collection::vec(any::<u8>(), 0..16),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+    ) {
+        // Well-formed requests (empty ones too), then arbitrary bytes.
+        let mut wire = Vec::new();
+        for request in &requests {
+            Frame::Array(request.iter().cloned().map(Frame::Bulk).collect())
+                .encode(Protocol::Resp2, &mut wire);
+        }
+        wire.extend_from_slice(&garbage);
+        let limits = Limits { max_bulk_bytes: 20, max_array_len: 3, ..Limits::default() };
+        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(wire.len() + 1)).collect();
+        points.push(wire.len());
+        points.sort_unstable();
+        let run = |in_place: bool| {
+            let mut parser = RequestParser::new(limits);
+            let mut spans = Vec::new();
+            let mut buffer = Vec::new();
+            let mut fed = 0;
+            let mut parsed = Vec::new();
+            for &point in &points {
+                buffer.extend_from_slice(&wire[fed..point]);
+                fed = point;
+                loop {
+                    let step = if in_place {
+                        parser.parse_in_place(&buffer, &mut spans)
+                    } else {
+                        parser.parse(&buffer).map(InPlace::Parsed)
+                    };
+                    let (used, request) = match step {
+                        Err(e) => {
+                            parsed.push(Err(e));
+                            return parsed;
+                        }
+                        Ok(InPlace::Spans { consumed }) => {
+                            let request: Vec<Vec<u8>> =
+                                spans.iter().map(|s| buffer[s.clone()].to_vec()).collect();
+                            (consumed, Some(request))
+                        }
+                        Ok(InPlace::Parsed(p)) => (p.consumed, p.request),
+                    };
+                    buffer.drain(..used);
+                    match request {
+                        Some(r) => parsed.push(Ok(r)),
+                        None => break,
+                    }
+                }
+            }
+            parsed
+        };
+        prop_assert_eq!(run(true), run(false));
     }
 }

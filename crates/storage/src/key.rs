@@ -106,10 +106,15 @@ impl KeyCodec for bool {
 }
 
 fn encode_bytes(bytes: &[u8], out: &mut Vec<u8>) {
-    for &b in bytes {
-        out.push(b);
-        if b == 0 {
-            out.push(0xFF);
+    out.reserve(bytes.len() + 2);
+    if !bytes.contains(&0) {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            out.push(b);
+            if b == 0 {
+                out.push(0xFF);
+            }
         }
     }
     out.extend_from_slice(&[0x00, 0x01]);
@@ -188,16 +193,24 @@ tuple_key!(A, B, C);
 tuple_key!(A, B, C, D);
 tuple_key!(A, B, C, D, E);
 
+/// Bytes of a long key's start kept next to its heap pointer (what fits
+/// beside the enum's tag in 16 bytes): comparisons decided by them never
+/// touch the heap.
+const HEAD_BYTES: usize = 7;
+
 /// An encoded key as stored in a relation's index: short keys inline, long keys
-/// on the heap (behind a thin pointer, to keep the type at 16 bytes). Ordered as
-/// its bytes.
+/// on the heap (behind a thin pointer, to keep the type at 16 bytes) with
+/// their first bytes also inline. Ordered as its bytes.
 #[derive(Clone)]
 pub enum EncodedKey {
     Inline {
         len: u8,
         bytes: [u8; INLINE_KEY_BYTES],
     },
-    Heap(Box<Box<[u8]>>),
+    Heap {
+        head: [u8; HEAD_BYTES],
+        bytes: Box<Box<[u8]>>,
+    },
 }
 
 impl EncodedKey {
@@ -210,14 +223,17 @@ impl EncodedKey {
                 bytes: inline,
             }
         } else {
-            EncodedKey::Heap(Box::new(Box::from(bytes)))
+            EncodedKey::Heap {
+                head: bytes[..HEAD_BYTES].try_into().expect("long keys"),
+                bytes: Box::new(Box::from(bytes)),
+            }
         }
     }
 
     pub fn as_slice(&self) -> &[u8] {
         match self {
             EncodedKey::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            EncodedKey::Heap(bytes) => bytes,
+            EncodedKey::Heap { bytes, .. } => bytes,
         }
     }
 }
@@ -241,29 +257,71 @@ impl PartialOrd for EncodedKey {
     }
 }
 impl EncodedKey {
-    /// The first 8 bytes, zero-padded, as a big-endian integer. Comparing these
-    /// first decides most comparisons with one integer compare; zero padding is
-    /// safe because a shorter key that matches so far sorts first either way.
+    /// The first 7 bytes, zero-padded, as a big-endian integer (read without
+    /// touching the heap). Comparing these first decides most comparisons with
+    /// one integer compare; zero padding is safe because a shorter key that
+    /// matches so far sorts first either way.
     fn prefix(&self) -> u64 {
-        match self {
-            EncodedKey::Inline { bytes, .. } => u64::from_be_bytes(
-                bytes[..8]
-                    .try_into()
-                    .expect("inline keys hold at least 8 bytes"),
-            ),
-            EncodedKey::Heap(bytes) => u64::from_be_bytes(
-                bytes[..8]
-                    .try_into()
-                    .expect("heap keys are longer than inline ones"),
-            ),
-        }
+        let head: &[u8; HEAD_BYTES] = match self {
+            EncodedKey::Inline { bytes, .. } => bytes[..HEAD_BYTES]
+                .try_into()
+                .expect("inline keys hold at least 7 bytes"),
+            EncodedKey::Heap { head, .. } => head,
+        };
+        head_prefix(head)
     }
+}
+
+fn head_prefix(head: &[u8; HEAD_BYTES]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..HEAD_BYTES].copy_from_slice(head);
+    u64::from_be_bytes(word)
 }
 
 impl Ord for EncodedKey {
     fn cmp(&self, other: &Self) -> Ordering {
         match self.prefix().cmp(&other.prefix()) {
             Ordering::Equal => self.as_slice().cmp(other.as_slice()),
+            unequal => unequal,
+        }
+    }
+}
+
+/// [`EncodedKey`]'s prefix of `bytes`.
+fn slice_prefix(bytes: &[u8]) -> u64 {
+    let mut head = [0u8; HEAD_BYTES];
+    let n = bytes.len().min(HEAD_BYTES);
+    head[..n].copy_from_slice(&bytes[..n]);
+    head_prefix(&head)
+}
+
+/// A borrowed key to search an index of [`EncodedKey`]s with: compared like
+/// an `EncodedKey` (integer prefix first) without building one, which for a
+/// key longer than the inline size would cost two allocations per lookup.
+pub(crate) struct KeyProbe<'a> {
+    prefix: u64,
+    bytes: &'a [u8],
+}
+
+impl<'a> KeyProbe<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        KeyProbe {
+            prefix: slice_prefix(bytes),
+            bytes,
+        }
+    }
+}
+
+impl scc::Equivalent<EncodedKey> for KeyProbe<'_> {
+    fn equivalent(&self, key: &EncodedKey) -> bool {
+        self.bytes == key.as_slice()
+    }
+}
+
+impl scc::Comparable<EncodedKey> for KeyProbe<'_> {
+    fn compare(&self, key: &EncodedKey) -> Ordering {
+        match self.prefix.cmp(&key.prefix()) {
+            Ordering::Equal => self.bytes.cmp(key.as_slice()),
             unequal => unequal,
         }
     }
@@ -340,6 +398,15 @@ mod tests {
             let (ka, kb) = (EncodedKey::from_slice(&a), EncodedKey::from_slice(&b));
             prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
             prop_assert_eq!(ka.as_slice(), &a[..]);
+        }
+
+        #[test]
+        fn probe_compares_as_encoded_key(a: Vec<u8>, b: Vec<u8>) {
+            use scc::{Comparable, Equivalent};
+            let probe = KeyProbe::new(&a);
+            let kb = EncodedKey::from_slice(&b);
+            prop_assert_eq!(probe.compare(&kb), a.cmp(&b));
+            prop_assert_eq!(probe.equivalent(&kb), a == b);
         }
 
         #[test]

@@ -6,7 +6,7 @@ use std::ops::Bound;
 
 use scc::{Guard, TreeIndex};
 
-use crate::key::EncodedKey;
+use crate::key::{EncodedKey, KeyProbe};
 use crate::record::RecordRef;
 use crate::tid::{Tid, LATEST_BIT};
 
@@ -52,11 +52,10 @@ impl Relation {
     }
 
     pub(crate) fn lookup(&self, key: &[u8], guard: &Guard) -> Option<RecordRef> {
-        // Search with an `EncodedKey` rather than a slice so the index compares
-        // with `EncodedKey`'s integer-prefix `Ord` instead of `memcmp`.
-        self.index
-            .peek(&EncodedKey::from_slice(key), guard)
-            .copied()
+        // Search with a probe rather than a slice so the index compares with
+        // `EncodedKey`'s integer-prefix order instead of `memcmp`, and rather
+        // than an `EncodedKey` so a long key is not copied to the heap.
+        self.index.peek(&KeyProbe::new(key), guard).copied()
     }
 
     /// Finds the record for `key`, creating an absent placeholder if there is
@@ -83,11 +82,34 @@ impl Relation {
         panic!("placeholder insert for a key lost a million races in a row");
     }
 
+    /// Links an absent placeholder for `key`, which a lookup just found
+    /// missing, or finds the record linked since. Returns the record and
+    /// whether this call created it.
+    pub(crate) fn insert_placeholder_or_find(
+        &self,
+        key: &[u8],
+        value_capacity_bytes: usize,
+        guard: &Guard,
+    ) -> (RecordRef, bool) {
+        let record = RecordRef::placeholder(value_capacity_bytes);
+        match self.index.insert_sync(EncodedKey::from_slice(key), record) {
+            Ok(()) => (record, true),
+            Err((_, record)) => {
+                // SAFETY: never published.
+                unsafe { record.free() };
+                self.lookup_or_insert_placeholder(key, value_capacity_bytes, guard)
+            }
+        }
+    }
+
     /// Unlinks `record` from the index if it is still the entry for `key`, and
     /// retires it. The caller has already cleared its latest bit.
     pub(crate) fn unlink(&self, key: &[u8], record: RecordRef, guard: &Guard) {
         debug_assert!(!record.load_tid().is_latest());
-        if self.index.remove_if_sync(key, |current| *current == record) {
+        if self
+            .index
+            .remove_if_sync(&KeyProbe::new(key), |current| *current == record)
+        {
             record.retire(guard);
         }
     }

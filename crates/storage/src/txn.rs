@@ -122,7 +122,10 @@ pub(crate) struct TxBuffers {
     scanned: Vec<RecordRef>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
-    last_lookup: Option<(NonNull<Relation>, Span, RecordRef)>,
+    /// The last index lookup: relation, key, and the record found (`None`:
+    /// none was), so an operation on the key just read or just found
+    /// missing does not search the index again.
+    last_lookup: Option<(NonNull<Relation>, Span, Option<RecordRef>)>,
 }
 
 impl TxBuffers {
@@ -292,14 +295,15 @@ impl TxOps<'_> {
         let bufs = &mut self.worker.buffers;
         if let Some((cached_rel, span, record)) = bufs.last_lookup {
             if cached_rel == rel && bufs.bytes(span) == key {
-                return Ok(Some(record));
+                // A cached miss is as good as a fresh one: a record linked
+                // since is caught where a fresh miss's would be (the insert
+                // below finds it; commit re-checks recorded misses).
+                return Ok(record);
             }
         }
         let found = relation.lookup(key, self.guard);
-        if let Some(record) = found {
-            let span = bufs.push_bytes(key)?;
-            bufs.last_lookup = Some((rel, span, record));
-        }
+        let span = bufs.push_bytes(key)?;
+        bufs.last_lookup = Some((rel, span, found));
         Ok(found)
     }
 
@@ -312,11 +316,16 @@ impl TxOps<'_> {
         if let Some(record) = self.lookup(relation, key)? {
             return Ok((record, false));
         }
+        // The lookup just missed: insert at once (finding the record if one
+        // was linked since).
         let (record, created) =
-            relation.lookup_or_insert_placeholder(key, value_capacity_bytes, self.guard);
+            relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard);
         let bufs = self.bufs();
-        let span = bufs.push_bytes(key)?;
-        bufs.last_lookup = Some((NonNull::from(relation), span, record));
+        let span = match bufs.last_lookup {
+            Some((_, span, _)) => span,
+            None => bufs.push_bytes(key)?,
+        };
+        bufs.last_lookup = Some((NonNull::from(relation), span, Some(record)));
         Ok((record, created))
     }
 

@@ -163,6 +163,18 @@ pub struct NodeArgs {
     /// Plant a register bug (checker and nemesis self-tests only).
     #[arg(long, hide = true, value_enum)]
     pub planted_register: Vec<PlantedBug>,
+    /// The node's RESP (Redis protocol) client port on 127.0.0.1 (default
+    /// 6379 + id; 0: any free port). Each node serves its own keyspace until
+    /// transactions span nodes.
+    #[arg(long, value_name = "PORT", conflicts_with = "no_resp")]
+    pub resp_port: Option<u16>,
+    /// RESP client port settings (TOML: limits, requirepass, users; its
+    /// `bind` is replaced by --resp-port's).
+    #[arg(long, value_name = "FILE")]
+    pub resp_config: Option<PathBuf>,
+    /// Serve no RESP client port.
+    #[arg(long)]
+    pub no_resp: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -279,10 +291,36 @@ async fn stop_signal() {
     }
 }
 
+/// The node's RESP client port, unless --no-resp.
+fn start_resp(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::RunningServer>> {
+    if args.no_resp {
+        return Ok(None);
+    }
+    let mut config = match &args.resp_config {
+        Some(path) => roost_resp::Config::from_file(path)?,
+        None => roost_resp::Config::default(),
+    };
+    let port = match args.resp_port {
+        Some(port) => port,
+        None => u16::try_from(u32::from(DEFAULT_RESP_PORT) + args.id)
+            .context("--id too large for the default RESP port; pass --resp-port")?,
+    };
+    config.bind = SocketAddr::from(([127, 0, 0, 1], port));
+    let server = roost_resp::Server::spawn(config).with_context(|| {
+        format!("starting the RESP client port on 127.0.0.1:{port} (--resp-port, --no-resp)")
+    })?;
+    Ok(Some(server))
+}
+
+/// Node `i`'s RESP port is this plus `i` by default (Redis's own port first).
+const DEFAULT_RESP_PORT: u16 = 6379;
+
 pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
     init_logging();
     let config = args.cluster.cluster()?;
     config.node(args.id)?;
+    let resp = start_resp(args)?;
+    let resp_addr = resp.as_ref().map(|r| r.addr());
     runtime()?.block_on(async {
         let mut bugs = RegisterBugs::default();
         for bug in &args.planted_register {
@@ -298,13 +336,21 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
         let app = Register::new(config.register.clone(), bugs);
         let node = start_node(&config, args.id, app).await?;
         println!(
-            "roost node {}: cluster {} admin http://{}",
-            node.id, node.cluster_addr, node.admin_addr
+            "roost node {}: cluster {} admin http://{}{}",
+            node.id,
+            node.cluster_addr,
+            node.admin_addr,
+            resp_addr.map_or(String::new(), |a| format!(
+                " resp {a} (redis-cli -p {})",
+                a.port()
+            ))
         );
         stop_signal().await;
         node.stop().await;
         Ok(())
-    })
+    })?;
+    drop(resp);
+    Ok(())
 }
 
 /// How often `roost up` checks on its children.
@@ -360,6 +406,14 @@ fn write_fresh_secret(data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(path.canonicalize().unwrap_or(path))
 }
 
+impl UpArgs {
+    /// Whether the nodes serve RESP on the default ports (always, for now:
+    /// `roost up` passes no RESP flags to its nodes).
+    fn cluster_resp_hint(&self) -> bool {
+        true
+    }
+}
+
 /// Starts the local etcd `roost up` runs when no --etcd endpoint is given.
 fn start_local_etcd(args: &UpArgs) -> anyhow::Result<LocalEtcd> {
     let client = SocketAddr::from(([127, 0, 0, 1], args.etcd_port));
@@ -405,8 +459,16 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             restart_at: None,
         });
     }
+    let resp_ports = match (args.cluster_resp_hint(), config.nodes.len()) {
+        (true, n) => format!(
+            "; RESP clients: redis-cli -p {} .. {}",
+            DEFAULT_RESP_PORT,
+            u32::from(DEFAULT_RESP_PORT) + n as u32 - 1
+        ),
+        _ => String::new(),
+    };
     println!(
-        "roost up: {} nodes, membership {} (admin {}); `roost status` shows them; Ctrl-C stops them",
+        "roost up: {} nodes, membership {} (admin {}){resp_ports}; `roost status` shows them; Ctrl-C stops them",
         nodes.len(),
         if config.coordinator.is_some() { "etcd" } else { "peer" },
         config

@@ -4,6 +4,13 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc as the process allocator: per-thread free lists make the
+/// short-lived buffers of the request path (RESP frames, transaction
+/// contexts) cheap; with glibc malloc they were 600 to 1,300 instructions per
+/// request (bench/results/resp-profile.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench_resp;
 mod bench_transport;
 mod check;

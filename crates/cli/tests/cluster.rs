@@ -283,6 +283,18 @@ fn etcd_killed_node_is_removed_after_its_lease_and_rejoins_in_a_newer_epoch() {
     let mut cluster = Cluster::start("etcd-kill", 3, Membership::Etcd);
     let (formed, _) = cluster.wait_for(0, "all three members", |s| all_members(s, 3));
     assert_eq!(formed.membership, "etcd");
+    // Every node serves Redis clients on its RESP port.
+    {
+        let addr = cluster.inner.resp_addr(2).unwrap();
+        let mut client = TcpStream::connect(addr).expect("node 2's RESP port");
+        client
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .unwrap();
+        client.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let mut reply = [0u8; 7];
+        client.read_exact(&mut reply).unwrap();
+        assert_eq!(&reply, b"+PONG\r\n");
+    }
     for i in 1..3 {
         cluster.wait_for(i, "the same view", |s| s.epoch >= formed.epoch && s.serving);
     }

@@ -79,6 +79,7 @@ pub struct LocalCluster {
     config_file: PathBuf,
     admins: Vec<SocketAddr>,
     cluster_addrs: Vec<SocketAddr>,
+    resp_addrs: Vec<SocketAddr>,
     children: Vec<Option<Child>>,
     etcd: Option<LocalEtcd>,
     etcd_addrs: (SocketAddr, SocketAddr),
@@ -102,7 +103,7 @@ impl LocalCluster {
         std::fs::create_dir_all(&config.dir)
             .map_err(io(format!("creating {}", config.dir.display())))?;
         let n = config.nodes as usize;
-        let ports = free_ports(2 * n + 2).map_err(io("finding free ports"))?;
+        let ports = free_ports(3 * n + 2).map_err(io("finding free ports"))?;
         let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
         let etcd_addrs = (loopback(ports[2 * n]), loopback(ports[2 * n + 1]));
         let etcd = if config.etcd {
@@ -152,6 +153,7 @@ impl LocalCluster {
             config_file,
             admins,
             cluster_addrs,
+            resp_addrs: (0..n).map(|i| loopback(ports[2 * n + 2 + i])).collect(),
             children: (0..n).map(|_| None).collect(),
             etcd,
             etcd_addrs,
@@ -178,6 +180,11 @@ impl LocalCluster {
         self.cluster_addrs.get(node as usize).copied()
     }
 
+    /// Node `node`'s RESP (Redis protocol) client port.
+    pub fn resp_addr(&self, node: u32) -> Option<SocketAddr> {
+        self.resp_addrs.get(node as usize).copied()
+    }
+
     /// Starts node `node` (again), as a new incarnation; its log goes to
     /// `dir/node<i>.log` (appended across restarts).
     pub fn start_node(&mut self, node: u32) -> Result<(), LocalClusterError> {
@@ -195,9 +202,17 @@ impl LocalCluster {
             .append(true)
             .open(&log_path)
             .map_err(io(format!("opening {}", log_path.display())))?;
+        let resp_port = self.resp_addrs[node as usize].port().to_string();
         let mut command = Command::new(&self.config.roost_bin);
         command
-            .args(["node", "--id", &node.to_string(), "--config"])
+            .args([
+                "node",
+                "--id",
+                &node.to_string(),
+                "--resp-port",
+                &resp_port,
+                "--config",
+            ])
             .arg(&self.config_file)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -3,6 +3,7 @@
 //! Debian's `etcd-server` package provides the binary (`/usr/bin/etcd`).
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,7 +70,8 @@ impl LocalEtcd {
         let peer_url = format!("http://{peer}");
         // One member on loopback: short Raft timers are safe (no elections to
         // lose) and let etcd grant leases as short as one second.
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .arg("--name")
             .arg("roost")
             .arg("--data-dir")
@@ -80,14 +82,28 @@ impl LocalEtcd {
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("roost={peer_url}")])
             .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+            // Its own process group, so a Ctrl-C at the terminal reaches the
+            // nodes (which then give up their leases) but not etcd, which
+            // `roost up` stops last.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|source| LocalEtcdError::Spawn {
-                bin: bin.to_owned(),
-                source,
-            })?;
+            .stderr(log);
+        // SAFETY: prctl(2) is async-signal-safe; between fork and exec it only
+        // asks the kernel to SIGKILL this child when its parent dies, so an
+        // etcd is never orphaned holding its ports.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| LocalEtcdError::Spawn {
+            bin: bin.to_owned(),
+            source,
+        })?;
         let mut etcd = LocalEtcd {
             child,
             endpoint: client.to_string(),

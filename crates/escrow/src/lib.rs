@@ -1,0 +1,52 @@
+//! `roost-escrow`: the middleware of the seed `002` (Balegas et al., SRDS'15,
+//! §IV) over an existing store, Redis (one `redis-server` per site), so that
+//! its users get bounded counters: `value >= K` (or `<= K`) across sites,
+//! with local latency for most operations.
+//!
+//! * [`api`]: Figure 1's API ([`EscrowCounters`]: `create`, `read`, `inc`,
+//!   `dec` with [`Flag::StrictLocal`] or [`Flag::Global`], answering
+//!   [`Outcome::Ok`], [`Outcome::Fail`] or [`Outcome::Retry`] with the hint).
+//! * [`client`]: the client-based design (§IV-B): [`ClientMiddleware`]
+//!   reads, applies and writes back with WATCH/MULTI/EXEC.
+//! * [`server`] + [`engine`]: the server-based design (§IV-C): a middleware
+//!   node per site serializes operations per key, caches counters and batches
+//!   many operations into one conditional write ([`ServerMiddleware`] is its
+//!   client handle; [`engine::KeyEngine`] the sans-IO per-key logic).
+//! * [`site`] + [`propagation`] + [`peer`] + [`wire`]: each site's process,
+//!   with the custom cross-site propagation (batches of deltas every few ms,
+//!   merged entry-wise) and rights transfer (proactive asynchronous requests,
+//!   synchronous requests for global operations, idempotent).
+//! * [`weak`]: the Weak baseline (read-check-then-decrement, replicated
+//!   asynchronously), which can break the bound.
+//! * [`proxy`]: [`DelayProxy`], wide-area emulation with Table I's round
+//!   trips; [`redis_server`]: a `redis-server` child process;
+//!   [`harness`]: a local multi-site [`Deployment`] for tests and benchmarks.
+//! * [`logic`], [`store`]: one operation on one replica; the keys in Redis
+//!   and the two conditional writes.
+
+pub mod api;
+pub mod client;
+pub mod engine;
+pub mod error;
+pub mod harness;
+pub mod logic;
+pub mod peer;
+pub mod propagation;
+pub mod proxy;
+pub mod redis_server;
+pub mod server;
+pub mod site;
+pub mod store;
+pub mod weak;
+pub mod wire;
+
+pub use api::{Bound, Direction, EscrowCounters, Flag, Op, Outcome};
+pub use client::{ClientConfig, ClientMiddleware};
+pub use error::EscrowError;
+pub use harness::{excess_decrements, Client, Deployment, DeploymentConfig, DrainReport};
+pub use logic::Counter;
+pub use proxy::{DelayProxy, Region, TABLE_I_RTT_MS};
+pub use redis_server::LocalRedis;
+pub use server::ServerMiddleware;
+pub use site::{default_policy, Design, Site, SiteConfig, SiteStats, Timing};
+pub use weak::WeakClient;

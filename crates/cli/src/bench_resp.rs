@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
+use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
 
 const BENCHMARK: &str = "resp";
@@ -426,7 +427,25 @@ pub fn run(args: &RespBenchArgs, command: &str) -> anyhow::Result<()> {
         args.reps
     ));
     report.notes = lines;
-    report.write_with_plot(&args.out, || None)?;
+    let chart = BarChart {
+        title: format!("redis-benchmark -P {PIPELINE}: Roost beside redis-server (same run)"),
+        y_label: "ops/s".to_owned(),
+        categories: roost.iter().map(|r| r.command.clone()).collect(),
+        series: vec![
+            BarSeries {
+                name: "roost".to_owned(),
+                values: roost.iter().map(|r| Some(r.rps)).collect(),
+            },
+            BarSeries {
+                name: "redis".to_owned(),
+                values: redis.iter().map(|r| Some(r.rps)).collect(),
+            },
+        ],
+    };
+    let png = args.out.join("resp.png");
+    report.write_with_plot(&args.out, || {
+        finish_png(chart.render_png(&png), png.clone())
+    })?;
     Ok(())
 }
 

@@ -8,7 +8,6 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,6 +16,7 @@ use anyhow::Context as _;
 use clap::Args;
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
+use roost_cluster::process::die_with_parent;
 
 const BENCHMARK: &str = "resp";
 const GOAL_RATIO: f64 = 1.0;
@@ -73,17 +73,6 @@ impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Children die with us even if we are killed before the guards run.
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: prctl(2) is async-signal-safe and touches no memory of ours.
-    unsafe {
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
     }
 }
 

@@ -20,6 +20,7 @@ pub mod local_cluster;
 pub mod local_etcd;
 pub mod membership;
 pub mod node;
+pub mod process;
 pub mod protocol;
 pub mod register;
 pub mod runtime;

@@ -218,6 +218,7 @@ impl LocalCluster {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
+        crate::process::die_with_parent(&mut command);
         let bugs = self.config.register_bugs;
         if bugs.quorum_minus_one {
             command.args(["--planted-register", "quorum-minus-one"]);

@@ -3,7 +3,7 @@
 //! Debian's `etcd-server` package provides the binary (`/usr/bin/etcd`).
 
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt as _;
+use std::os::unix::process::CommandExt as _; // process_group
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -89,17 +89,7 @@ impl LocalEtcd {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        // SAFETY: prctl(2) is async-signal-safe; between fork and exec it only
-        // asks the kernel to SIGKILL this child when its parent dies, so an
-        // etcd is never orphaned holding its ports.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        crate::process::die_with_parent(&mut command);
         let child = command.spawn().map_err(|source| LocalEtcdError::Spawn {
             bin: bin.to_owned(),
             source,

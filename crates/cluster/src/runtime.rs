@@ -703,89 +703,107 @@ async fn respond(stream: &mut TcpStream, code: u16, kind: &str, body: &str) -> s
 /// The Prometheus text exposition of a node's status.
 pub fn prometheus_text(status: &StatusReport) -> String {
     let t = &status.transport;
-    let mut out = String::with_capacity(2048);
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{value}\n"
-        ));
-    };
+    // (name, type, help, value) of each single-sample metric, labelled by node.
+    let single: [(&str, &str, &str, u64); 13] = [
+        (
+            "roost_epoch",
+            "gauge",
+            "Installed membership epoch.",
+            status.epoch,
+        ),
+        (
+            "roost_serving",
+            "gauge",
+            "1 while the node holds its lease.",
+            u64::from(status.serving),
+        ),
+        (
+            "roost_view_changes_total",
+            "counter",
+            "Views installed by this process.",
+            status.view_changes,
+        ),
+        (
+            "roost_messages_sent_total",
+            "counter",
+            "Messages written to sockets.",
+            t.msgs_sent,
+        ),
+        (
+            "roost_bytes_sent_total",
+            "counter",
+            "Bytes written to sockets.",
+            t.bytes_sent,
+        ),
+        (
+            "roost_batches_sent_total",
+            "counter",
+            "Socket writes (messages / batches = mean batch size).",
+            t.batches_sent,
+        ),
+        (
+            "roost_messages_received_total",
+            "counter",
+            "Messages decoded.",
+            t.msgs_received,
+        ),
+        (
+            "roost_bytes_received_total",
+            "counter",
+            "Bytes decoded.",
+            t.bytes_received,
+        ),
+        (
+            "roost_frames_rejected_total",
+            "counter",
+            "Malformed or oversized frames (each closed its connection).",
+            t.frames_rejected,
+        ),
+        (
+            "roost_connects_total",
+            "counter",
+            "Outbound connections made (authenticated, where a secret is set).",
+            t.connects,
+        ),
+        (
+            "roost_auth_failures_total",
+            "counter",
+            "Node-to-node connections refused by the shared-secret handshake.",
+            t.auth_failures,
+        ),
+        (
+            "roost_coordinator_cut",
+            "gauge",
+            "1 while the chaos switch cuts this node off from etcd.",
+            u64::from(status.coordinator_cut),
+        ),
+        (
+            "roost_uptime_ms",
+            "gauge",
+            "Milliseconds since the node started.",
+            status.uptime_ms,
+        ),
+    ];
     let id = status.id;
-    metric(
-        "roost_epoch",
-        "gauge",
-        "Installed membership epoch.",
-        format!("{{node=\"{id}\"}} {}", status.epoch),
-    );
-    metric(
-        "roost_serving",
-        "gauge",
-        "1 while the node holds its lease.",
-        format!("{{node=\"{id}\"}} {}", u8::from(status.serving)),
-    );
-    metric(
-        "roost_view_changes_total",
-        "counter",
-        "Views installed by this process.",
-        format!("{{node=\"{id}\"}} {}", status.view_changes),
-    );
-    metric(
-        "roost_messages_sent_total",
-        "counter",
-        "Messages written to sockets.",
-        format!("{{node=\"{id}\"}} {}", t.msgs_sent),
-    );
-    metric(
-        "roost_bytes_sent_total",
-        "counter",
-        "Bytes written to sockets.",
-        format!("{{node=\"{id}\"}} {}", t.bytes_sent),
-    );
-    metric(
-        "roost_batches_sent_total",
-        "counter",
-        "Socket writes (messages / batches = mean batch size).",
-        format!("{{node=\"{id}\"}} {}", t.batches_sent),
-    );
-    metric(
-        "roost_messages_received_total",
-        "counter",
-        "Messages decoded.",
-        format!("{{node=\"{id}\"}} {}", t.msgs_received),
-    );
-    metric(
-        "roost_bytes_received_total",
-        "counter",
-        "Bytes decoded.",
-        format!("{{node=\"{id}\"}} {}", t.bytes_received),
-    );
-    let drops = format!(
-        "{{node=\"{id}\",reason=\"queue_full\"}} {}\nroost_messages_dropped_total{{node=\"{id}\",reason=\"chaos\"}} {}\nroost_messages_dropped_total{{node=\"{id}\",reason=\"unreachable\"}} {}",
-        t.dropped_queue_full, t.dropped_chaos, t.dropped_unreachable
-    );
-    metric(
-        "roost_messages_dropped_total",
-        "counter",
-        "Messages dropped, by reason.",
-        drops,
-    );
-    metric(
-        "roost_frames_rejected_total",
-        "counter",
-        "Malformed or oversized frames (each closed its connection).",
-        format!("{{node=\"{id}\"}} {}", t.frames_rejected),
-    );
-    metric(
-        "roost_connects_total",
-        "counter",
-        "Outbound connections made (authenticated, where a secret is set).",
-        format!("{{node=\"{id}\"}} {}", t.connects),
-    );
-    metric(
-        "roost_auth_failures_total",
-        "counter",
-        "Node-to-node connections refused by the shared-secret handshake.",
-        format!("{{node=\"{id}\"}} {}", t.auth_failures),
-    );
+    let mut out = String::with_capacity(4096);
+    for (name, kind, help, value) in single {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node=\"{id}\"}} {value}\n"
+        ));
+    }
+    let name = "roost_messages_dropped_total";
+    out.push_str(&format!(
+        "# HELP {name} Messages dropped, by reason.\n# TYPE {name} counter\n"
+    ));
+    for (reason, value) in [
+        ("queue_full", t.dropped_queue_full),
+        ("chaos", t.dropped_chaos),
+        ("unreachable", t.dropped_unreachable),
+    ] {
+        out.push_str(&format!(
+            "{name}{{node=\"{id}\",reason=\"{reason}\"}} {value}\n"
+        ));
+    }
     out
 }
 
@@ -827,4 +845,51 @@ pub async fn admin_get(
 /// The epoch a status names (for callers that only need that).
 pub fn epoch_of(status: &StatusReport) -> Epoch {
     Epoch(status.epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_every_metric_once_with_help_and_type() {
+        let status = StatusReport {
+            id: 3,
+            incarnation: 9,
+            epoch: 7,
+            serving: true,
+            lease_remaining_ms: 100,
+            members: vec![3],
+            nodes: Vec::new(),
+            view_changes: 2,
+            uptime_ms: 1234,
+            transport: MetricsSnapshot {
+                auth_failures: 5,
+                dropped_chaos: 4,
+                ..MetricsSnapshot::default()
+            },
+            membership: "etcd".into(),
+            coordinator_cut: false,
+        };
+        let text = prometheus_text(&status);
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(kind == "gauge" || kind == "counter", "{line}");
+                assert_eq!(
+                    text.matches(&format!("# HELP {name} ")).count(),
+                    1,
+                    "{name}"
+                );
+            } else if !line.starts_with('#') {
+                let (series, value) = line.rsplit_once(' ').unwrap();
+                assert!(series.contains("node=\"3\""), "{line}");
+                assert!(value.parse::<u64>().is_ok(), "{line}");
+            }
+        }
+        assert!(text.contains("roost_epoch{node=\"3\"} 7\n"));
+        assert!(text.contains("roost_auth_failures_total{node=\"3\"} 5\n"));
+        assert!(text.contains("roost_messages_dropped_total{node=\"3\",reason=\"chaos\"} 4\n"));
+        assert!(text.contains("roost_serving{node=\"3\"} 1\n"));
+    }
 }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod bench_escrow;
 mod bench_resp;
 mod bench_transport;
 mod check;
@@ -90,6 +91,9 @@ enum Benchmark {
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),
+    /// The escrow middleware over Redis (bc-srv, bc-clt, weak, strong) with
+    /// the emulated wide area; needs redis-server on PATH.
+    Escrow(bench_escrow::EscrowArgs),
 }
 
 #[derive(Debug, Args)]
@@ -243,6 +247,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         }
         Command::Bench(Benchmark::Transport(args)) => bench_transport::run(&args, command)?,
         Command::Bench(Benchmark::Resp(args)) => bench_resp::run(&args, command)?,
+        Command::Bench(Benchmark::Escrow(args)) => bench_escrow::run(&args, command)?,
         Command::Check(args) => check::run(&args)?,
         Command::Node(args) => cluster::node(&args)?,
         Command::Up(args) => cluster::up(&args)?,

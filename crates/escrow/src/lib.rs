@@ -18,6 +18,8 @@
 //!   synchronous requests for global operations, idempotent).
 //! * [`weak`]: the Weak baseline (read-check-then-decrement, replicated
 //!   asynchronously), which can break the bound.
+//! * [`strong`]: the Strong baseline (one Redis site, remote clients through
+//!   the proxy, a Lua check-and-decrement per update).
 //! * [`proxy`]: [`DelayProxy`], wide-area emulation with Table I's round
 //!   trips; [`redis_server`]: a `redis-server` child process;
 //!   [`harness`]: a local multi-site [`Deployment`] for tests and benchmarks.
@@ -37,6 +39,7 @@ pub mod redis_server;
 pub mod server;
 pub mod site;
 pub mod store;
+pub mod strong;
 pub mod weak;
 pub mod wire;
 
@@ -49,4 +52,5 @@ pub use proxy::{DelayProxy, Region, TABLE_I_RTT_MS};
 pub use redis_server::LocalRedis;
 pub use server::ServerMiddleware;
 pub use site::{default_policy, Design, Site, SiteConfig, SiteStats, Timing};
+pub use strong::{StrongClient, StrongDeployment};
 pub use weak::WeakClient;

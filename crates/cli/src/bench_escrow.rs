@@ -10,17 +10,29 @@
 //! * `exhaust`: a counter starting small (6,000; 600 with `--quick`) and
 //!   clients in every region decrementing until `Fail`: decrements in excess
 //!   of the bound (Figure 10).
+//! * `sweep-1-counter`, `sweep-100-counters`: throughput against latency
+//!   (Figures 6 and 7): a sweep over clients per region, on one counter or
+//!   on 100 (each decrement picks one uniformly); one row per point with the
+//!   aggregate throughput and the median/p99 latency of all regions.
+//! * `run-out-over-time`: latency over time while rights run out (Figure 9
+//!   of issue 6; the seed's Figure 8): a counter starting at 6,000 (600 with
+//!   `--quick`), all of it at US-East's site, a few paced clients per region
+//!   decrementing until `Fail`; one row per time window with its median
+//!   latency.
 //!
 //! Goals (issue 6): bc-srv throughput at least 1.0x Weak's; median latency
 //! of clients in a remote region (for Strong, every region but US-East) with
 //! bc-srv at most 1/10 of Strong's.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng as _};
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
 use roost_escrow::redis_server::redis_server_available;
@@ -35,6 +47,11 @@ const THROUGHPUT_GOAL: f64 = 1.0;
 const LATENCY_GOAL: f64 = 0.1;
 const SINGLE: &str = "single-counter";
 const EXHAUST: &str = "exhaust";
+const SWEEP_ONE: &str = "sweep-1-counter";
+const SWEEP_MANY: &str = "sweep-100-counters";
+const OVER_TIME: &str = "run-out-over-time";
+/// Counters of `sweep-100-counters`.
+const MANY_COUNTERS: usize = 100;
 
 #[derive(Debug, Args)]
 pub struct EscrowArgs {
@@ -58,6 +75,19 @@ struct Plan {
     exhaust_start: u64,
     exhaust_clients_per_region: usize,
     exhaust_deadline: Duration,
+    /// Clients per region of the sweeps' points.
+    sweep_clients: &'static [usize],
+    sweep_warmup: Duration,
+    sweep_measure: Duration,
+    /// Each of the 100 counters' start.
+    many_start: u64,
+    over_time_start: u64,
+    over_time_clients_per_region: usize,
+    /// Pause after each decrement of `run-out-over-time`, so that the
+    /// counter lasts many windows.
+    over_time_think: Duration,
+    window: Duration,
+    over_time_deadline: Duration,
 }
 
 impl Plan {
@@ -72,6 +102,15 @@ impl Plan {
                 exhaust_start: 600,
                 exhaust_clients_per_region: 4,
                 exhaust_deadline: Duration::from_secs(20),
+                sweep_clients: &[1, 4],
+                sweep_warmup: Duration::from_millis(100),
+                sweep_measure: Duration::from_millis(300),
+                many_start: 30_000_000,
+                over_time_start: 600,
+                over_time_clients_per_region: 2,
+                over_time_think: Duration::from_millis(5),
+                window: Duration::from_millis(100),
+                over_time_deadline: Duration::from_secs(10),
             }
         } else {
             Plan {
@@ -83,6 +122,15 @@ impl Plan {
                 exhaust_start: 6000,
                 exhaust_clients_per_region: 8,
                 exhaust_deadline: Duration::from_secs(60),
+                sweep_clients: &[1, 4, 16],
+                sweep_warmup: Duration::from_millis(500),
+                sweep_measure: Duration::from_secs(2),
+                many_start: 300_000_000,
+                over_time_start: 6000,
+                over_time_clients_per_region: 2,
+                over_time_think: Duration::from_millis(5),
+                window: Duration::from_millis(200),
+                over_time_deadline: Duration::from_secs(40),
             }
         }
     }
@@ -168,43 +216,59 @@ impl Target {
         })
     }
 
-    /// Creates `key` (bound 0) at every site and gives it `start`: split
-    /// between the sites (`spread`) or all at the first site; waits until
-    /// every site knows it and, for the bounded-counter designs, holds
-    /// rights.
-    async fn setup(&self, key: &str, start: u64, spread: bool) -> anyhow::Result<()> {
+    /// Creates each of `keys` (bound 0) and gives it `start`: split between
+    /// the sites (`spread`) or all at the first site; waits until every site
+    /// knows it and, for the bounded-counter designs, holds rights. Strong
+    /// has one Redis: its keys are created through the first site's client.
+    async fn setup(&self, keys: &[String], start: u64, spread: bool) -> anyhow::Result<()> {
+        let creators = match self {
+            Target::Strong(_) => 1,
+            Target::Middleware(_) => self.sites(),
+        };
+        let mut clients = Vec::new();
         for site in 0..self.sites() {
-            self.client(site).await?.create(key).await?;
+            clients.push(self.client(site).await?);
+        }
+        for key in keys {
+            for client in clients.iter_mut().take(creators) {
+                client.create(key).await?;
+            }
         }
         let givers: Vec<usize> = match (self, spread) {
             (Target::Strong(_), _) | (_, false) => vec![0],
             (Target::Middleware(_), true) => (0..self.sites()).collect(),
         };
         let share = start / givers.len() as u64;
-        for &site in &givers {
-            let outcome = self.client(site).await?.inc(key, share).await?;
-            anyhow::ensure!(outcome == Outcome::Ok, "initial increment: {outcome:?}");
+        for key in keys {
+            for &site in &givers {
+                let outcome = clients[site].inc(key, share).await?;
+                anyhow::ensure!(outcome == Outcome::Ok, "initial increment: {outcome:?}");
+            }
         }
         let total = share * givers.len() as u64;
         let Target::Middleware(d) = self else {
             return Ok(());
         };
-        anyhow::ensure!(
-            d.wait_value_everywhere(key, total as i64, Duration::from_secs(30))
-                .await,
-            "`{key}` did not reach {total} at every site: {:?}",
-            d.values(key).await
-        );
+        for key in keys {
+            anyhow::ensure!(
+                d.wait_value_everywhere(key, total as i64, Duration::from_secs(30))
+                    .await,
+                "`{key}` did not reach {total} at every site: {:?}",
+                d.values(key).await
+            );
+        }
         if d.design() != Design::Weak {
             let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(15) {
-                if d.rights(key)
-                    .await
-                    .is_ok_and(|rights| rights.iter().all(|&r| r > 0))
-                {
-                    break;
+            for key in keys {
+                while started.elapsed() < Duration::from_secs(15) {
+                    if d.rights(key)
+                        .await
+                        .is_ok_and(|rights| rights.iter().all(|&r| r > 0))
+                    {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
         Ok(())
@@ -244,6 +308,9 @@ struct RegionResult {
     retries: u64,
     errors: u64,
     latency_ns: Histogram<u64>,
+    /// With [`Load::timeline`]: (start since the run began, latency in ns)
+    /// of every successful decrement.
+    timeline: Vec<(Duration, u64)>,
 }
 
 impl RegionResult {
@@ -254,6 +321,7 @@ impl RegionResult {
             retries: 0,
             errors: 0,
             latency_ns: histogram(),
+            timeline: Vec::new(),
         }
     }
 
@@ -263,36 +331,64 @@ impl RegionResult {
         self.retries += other.retries;
         self.errors += other.errors;
         let _ = self.latency_ns.add(&other.latency_ns);
+        self.timeline.extend_from_slice(&other.timeline);
     }
 }
 
-/// Runs `clients_per_region` clients at every site on `key`; per-site
-/// results and the seconds throughput is measured over.
-async fn drive(
-    target: &Target,
-    key: &str,
+/// What the clients of one run do.
+struct Load {
+    /// Each decrement picks one uniformly.
+    keys: Arc<[String]>,
     clients_per_region: usize,
     mode: Mode,
-) -> anyhow::Result<(Vec<RegionResult>, f64)> {
+    /// Pause after each operation (zero: closed loop without think time).
+    think: Duration,
+    /// Record every successful decrement's start and latency.
+    timeline: bool,
+}
+
+impl Load {
+    fn new(keys: &[String], clients_per_region: usize, mode: Mode) -> Load {
+        Load {
+            keys: keys.into(),
+            clients_per_region,
+            mode,
+            think: Duration::ZERO,
+            timeline: false,
+        }
+    }
+}
+
+/// Runs `load.clients_per_region` clients at every site on `load.keys`;
+/// per-site results and the seconds throughput is measured over.
+async fn drive(target: &Target, load: &Load) -> anyhow::Result<(Vec<RegionResult>, f64)> {
+    let mode = load.mode;
     let mut clients = Vec::new();
     for site in 0..target.sites() {
-        for _ in 0..clients_per_region {
+        for _ in 0..load.clients_per_region {
             clients.push((site, target.client(site).await?));
         }
     }
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for (site, mut client) in clients {
-        let key = key.to_owned();
+    for (index, (site, mut client)) in clients.into_iter().enumerate() {
+        let keys = Arc::clone(&load.keys);
+        let (think, timeline) = (load.think, load.timeline);
         tasks.spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(index as u64);
             let mut result = RegionResult::new();
             let (from, until) = match mode {
                 Mode::Timed { warmup, measure } => (warmup, warmup + measure),
                 Mode::Drain { deadline } => (Duration::ZERO, deadline),
             };
             while started.elapsed() < until {
+                let key = if keys.len() == 1 {
+                    &keys[0]
+                } else {
+                    &keys[rng.random_range(0..keys.len())]
+                };
                 let op_started = Instant::now();
-                let outcome = client.dec(&key).await;
+                let outcome = client.dec(key).await;
                 let counted =
                     op_started.duration_since(started) >= from && started.elapsed() <= until;
                 match outcome {
@@ -302,6 +398,11 @@ async fn drive(
                             let ns =
                                 u64::try_from(op_started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                             let _ = result.latency_ns.record(ns.max(1));
+                            if timeline {
+                                result
+                                    .timeline
+                                    .push((op_started.duration_since(started), ns));
+                            }
                         }
                     }
                     Ok(Outcome::Fail) => {
@@ -320,6 +421,9 @@ async fn drive(
                         tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                 }
+                if !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
             }
             (site, result)
         });
@@ -337,6 +441,10 @@ async fn drive(
     Ok((per_site, seconds))
 }
 
+/// A time window's start and the latencies (ns) of the decrements begun in
+/// it.
+type Window = (Duration, Histogram<u64>);
+
 /// One scenario of one variant, summarized.
 struct Measured {
     variant: &'static str,
@@ -347,6 +455,8 @@ struct Measured {
     seconds: f64,
     start: u64,
     clients_per_region: usize,
+    /// How many counters the decrements were spread over.
+    counters: usize,
     final_values: Vec<i64>,
 }
 
@@ -365,6 +475,110 @@ impl Measured {
 
     fn median_ms(&self, site: usize) -> f64 {
         self.per_site[site].latency_ns.value_at_quantile(0.5) as f64 / 1e6
+    }
+
+    /// All regions' results together.
+    fn total(&self) -> RegionResult {
+        let mut total = RegionResult::new();
+        for result in &self.per_site {
+            total.add(result);
+        }
+        total
+    }
+
+    /// Any region remote from the data (Strong's clients outside US-East).
+    fn any_remote(&self) -> bool {
+        self.remote.iter().any(|&r| r)
+    }
+
+    /// The row of a sweep point: all regions together.
+    fn sweep_row(&self, plan: &Plan) -> Row {
+        let total = self.total();
+        let mut row = Row::new("escrow", self.variant)
+            .with_param("scenario", self.scenario)
+            .with_param("client_region", "all")
+            .with_param("remote", self.any_remote())
+            .with_param("clients_per_region", self.clients_per_region as u64)
+            .with_param("counters", self.counters as u64)
+            .with_param("initial", self.start)
+            .with_param("bound", 0)
+            .with_param("decrement_pct", 100)
+            .with_param("flag", "global")
+            .with_param("rtt_scale", plan.rtt_scale)
+            .with_extra("excess_decrements", self.excess())
+            .with_extra("ok_decrements", total.ok)
+            .with_extra(
+                "p50_ms_per_region",
+                (0..self.per_site.len())
+                    .map(|s| round3(self.median_ms(s)))
+                    .collect::<Vec<_>>(),
+            )
+            .with_extra("fails", total.fails)
+            .with_extra("retries", total.retries)
+            .with_extra("errors", total.errors)
+            .with_extra("seconds", round3(self.seconds));
+        row.throughput_tps = round1(self.throughput());
+        row.latency_us = LatencyUs::from_histogram_ns(&total.latency_ns);
+        row
+    }
+
+    /// Median (and p99) latency of all regions per `window` of the run,
+    /// by the decrements' start: (window start, histogram) in order, up to
+    /// the last window with a successful decrement.
+    fn windows(&self, window: Duration) -> Vec<Window> {
+        let mut windows: Vec<Histogram<u64>> = Vec::new();
+        for result in &self.per_site {
+            for &(at, ns) in &result.timeline {
+                let index = (at.as_nanos() / window.as_nanos().max(1)) as usize;
+                while windows.len() <= index {
+                    windows.push(histogram());
+                }
+                let _ = windows[index].record(ns.max(1));
+            }
+        }
+        windows
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| (window * i as u32, h))
+            .collect()
+    }
+
+    /// One row per window of `run-out-over-time`.
+    fn window_rows(&self, plan: &Plan) -> Vec<Row> {
+        self.windows(plan.window)
+            .into_iter()
+            .map(|(at, h)| {
+                let mut row = Row::new("escrow", self.variant)
+                    .with_param("scenario", self.scenario)
+                    .with_param("client_region", "all")
+                    .with_param("remote", self.any_remote())
+                    .with_param("clients_per_region", self.clients_per_region as u64)
+                    .with_param("initial", self.start)
+                    .with_param("bound", 0)
+                    .with_param("decrement_pct", 100)
+                    .with_param("flag", "global")
+                    .with_param("rtt_scale", plan.rtt_scale)
+                    .with_param("window_ms", plan.window.as_millis() as u64)
+                    .with_param("window_start_ms", at.as_millis() as u64)
+                    .with_param("think_ms", plan.over_time_think.as_millis() as u64)
+                    .with_extra("excess_decrements", self.excess())
+                    .with_extra("ok_decrements", h.len())
+                    .with_extra("ok_decrements_all_windows", self.ok())
+                    .with_extra("seconds", round3(self.seconds))
+                    .with_extra("final_values", self.final_values.clone());
+                row.throughput_tps = round1(h.len() as f64 / plan.window.as_secs_f64());
+                row.latency_us = LatencyUs::from_histogram_ns(&h);
+                row
+            })
+            .collect()
+    }
+
+    fn report_rows(&self, plan: &Plan) -> Vec<Row> {
+        match self.scenario {
+            SWEEP_ONE | SWEEP_MANY => vec![self.sweep_row(plan)],
+            OVER_TIME => self.window_rows(plan),
+            _ => self.rows(plan),
+        }
     }
 
     fn rows(&self, plan: &Plan) -> Vec<Row> {
@@ -414,60 +628,147 @@ async fn run_variant(variant: &'static str, plan: &Plan) -> anyhow::Result<Vec<M
     let regions: Vec<Region> = (0..target.sites()).map(|s| target.region(s)).collect();
     let remote: Vec<bool> = (0..target.sites()).map(|s| target.remote(s)).collect();
     let mut measured = Vec::new();
+    let measure = |scenario: &'static str,
+                   (per_site, seconds): (Vec<RegionResult>, f64),
+                   start: u64,
+                   load: &Load,
+                   final_values: Vec<i64>| Measured {
+        variant,
+        scenario,
+        per_site,
+        regions: regions.clone(),
+        remote: remote.clone(),
+        seconds,
+        start,
+        clients_per_region: load.clients_per_region,
+        counters: load.keys.len(),
+        final_values,
+    };
 
-    let key = "hot";
-    target.setup(key, plan.single_start, true).await?;
-    let (per_site, seconds) = drive(
-        &target,
-        key,
+    let hot = vec!["hot".to_owned()];
+    target.setup(&hot, plan.single_start, true).await?;
+    let load = Load::new(
+        &hot,
         plan.clients_per_region,
         Mode::Timed {
             warmup: plan.warmup,
             measure: plan.measure,
         },
-    )
-    .await?;
-    measured.push(Measured {
-        variant,
-        scenario: SINGLE,
-        per_site,
-        regions: regions.clone(),
-        remote: remote.clone(),
-        seconds,
-        start: plan.single_start,
-        clients_per_region: plan.clients_per_region,
-        final_values: Vec::new(),
-    });
+    );
+    let result = drive(&target, &load).await?;
+    measured.push(measure(
+        SINGLE,
+        result,
+        plan.single_start,
+        &load,
+        Vec::new(),
+    ));
 
-    let key = "stock";
-    target.setup(key, plan.exhaust_start, false).await?;
-    let (per_site, seconds) = drive(
-        &target,
-        key,
+    // Throughput against latency: the single counter (still far from its
+    // bound), then 100 counters.
+    let many: Vec<String> = (0..MANY_COUNTERS).map(|i| format!("many-{i}")).collect();
+    target.setup(&many, plan.many_start, true).await?;
+    for (scenario, keys, start) in [
+        (SWEEP_ONE, &hot, plan.single_start),
+        (SWEEP_MANY, &many, plan.many_start),
+    ] {
+        for &clients in plan.sweep_clients {
+            let load = Load::new(
+                keys,
+                clients,
+                Mode::Timed {
+                    warmup: plan.sweep_warmup,
+                    measure: plan.sweep_measure,
+                },
+            );
+            let result = drive(&target, &load).await?;
+            measured.push(measure(scenario, result, start, &load, Vec::new()));
+        }
+    }
+
+    let stock = vec!["stock".to_owned()];
+    target.setup(&stock, plan.exhaust_start, false).await?;
+    let load = Load::new(
+        &stock,
         plan.exhaust_clients_per_region,
         Mode::Drain {
             deadline: plan.exhaust_deadline,
         },
-    )
-    .await?;
-    let final_values = target.final_values(key).await;
-    measured.push(Measured {
-        variant,
-        scenario: EXHAUST,
-        per_site,
-        regions,
-        remote,
-        seconds,
-        start: plan.exhaust_start,
-        clients_per_region: plan.exhaust_clients_per_region,
+    );
+    let result = drive(&target, &load).await?;
+    let final_values = target.final_values("stock").await;
+    measured.push(measure(
+        EXHAUST,
+        result,
+        plan.exhaust_start,
+        &load,
         final_values,
-    });
+    ));
+
+    // Latency over time while the rights run out: paced clients, every
+    // successful decrement's start and latency recorded.
+    let paced = vec!["paced".to_owned()];
+    target.setup(&paced, plan.over_time_start, false).await?;
+    let mut load = Load::new(
+        &paced,
+        plan.over_time_clients_per_region,
+        Mode::Drain {
+            deadline: plan.over_time_deadline,
+        },
+    );
+    load.think = plan.over_time_think;
+    load.timeline = true;
+    let result = drive(&target, &load).await?;
+    let final_values = target.final_values("paced").await;
+    measured.push(measure(
+        OVER_TIME,
+        result,
+        plan.over_time_start,
+        &load,
+        final_values,
+    ));
     Ok(measured)
 }
 
 fn find<'a>(all: &'a [Measured], variant: &str, scenario: &str) -> Option<&'a Measured> {
     all.iter()
         .find(|m| m.variant == variant && m.scenario == scenario)
+}
+
+fn find_point<'a>(
+    all: &'a [Measured],
+    variant: &str,
+    scenario: &str,
+    clients: usize,
+) -> Option<&'a Measured> {
+    all.iter()
+        .find(|m| m.variant == variant && m.scenario == scenario && m.clients_per_region == clients)
+}
+
+/// A sweep's points of every variant, as one note line.
+fn sweep_line(all: &[Measured], plan: &Plan, scenario: &str) -> String {
+    let per_variant: Vec<String> = VARIANTS
+        .iter()
+        .map(|v| {
+            let points: Vec<String> = plan
+                .sweep_clients
+                .iter()
+                .filter_map(|&c| find_point(all, v, scenario, c))
+                .map(|m| {
+                    let total = m.total();
+                    format!(
+                        "{}/region {:.0} ops/s p50 {:.3} ms p99 {:.3} ms",
+                        m.clients_per_region,
+                        m.throughput(),
+                        total.latency_ns.value_at_quantile(0.5) as f64 / 1e6,
+                        total.latency_ns.value_at_quantile(0.99) as f64 / 1e6
+                    )
+                })
+                .collect();
+            format!("{v}: {}", points.join(", "))
+        })
+        .collect();
+    format!("{scenario} (all regions): {}.", per_variant.join("; "))
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -510,7 +811,7 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
 
     let mut report = BenchReport::new(BENCHMARK, command);
     for m in &all {
-        report.rows.extend(m.rows(&plan));
+        report.rows.extend(m.report_rows(&plan));
     }
     let mut notes = Vec::new();
     if args.quick {
@@ -532,6 +833,28 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
             plan.exhaust_clients_per_region
         ));
     }
+    notes.push(format!(
+        "{SWEEP_ONE} / {SWEEP_MANY}: throughput against latency (Figures 6-7): {:?} clients \
+             per region, each point {:?} measured after {:?} of warm-up, on the single counter \
+             or on {MANY_COUNTERS} counters (each decrement picks one uniformly, each starts at \
+             {} split between the sites); one row per point, client_region = all, \
+             throughput_tps the aggregate, latency of all regions together, \
+             extra.p50_ms_per_region the regions' medians. {OVER_TIME} (Figure 9): a counter \
+             starting at {}, all at US-East's site, {} clients per region decrementing until \
+             Fail, each pausing {:?} after every operation so that the rights last many \
+             windows (the seed paced its clients with 100 ms of think time); one row per \
+             {:?} window (window_start_ms, by the decrements' start) with the window's \
+             successful decrements (throughput_tps per second) and their latency; \
+             remote = true when some of the clients are remote (Strong).",
+        plan.sweep_clients,
+        plan.sweep_measure,
+        plan.sweep_warmup,
+        plan.many_start,
+        plan.over_time_start,
+        plan.over_time_clients_per_region,
+        plan.over_time_think,
+        plan.window
+    ));
     notes.push(
         "Every client decrements by 1 with the Global flag, closed loop. single-counter: one \
          counter whose start is split between the sites' rights (Strong: one site, US-East, \
@@ -608,13 +931,53 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
     notes.push(line);
     let invariant_ok = ["bc-srv", "bc-clt", "strong"]
         .iter()
-        .filter_map(|v| find(&all, v, EXHAUST))
+        .flat_map(|v| all.iter().filter(move |m| m.variant == *v))
         .all(|m| m.excess() == 0);
     let weak_violates = find(&all, "weak", EXHAUST).is_some_and(|m| m.excess() > 0);
     let line = format!(
-        "No invariant violation for bc-srv, bc-clt, strong: {}; Weak violates in the same run: {}.",
+        "No invariant violation for bc-srv, bc-clt, strong (every scenario): {}; Weak violates \
+         in the same run (exhaust): {}.",
         if invariant_ok { "yes" } else { "NO" },
         if weak_violates { "yes" } else { "no" }
+    );
+    println!("{line}");
+    notes.push(line);
+    for scenario in [SWEEP_ONE, SWEEP_MANY] {
+        let line = sweep_line(&all, &plan, scenario);
+        println!("{line}");
+        notes.push(line);
+    }
+    let over_time: Vec<String> = VARIANTS
+        .iter()
+        .filter_map(|v| find(&all, v, OVER_TIME))
+        .map(|m| {
+            let windows = m.windows(plan.window);
+            let medians: Vec<f64> = windows
+                .iter()
+                .filter(|(_, h)| !h.is_empty())
+                .map(|(_, h)| h.value_at_quantile(0.5) as f64 / 1e6)
+                .collect();
+            let lowest = medians.iter().copied().fold(f64::INFINITY, f64::min);
+            let highest = medians.iter().copied().fold(0.0, f64::max);
+            let total = m.total();
+            format!(
+                "{} {:.1} s, {} windows, median per window {:.3}-{:.3} ms, p99 over the run \
+                 {:.3} ms, excess {}",
+                m.variant,
+                m.seconds,
+                windows.len(),
+                lowest,
+                highest,
+                total.latency_ns.value_at_quantile(0.99) as f64 / 1e6,
+                m.excess()
+            )
+        })
+        .collect();
+    let line = format!(
+        "{OVER_TIME} (start {}, {} paced clients per region): {}.",
+        plan.over_time_start,
+        plan.over_time_clients_per_region,
+        over_time.join("; ")
     );
     println!("{line}");
     notes.push(line);
@@ -645,7 +1008,7 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
             })
             .collect(),
     };
-    let charts = vec![
+    let mut charts = vec![
         BarChart {
             title: "single counter, 100% decrements: throughput (all regions)".to_owned(),
             y_label: "ops/s".to_owned(),
@@ -670,6 +1033,78 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
             }],
         },
     ];
+    let sweep_chart =
+        |scenario: &str, what: &str, y_label: &str, value: &dyn Fn(&Measured) -> f64| BarChart {
+            title: format!("{scenario}: {what} per clients per region"),
+            y_label: y_label.to_owned(),
+            categories: plan
+                .sweep_clients
+                .iter()
+                .map(|c| format!("{c}/region"))
+                .collect(),
+            series: VARIANTS
+                .iter()
+                .map(|v| BarSeries {
+                    name: (*v).to_owned(),
+                    values: plan
+                        .sweep_clients
+                        .iter()
+                        .map(|&c| find_point(&all, v, scenario, c).map(value))
+                        .collect(),
+                })
+                .collect(),
+        };
+    let throughput = |m: &Measured| m.throughput();
+    let median = |m: &Measured| m.total().latency_ns.value_at_quantile(0.5) as f64 / 1e6;
+    for scenario in [SWEEP_ONE, SWEEP_MANY] {
+        charts.push(sweep_chart(
+            scenario,
+            "throughput (all regions)",
+            "ops/s",
+            &throughput,
+        ));
+        charts.push(sweep_chart(
+            scenario,
+            "median latency (all regions)",
+            "ms",
+            &median,
+        ));
+    }
+    let timelines: Vec<(&str, Vec<Window>)> = VARIANTS
+        .iter()
+        .filter_map(|v| find(&all, v, OVER_TIME))
+        .map(|m| (m.variant, m.windows(plan.window)))
+        .collect();
+    let longest = timelines.iter().map(|(_, w)| w.len()).max().unwrap_or(0);
+    if longest > 0 {
+        for (what, quantile) in [("median", 0.5), ("p99", 0.99)] {
+            charts.push(BarChart {
+                title: format!(
+                    "{OVER_TIME}: {what} latency per {} ms window (start {})",
+                    plan.window.as_millis(),
+                    plan.over_time_start
+                ),
+                y_label: "ms".to_owned(),
+                categories: (0..longest)
+                    .map(|i| format!("{:.1}s", (plan.window * i as u32).as_secs_f64()))
+                    .collect(),
+                series: timelines
+                    .iter()
+                    .map(|(variant, windows)| BarSeries {
+                        name: (*variant).to_owned(),
+                        values: (0..longest)
+                            .map(|i| {
+                                windows
+                                    .get(i)
+                                    .filter(|(_, h)| !h.is_empty())
+                                    .map(|(_, h)| h.value_at_quantile(quantile) as f64 / 1e6)
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            });
+        }
+    }
     let png = args.out.join("escrow.png");
     report.write_with_plot(&args.out, || {
         finish_png(render_figure_png(&charts, 2, &png), png.clone())

@@ -15,7 +15,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use redis::aio::MultiplexedConnection;
 use roost_bcounter::{ProactiveConfig, ReplicaId, TransferRequest};
 use tokio::sync::{mpsc, oneshot};
 
@@ -25,7 +24,7 @@ use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
 use crate::propagation::Propagator;
 use crate::site::{SiteInner, Stats};
-use crate::store::{self, CasOutcome, Record};
+use crate::store::{self, CasOutcome, LazyConnection, Record};
 use crate::wire::TransferResult;
 
 type Ticket = oneshot::Sender<Reply>;
@@ -33,30 +32,13 @@ type Message = (Option<Ticket>, Command);
 
 /// What the per-key tasks share.
 struct Shared {
-    url: String,
     me: ReplicaId,
     sites: usize,
     policy: ProactiveConfig,
-    con: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    con: LazyConnection,
     durable: Mutex<HashMap<String, Counter>>,
     propagator: Arc<Mutex<Propagator>>,
     stats: Arc<Stats>,
-}
-
-impl Shared {
-    async fn con(&self) -> Result<MultiplexedConnection, EscrowError> {
-        let mut slot = self.con.lock().await;
-        if let Some(con) = slot.as_ref() {
-            return Ok(con.clone());
-        }
-        let con = store::connect(&self.url).await?;
-        *slot = Some(con.clone());
-        Ok(con)
-    }
-
-    async fn invalidate(&self) {
-        *self.con.lock().await = None;
-    }
 }
 
 /// The middleware node of one site.
@@ -77,11 +59,10 @@ impl NodeCore {
     ) -> NodeCore {
         NodeCore {
             shared: Arc::new(Shared {
-                url: url.to_owned(),
                 me,
                 sites,
                 policy,
-                con: tokio::sync::Mutex::new(None),
+                con: LazyConnection::new(url, None),
                 durable: Mutex::new(HashMap::new()),
                 propagator,
                 stats,
@@ -175,7 +156,7 @@ impl NodeCore {
         if let Ok(mut propagator) = site.propagator.lock() {
             propagator.resync();
         }
-        let Ok(mut con) = self.shared.con().await else {
+        let Ok(mut con) = self.shared.con.get().await else {
             return;
         };
         let Ok(keys) = store::known_keys(&mut con).await else {
@@ -249,12 +230,12 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                     let shared = Arc::clone(&shared);
                     let key = key.clone();
                     io = Some(Box::pin(async move {
-                        let result = match shared.con().await {
+                        let result = match shared.con.get().await {
                             Ok(mut con) => {
                                 let result =
                                     store::load(&mut con, &key, shared.me, shared.sites).await;
                                 if matches!(result, Err(EscrowError::Redis { .. })) {
-                                    shared.invalidate().await;
+                                    shared.con.invalidate().await;
                                 }
                                 result
                             }
@@ -272,7 +253,7 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                     let shared = Arc::clone(&shared);
                     let key = key.clone();
                     io = Some(Box::pin(async move {
-                        let outcome = match shared.con().await {
+                        let outcome = match shared.con.get().await {
                             Ok(mut con) => {
                                 match store::cas_write(
                                     &mut con,
@@ -286,7 +267,7 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                                     Ok(CasOutcome::Landed) => WriteOutcome::Landed,
                                     Ok(CasOutcome::Conflict) => WriteOutcome::Conflict,
                                     Err(_) => {
-                                        shared.invalidate().await;
+                                        shared.con.invalidate().await;
                                         WriteOutcome::Unknown
                                     }
                                 }

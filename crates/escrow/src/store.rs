@@ -147,6 +147,48 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection, EscrowError> {
         .map_err(|e| EscrowError::redis(&e))
 }
 
+/// A Redis connection opened on first use and dropped after an error, so the
+/// next use reconnects (one connect at a time).
+#[derive(Debug)]
+pub struct LazyConnection {
+    url: String,
+    slot: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+impl LazyConnection {
+    pub fn new(url: &str, con: Option<MultiplexedConnection>) -> LazyConnection {
+        LazyConnection {
+            url: url.to_owned(),
+            slot: tokio::sync::Mutex::new(con),
+        }
+    }
+
+    /// The connection, opening it if there is none.
+    pub async fn get(&self) -> Result<MultiplexedConnection, EscrowError> {
+        let mut slot = self.slot.lock().await;
+        if let Some(con) = slot.as_ref() {
+            return Ok(con.clone());
+        }
+        let con = connect(&self.url).await?;
+        *slot = Some(con.clone());
+        Ok(con)
+    }
+
+    /// Drops the connection (after an error on it).
+    pub async fn invalidate(&self) {
+        *self.slot.lock().await = None;
+    }
+
+    /// `result`, dropping the connection if it is an error (for an owner
+    /// with exclusive access, which needs no lock).
+    pub fn failed<T>(&mut self, result: Result<T, redis::RedisError>) -> Result<T, EscrowError> {
+        result.map_err(|error| {
+            *self.slot.get_mut() = None;
+            EscrowError::from(error)
+        })
+    }
+}
+
 /// A stored replica and the token of the write that stored it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

@@ -10,14 +10,12 @@
 
 use std::net::SocketAddr;
 
-use redis::aio::MultiplexedConnection;
-
 use crate::api::{Bound, Direction, EscrowCounters, Flag, Op, Outcome};
 use crate::error::{check_key, EscrowError};
 use crate::harness::HarnessError;
 use crate::proxy::{one_way, DelayProxy, Region};
 use crate::redis_server::LocalRedis;
-use crate::store;
+use crate::store::{self, LazyConnection};
 
 pub fn strong_key(key: &str) -> String {
     format!("strong:{key}")
@@ -59,32 +57,14 @@ fn bound_name(bound: Bound) -> &'static str {
 /// A client of the Strong baseline: one connection to the single Redis
 /// site (directly, or through a proxy when the client is remote).
 pub struct StrongClient {
-    url: String,
-    con: Option<MultiplexedConnection>,
+    con: LazyConnection,
 }
 
 impl StrongClient {
     /// `url`: the Redis site, or the proxy in front of it.
     pub async fn connect(url: &str) -> Result<StrongClient, EscrowError> {
         Ok(StrongClient {
-            url: url.to_owned(),
-            con: Some(store::connect(url).await?),
-        })
-    }
-
-    async fn con(&mut self) -> Result<MultiplexedConnection, EscrowError> {
-        if let Some(con) = &self.con {
-            return Ok(con.clone());
-        }
-        let con = store::connect(&self.url).await?;
-        self.con = Some(con.clone());
-        Ok(con)
-    }
-
-    fn failed<T>(&mut self, result: Result<T, redis::RedisError>) -> Result<T, EscrowError> {
-        result.map_err(|error| {
-            self.con = None;
-            EscrowError::from(error)
+            con: LazyConnection::new(url, Some(store::connect(url).await?)),
         })
     }
 
@@ -96,7 +76,7 @@ impl StrongClient {
             Direction::Inc => delta,
             Direction::Dec => -delta,
         };
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let answer: Result<i64, _> = redis::cmd("EVAL")
             .arg(UPDATE_SCRIPT)
             .arg(1)
@@ -104,7 +84,7 @@ impl StrongClient {
             .arg(signed)
             .query_async(&mut con)
             .await;
-        match self.failed(answer)? {
+        match self.con.failed(answer)? {
             1 => Ok(Outcome::Ok),
             0 => Ok(Outcome::Fail),
             _ => Err(EscrowError::UnknownCounter {
@@ -117,7 +97,7 @@ impl StrongClient {
 impl EscrowCounters for StrongClient {
     async fn create(&mut self, key: &str, bound: Bound, k: i64) -> Result<(), EscrowError> {
         check_key(key)?;
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let created: Result<i64, _> = redis::cmd("EVAL")
             .arg(CREATE_SCRIPT)
             .arg(1)
@@ -126,14 +106,14 @@ impl EscrowCounters for StrongClient {
             .arg(k)
             .query_async(&mut con)
             .await;
-        if self.failed(created)? == 0 {
+        if self.con.failed(created)? == 0 {
             let existing: Result<(Option<String>, Option<String>), _> = redis::cmd("HMGET")
                 .arg(strong_key(key))
                 .arg("bound")
                 .arg("k")
                 .query_async(&mut con)
                 .await;
-            let (b, existing_k) = self.failed(existing)?;
+            let (b, existing_k) = self.con.failed(existing)?;
             return Err(EscrowError::Conflict {
                 key: key.to_owned(),
                 existing: format!(
@@ -149,13 +129,14 @@ impl EscrowCounters for StrongClient {
 
     async fn read(&mut self, key: &str) -> Result<i64, EscrowError> {
         check_key(key)?;
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let value: Result<Option<i64>, _> = redis::cmd("HGET")
             .arg(strong_key(key))
             .arg("value")
             .query_async(&mut con)
             .await;
-        self.failed(value)?
+        self.con
+            .failed(value)?
             .ok_or_else(|| EscrowError::UnknownCounter {
                 key: key.to_owned(),
             })

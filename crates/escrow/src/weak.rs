@@ -12,12 +12,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use redis::aio::MultiplexedConnection;
-
 use crate::api::{Bound, Direction, EscrowCounters, Flag, Op, Outcome};
 use crate::error::{check_key, EscrowError};
 use crate::site::{SiteInner, Stats};
-use crate::store;
+use crate::store::{self, LazyConnection};
 use crate::wire::{Frame, WeakDelta};
 
 /// Updates not yet shipped to the other sites.
@@ -66,33 +64,15 @@ fn parse_value(key: &str, value: &str) -> Result<i64, EscrowError> {
 
 /// A client of the Weak baseline at one site.
 pub struct WeakClient {
-    url: String,
-    con: Option<MultiplexedConnection>,
+    con: LazyConnection,
     defs: HashMap<String, (Bound, i64)>,
 }
 
 impl WeakClient {
     pub async fn connect(url: &str) -> Result<WeakClient, EscrowError> {
         Ok(WeakClient {
-            url: url.to_owned(),
-            con: Some(store::connect(url).await?),
+            con: LazyConnection::new(url, Some(store::connect(url).await?)),
             defs: HashMap::new(),
-        })
-    }
-
-    async fn con(&mut self) -> Result<MultiplexedConnection, EscrowError> {
-        if let Some(con) = &self.con {
-            return Ok(con.clone());
-        }
-        let con = store::connect(&self.url).await?;
-        self.con = Some(con.clone());
-        Ok(con)
-    }
-
-    fn failed<T>(&mut self, result: Result<T, redis::RedisError>) -> Result<T, EscrowError> {
-        result.map_err(|error| {
-            self.con = None;
-            EscrowError::from(error)
         })
     }
 
@@ -100,7 +80,7 @@ impl WeakClient {
         if let Some(def) = self.defs.get(key) {
             return Ok(*def);
         }
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let def: Option<String> = redis::cmd("GET")
             .arg(weak_def_key(key))
             .query_async(&mut con)
@@ -117,12 +97,13 @@ impl WeakClient {
     async fn op(&mut self, key: &str, op: Op) -> Result<Outcome, EscrowError> {
         check_key(key)?;
         let (bound, k) = self.def(key).await?;
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let current: Result<Option<String>, _> = redis::cmd("GET")
             .arg(weak_value_key(key))
             .query_async(&mut con)
             .await;
         let current = self
+            .con
             .failed(current)?
             .ok_or_else(|| EscrowError::UnknownCounter {
                 key: key.to_owned(),
@@ -157,7 +138,7 @@ impl WeakClient {
             .ignore()
             .query_async(&mut con)
             .await;
-        self.failed(written)?;
+        self.con.failed(written)?;
         Ok(Outcome::Ok)
     }
 }
@@ -165,7 +146,7 @@ impl WeakClient {
 impl EscrowCounters for WeakClient {
     async fn create(&mut self, key: &str, bound: Bound, k: i64) -> Result<(), EscrowError> {
         check_key(key)?;
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let def = format_def(bound, k);
         let set: Result<Option<String>, _> = redis::cmd("SET")
             .arg(weak_def_key(key))
@@ -173,7 +154,7 @@ impl EscrowCounters for WeakClient {
             .arg("NX")
             .query_async(&mut con)
             .await;
-        if self.failed(set)?.is_none() {
+        if self.con.failed(set)?.is_none() {
             let existing = self.def(key).await?;
             if existing != (bound, k) {
                 return Err(EscrowError::Conflict {
@@ -189,19 +170,20 @@ impl EscrowCounters for WeakClient {
             .arg("NX")
             .query_async(&mut con)
             .await;
-        self.failed(initial)?;
+        self.con.failed(initial)?;
         self.defs.insert(key.to_owned(), (bound, k));
         Ok(())
     }
 
     async fn read(&mut self, key: &str) -> Result<i64, EscrowError> {
         check_key(key)?;
-        let mut con = self.con().await?;
+        let mut con = self.con.get().await?;
         let value: Result<Option<String>, _> = redis::cmd("GET")
             .arg(weak_value_key(key))
             .query_async(&mut con)
             .await;
         let value = self
+            .con
             .failed(value)?
             .ok_or_else(|| EscrowError::UnknownCounter {
                 key: key.to_owned(),
@@ -220,37 +202,21 @@ impl EscrowCounters for WeakClient {
 
 /// The Weak baseline's site agent: ships the log, replays what arrives.
 pub(crate) struct WeakBackend {
-    url: String,
-    con: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    con: LazyConnection,
     backlog: Mutex<Vec<VecDeque<WeakDelta>>>,
 }
 
 impl WeakBackend {
     pub(crate) fn new(url: &str, sites: usize) -> WeakBackend {
         WeakBackend {
-            url: url.to_owned(),
-            con: tokio::sync::Mutex::new(None),
+            con: LazyConnection::new(url, None),
             backlog: Mutex::new(vec![VecDeque::new(); sites]),
         }
     }
 
-    async fn con(&self) -> Result<MultiplexedConnection, EscrowError> {
-        let mut slot = self.con.lock().await;
-        if let Some(con) = slot.as_ref() {
-            return Ok(con.clone());
-        }
-        let con = store::connect(&self.url).await?;
-        *slot = Some(con.clone());
-        Ok(con)
-    }
-
-    async fn invalidate(&self) {
-        *self.con.lock().await = None;
-    }
-
     /// Moves the log into per-site backlogs and sends to reachable sites.
     pub(crate) async fn ship(&self, site: &SiteInner) {
-        let Ok(mut con) = self.con().await else {
+        let Ok(mut con) = self.con.get().await else {
             return;
         };
         let popped: Result<Option<Vec<String>>, _> = redis::cmd("LPOP")
@@ -262,7 +228,7 @@ impl WeakBackend {
             Ok(popped) => popped.unwrap_or_default(),
             Err(error) => {
                 tracing::warn!(site = site.site(), %error, "weak: cannot read the log");
-                self.invalidate().await;
+                self.con.invalidate().await;
                 return;
             }
         };
@@ -334,7 +300,7 @@ impl WeakBackend {
         if count == 0 {
             return;
         }
-        let Ok(mut con) = self.con().await else {
+        let Ok(mut con) = self.con.get().await else {
             return;
         };
         let applied: Result<(), _> = pipe.query_async(&mut con).await;
@@ -342,7 +308,7 @@ impl WeakBackend {
             Ok(()) => Stats::add(&site.stats.weak_deltas_applied, count),
             Err(error) => {
                 tracing::warn!(site = site.site(), %error, "weak: cannot apply deltas");
-                self.invalidate().await;
+                self.con.invalidate().await;
             }
         }
     }

@@ -354,15 +354,8 @@ pub fn admin_request(
     stream.set_write_timeout(Some(timeout))?;
     write!(stream, "GET {path} HTTP/1.0\r\n\r\n")?;
     let mut response = Vec::new();
-    stream.take(16 << 20).read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
-        })?;
-    Ok((code, body.to_owned()))
+    stream
+        .take(crate::runtime::MAX_ADMIN_RESPONSE_BYTES)
+        .read_to_end(&mut response)?;
+    crate::runtime::parse_admin_response(&response)
 }

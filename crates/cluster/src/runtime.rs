@@ -820,18 +820,9 @@ pub async fn admin_get(
             .write_all(format!("GET {path} HTTP/1.0\r\nHost: roost\r\n\r\n").as_bytes())
             .await?;
         let mut response = Vec::new();
-        let mut limited = (&mut stream).take(16 * 1024 * 1024);
+        let mut limited = (&mut stream).take(MAX_ADMIN_RESPONSE_BYTES);
         limited.read_to_end(&mut response).await?;
-        let text = String::from_utf8_lossy(&response).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
-            })?;
-        Ok((code, body.to_owned()))
+        parse_admin_response(&response)
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
@@ -840,6 +831,23 @@ pub async fn admin_get(
             "admin request timed out",
         )),
     }
+}
+
+/// The most bytes of an admin answer a client reads.
+pub const MAX_ADMIN_RESPONSE_BYTES: u64 = 16 << 20;
+
+/// The status code and body of a whole admin HTTP response (read to EOF).
+pub fn parse_admin_response(response: &[u8]) -> std::io::Result<(u16, String)> {
+    let text = String::from_utf8_lossy(response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
+        })?;
+    Ok((code, body.to_owned()))
 }
 
 /// The epoch a status names (for callers that only need that).

@@ -50,6 +50,12 @@ expect "ERR unknown command 'nosuch', with args beginning with: 'x' " nosuch x
 expect "ERR wrong number of arguments for 'get' command" GET
 expect OK BC.CREATE cli:stock LOWER 0 5
 expect 2 BC.DEC cli:stock 3
+# Registered functions (the shipped library `roost`).
+expect OK MSET cli:a 10 cli:b 0
+expect "$(printf '6\n4')" FCALL transfer 2 cli:a cli:b 4
+expect "ERR insufficient funds: 6 < 7" FCALL transfer 2 cli:a cli:b 7
+expect 10 FCALL_RO sum 2 cli:a cli:b
+expect "ERR Can not execute a script with write flag using *_ro command." FCALL_RO transfer 2 cli:a cli:b 1
 
 # MULTI/EXEC through one redis-cli session (stdin).
 got=$(printf 'MULTI\nINCR cli:m\nINCR cli:m\nEXEC\n' | cli)

@@ -3,6 +3,7 @@
 
 use roost_bcounter::Bound;
 
+use crate::functions::Functions;
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
 
@@ -177,6 +178,27 @@ pub(crate) static COMMANDS: &[Spec] = &[
         (1, 1, 1),
         "Returns a bounded counter's value.",
     ),
+    // Keys are named after `numkeys` (Redis: first key 0, `movablekeys`).
+    data(
+        "fcall",
+        -3,
+        true,
+        (0, 0, 0),
+        "FCALL function numkeys key... arg...: calls a registered function.",
+    ),
+    data(
+        "fcall_ro",
+        -3,
+        false,
+        (0, 0, 0),
+        "FCALL_RO function numkeys key... arg...: calls a no-writes function.",
+    ),
+    conn(
+        "function",
+        -2,
+        false,
+        "FUNCTION LIST|HELP: the registered functions.",
+    ),
     conn("ping", -1, false, "Returns PONG or the argument."),
     conn("echo", 2, false, "Returns the argument."),
     conn("select", 2, false, "Selects a database (only 0 exists)."),
@@ -309,7 +331,13 @@ fn integer(arg: &[u8]) -> Result<i64, Frame> {
 /// a bad argument becomes [`Op::Reply`] with Redis's error text, answered
 /// when the command runs (inside MULTI: at EXEC, in its place).
 /// The arguments are moved into the `Op`, not copied.
-pub(crate) fn parse_op(spec: &Spec, mut args: Vec<Vec<u8>>) -> Op {
+pub(crate) fn parse_op(spec: &Spec, mut args: Vec<Vec<u8>>, functions: &Functions) -> Op {
+    if let "fcall" | "fcall_ro" = spec.name {
+        return match functions.parse_call(spec.name == "fcall_ro", &mut args) {
+            Ok(call) => Op::FCall(std::sync::Arc::new(call)),
+            Err(error) => Op::Reply(error),
+        };
+    }
     parse_op_checked(spec, &mut args).unwrap_or_else(Op::Reply)
 }
 
@@ -475,6 +503,9 @@ fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
 pub(crate) fn command_info(spec: &Spec) -> Frame {
     let mut flags = Vec::new();
     match spec.kind {
+        Kind::Data if spec.name.starts_with("fcall") => {
+            flags.push(Frame::Simple("movablekeys".into()))
+        }
         Kind::Data if spec.write => flags.push(Frame::Simple("write".into())),
         Kind::Data => flags.push(Frame::Simple("readonly".into())),
         _ => {}
@@ -500,6 +531,7 @@ pub(crate) fn command_info(spec: &Spec) -> Frame {
 pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
     let group = match spec.kind {
         Kind::Data if spec.name.starts_with("bc.") => "roost",
+        Kind::Data if spec.name.starts_with("fcall") => "scripting",
         Kind::Data => "generic",
         Kind::Conn => "connection",
         Kind::Unsupported(_) => "unsupported",
@@ -522,6 +554,10 @@ mod tests {
         text.split(' ').map(|s| s.as_bytes().to_vec()).collect()
     }
 
+    fn parse_op_examples(spec: &Spec, args: Vec<Vec<u8>>) -> Op {
+        parse_op(spec, args, &Functions::examples())
+    }
+
     #[test]
     fn every_data_command_parses() {
         for spec in COMMANDS.iter().filter(|s| s.kind == Kind::Data) {
@@ -531,7 +567,7 @@ mod tests {
             if spec.name == "bc.create" {
                 a[2] = b"lower".to_vec();
             }
-            let _ = parse_op(spec, a);
+            let _ = parse_op(spec, a, &Functions::examples());
         }
     }
 
@@ -539,7 +575,7 @@ mod tests {
     fn set_options() {
         let spec = lookup(b"SET").unwrap();
         assert!(matches!(
-            parse_op(spec, args("set k v nx get")),
+            parse_op_examples(spec, args("set k v nx get")),
             Op::Set {
                 cond: SetCond::IfAbsent,
                 get: true,
@@ -547,10 +583,10 @@ mod tests {
             }
         ));
         assert!(matches!(
-            parse_op(spec, args("set k v nx xx")),
+            parse_op_examples(spec, args("set k v nx xx")),
             Op::Reply(_)
         ));
-        match parse_op(spec, args("set k v ex 10")) {
+        match parse_op_examples(spec, args("set k v ex 10")) {
             Op::Reply(Frame::Error(e)) => assert!(e.contains("expiry")),
             other => panic!("{other:?}"),
         }

@@ -326,7 +326,7 @@ impl Connection<'_> {
                         spec.name
                     )));
                 }
-                Step::Data(commands::parse_op(spec, args))
+                Step::Data(commands::parse_op(spec, args, &self.shared.functions))
             }
             Kind::Conn => Step::Conn(spec, args),
         }
@@ -608,6 +608,7 @@ impl Connection<'_> {
                 )),
             },
             "info" => self.info(&args[1..]),
+            "function" => self.function(args),
             "command" => command(args),
             "unwatch" => {
                 // Inside MULTI, UNWATCH runs at EXEC, after the watch check.
@@ -617,6 +618,36 @@ impl Connection<'_> {
                 Frame::ok()
             }
             other => unreachable!("connection command `{other}` without a handler"),
+        }
+    }
+
+    /// `FUNCTION LIST` and `FUNCTION HELP`; the subcommands that load or
+    /// delete code answer that functions are registered by the application.
+    fn function(&self, args: &Args) -> Frame {
+        match args[1].to_ascii_lowercase().as_slice() {
+            b"list" => self.shared.functions.list(&args[2..]),
+            b"help" => Frame::Array(
+                [
+                    "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "LIST [LIBRARYNAME <pattern>] [WITHCODE]",
+                    "    The registered functions, by library.",
+                    "Roost's functions are registered by the application when the server starts",
+                    "(Rust, see roost_resp::Functions); call them with FCALL and FCALL_RO.",
+                ]
+                .into_iter()
+                .map(|line| Frame::Simple(line.into()))
+                .collect(),
+            ),
+            b"load" | b"delete" | b"flush" | b"dump" | b"restore" | b"kill" | b"stats" => {
+                Frame::error(format!(
+                    "ERR FUNCTION {} is not supported by Roost: functions are registered by the application (Rust) when the server starts",
+                    String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
+                ))
+            }
+            _ => Frame::error(format!(
+                "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
+                String::from_utf8_lossy(&args[1])
+            )),
         }
     }
 

@@ -6,6 +6,8 @@
 //! - [`Config`]: address, limits, keyspace, users (TOML);
 //! - [`Server`]: binds, serves connections, or runs in the background
 //!   ([`Server::spawn`]);
+//! - [`functions`]: procedures the application registers, called with
+//!   FCALL and FCALL_RO, each one transaction over the keys it names;
 //! - [`stats`]: the counters INFO reports, also served in Prometheus's text
 //!   format at `GET /metrics` when the config's `metrics_bind` is set.
 //!
@@ -16,6 +18,7 @@
 mod commands;
 pub mod config;
 mod connection;
+pub mod functions;
 mod metrics;
 pub mod protocol;
 mod server;
@@ -23,6 +26,7 @@ pub mod stats;
 mod store;
 
 pub use config::{Access, Config, ConfigError, User};
+pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
 pub use server::{RunningServer, Server, ServerError};
 pub use store::{keyspace_index, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 

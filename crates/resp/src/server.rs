@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{Config, ConfigError};
 use crate::connection::serve_connection;
+use crate::functions::Functions;
 use crate::stats::Stats;
 use crate::store::Store;
 
@@ -34,6 +35,7 @@ pub enum ServerError {
 pub(crate) struct ServerShared {
     pub(crate) config: Config,
     pub(crate) store: Store,
+    pub(crate) functions: Functions,
     pub(crate) stats: Arc<Stats>,
     pub(crate) next_client_id: AtomicU64,
     pub(crate) port: u16,
@@ -57,8 +59,14 @@ impl Drop for AbortOnDrop {
 }
 
 impl Server {
-    /// Validates `config`, starts the database (its executors) and binds.
+    /// Validates `config`, starts the database (its executors) and binds,
+    /// serving the shipped functions ([`Functions::examples`]).
     pub async fn bind(config: Config) -> Result<Server, ServerError> {
+        Server::bind_with(config, Functions::examples()).await
+    }
+
+    /// [`bind`](Self::bind) serving the application's `functions` (FCALL).
+    pub async fn bind_with(config: Config, functions: Functions) -> Result<Server, ServerError> {
         config.validate()?;
         let listener =
             TcpListener::bind(config.bind)
@@ -84,6 +92,7 @@ impl Server {
             shared: Arc::new(ServerShared {
                 config,
                 store,
+                functions,
                 stats,
                 next_client_id: AtomicU64::new(1),
                 port,
@@ -154,6 +163,11 @@ impl Server {
     /// of its own, so it may be called from anywhere, inside a runtime or
     /// not; the server stops when the handle is dropped.
     pub fn spawn(config: Config) -> Result<RunningServer, ServerError> {
+        Server::spawn_with(config, Functions::examples())
+    }
+
+    /// [`spawn`](Self::spawn) serving the application's `functions` (FCALL).
+    pub fn spawn_with(config: Config, functions: Functions) -> Result<RunningServer, ServerError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.io_threads.max(1))
             .thread_name("roost-resp-io")
@@ -166,7 +180,7 @@ impl Server {
             .name("roost-resp".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let server = match Server::bind(config).await {
+                    let server = match Server::bind_with(config, functions).await {
                         Ok(server) => server,
                         Err(e) => {
                             let _ = bound.send(Err(e));

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use roost_bcounter::{Bound, BoundedCounter, FullRights, ReplicaId};
@@ -23,6 +23,7 @@ use roost_reactor::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::functions::{run_call, FCall, Writes};
 use crate::protocol::Frame;
 use crate::stats::Stats;
 
@@ -155,11 +156,11 @@ mod raw_bytes {
     }
 }
 
-fn encode_counter(counter: &BoundedCounter<FullRights>) -> Vec<u8> {
+pub(crate) fn encode_counter(counter: &BoundedCounter<FullRights>) -> Vec<u8> {
     serde_json::to_vec(counter).expect("a counter always serializes")
 }
 
-fn decode_counter(bytes: &[u8]) -> Result<BoundedCounter<FullRights>, Frame> {
+pub(crate) fn decode_counter(bytes: &[u8]) -> Result<BoundedCounter<FullRights>, Frame> {
     serde_json::from_slice(bytes)
         .map_err(|e| Frame::error(format!("ERR stored bounded counter is unreadable: {e}")))
 }
@@ -217,6 +218,8 @@ pub(crate) enum Op {
     BcGet(Vec<u8>),
     /// Read the keys' stamps (WATCH).
     Stamps(Vec<Vec<u8>>),
+    /// A registered function's call (FCALL, FCALL_RO).
+    FCall(Arc<FCall>),
     /// A reply known before the transaction runs (a rejected argument's error, or a
     /// connection command queued in MULTI), given at its place.
     Reply(Frame),
@@ -243,6 +246,7 @@ impl Op {
                 keys.first().map(Vec::as_slice)
             }
             Op::MSet(pairs) => pairs.first().map(|(k, _)| k.as_slice()),
+            Op::FCall(call) => call.first_key(),
             Op::Reply(_) => None,
         }
     }
@@ -255,6 +259,7 @@ impl Op {
                 pairs.iter().map(|(k, v)| k.len() + v.len()).sum()
             }
             Op::Push { values, .. } => values.iter().map(Vec::len).sum(),
+            Op::FCall(call) => call.payload_bytes(),
             _ => 64,
         }
     }
@@ -343,17 +348,27 @@ impl Store {
             .map_or(self.shared.reactors[0], |k| self.shared.reactor_of(k));
         let shared = Arc::clone(&self.shared);
         let started = Instant::now();
+        // Only with the planted fault: writes of calls, for a second transaction.
+        let deferred = ops
+            .iter()
+            .any(|op| matches!(op, Op::FCall(call) if call.split))
+            .then(|| Arc::new(Mutex::new(Writes::new())));
+        let deferred_writes = deferred.clone();
         let outcome = self
             .db
             .run(root, move |ctx| {
                 let tx = Tx {
                     ctx,
                     shared: Arc::clone(&shared),
+                    deferred: deferred.clone(),
                 };
                 let ops = Arc::clone(&ops);
                 let watched = watched.clone();
                 async move {
                     tx.shared.stats.attempts.fetch_add(1, Ordering::Relaxed);
+                    if let Some(deferred) = &tx.deferred {
+                        deferred.lock().expect("deferred writes").clear();
+                    }
                     if let Some(watched) = watched {
                         for (key, stamp) in watched.iter() {
                             if tx.read(key).await?.map(|e| e.stamp) != *stamp {
@@ -369,6 +384,9 @@ impl Store {
                 }
             })
             .await;
+        if let (Ok(Some(_)), Some(deferred)) = (&outcome, deferred_writes) {
+            self.apply_deferred(deferred).await?;
+        }
         let stats = &self.shared.stats;
         match &outcome {
             Ok(_) => {
@@ -381,6 +399,35 @@ impl Store {
         }
         outcome
     }
+
+    /// The planted fault's second transaction: applies writes computed by
+    /// calls that already committed.
+    async fn apply_deferred(&self, deferred: Arc<Mutex<Writes>>) -> Result<(), ReactorError> {
+        let writes = Arc::new(std::mem::take(
+            &mut *deferred.lock().expect("deferred writes"),
+        ));
+        let Some((first, _)) = writes.first() else {
+            return Ok(());
+        };
+        let root = self.shared.reactor_of(first);
+        let shared = Arc::clone(&self.shared);
+        self.db
+            .run(root, move |ctx| {
+                let tx = Tx {
+                    ctx,
+                    shared: Arc::clone(&shared),
+                    deferred: None,
+                };
+                let writes = Arc::clone(&writes);
+                async move {
+                    for (key, value) in writes.iter() {
+                        tx.write(key, value.clone()).await?;
+                    }
+                    Ok(())
+                }
+            })
+            .await
+    }
 }
 
 fn write_entry(ctx: &ReactorCtx, key: &KvKey, entry: Option<Entry>) -> Result<(), ReactorError> {
@@ -391,9 +438,12 @@ fn write_entry(ctx: &ReactorCtx, key: &KvKey, entry: Option<Entry>) -> Result<()
 }
 
 /// One attempt of a transaction: the context of its root reactor.
-struct Tx {
+pub(crate) struct Tx {
     ctx: ReactorCtx,
     shared: Arc<Shared>,
+    /// Calls' writes held back for a second transaction: only under the
+    /// planted fault of `Functions::plant_bug_split_transaction`.
+    deferred: Option<Arc<Mutex<Writes>>>,
 }
 
 impl Tx {
@@ -402,7 +452,7 @@ impl Tx {
     /// reactor's context; one elsewhere through a call.
     // `&Vec` rather than `&[u8]`: the relation's key type wraps the vector.
     #[allow(clippy::ptr_arg)]
-    async fn read(&self, key: &Vec<u8>) -> Result<Option<Entry>, ReactorError> {
+    pub(crate) async fn read(&self, key: &Vec<u8>) -> Result<Option<Entry>, ReactorError> {
         let target = self.shared.reactor_of(key);
         if let Some(local) = self.ctx.local(target)? {
             return local.get(&KV, KvKey::from_ref(key));
@@ -415,7 +465,11 @@ impl Tx {
 
     /// Writes `value` (a fresh stamp), or deletes the key.
     #[allow(clippy::ptr_arg)]
-    async fn write(&self, key: &Vec<u8>, value: Option<Value>) -> Result<(), ReactorError> {
+    pub(crate) async fn write(
+        &self,
+        key: &Vec<u8>,
+        value: Option<Value>,
+    ) -> Result<(), ReactorError> {
         let target = self.shared.reactor_of(key);
         let entry = value.map(|value| Entry {
             stamp: self.shared.next_stamp.fetch_add(1, Ordering::Relaxed),
@@ -433,6 +487,20 @@ impl Tx {
     async fn apply(&self, op: &Op) -> Result<Frame, ReactorError> {
         Ok(match op {
             Op::Reply(error) => error.clone(),
+            Op::FCall(call) => {
+                let (reply, writes) = run_call(self, call).await?;
+                match &self.deferred {
+                    Some(deferred) if call.split => {
+                        deferred.lock().expect("deferred writes").extend(writes);
+                    }
+                    _ => {
+                        for (key, value) in writes {
+                            self.write(&key, value).await?;
+                        }
+                    }
+                }
+                reply
+            }
             Op::Get(key) => match self.read(key).await?.map(|e| e.value) {
                 None => Frame::Null,
                 Some(Value::Str(s)) => Frame::Bulk(s),

@@ -2,96 +2,15 @@
 //! (commands, pipelines, MULTI/EXEC, WATCH, concurrency, AUTH) and a raw
 //! socket client (exact error texts, limits, RESP3, partial frames).
 
-use std::net::SocketAddr;
+mod common;
+
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use roost_resp::protocol::{parse_frame, Frame, Limits};
-use roost_resp::{Access, Config, RunningServer, Server, User};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 
-fn config() -> Config {
-    Config {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        keyspace_reactors: 8,
-        executors: 2,
-        ..Config::default()
-    }
-}
-
-fn start(config: Config) -> RunningServer {
-    Server::spawn(config).expect("server starts")
-}
-
-async fn connect(addr: SocketAddr) -> MultiplexedConnection {
-    redis::Client::open(format!("redis://{addr}/"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connects")
-}
-
-async fn q<T: redis::FromRedisValue>(
-    con: &mut MultiplexedConnection,
-    args: &[&str],
-) -> redis::RedisResult<T> {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query_async(con).await
-}
-
-/// A client that sends raw bytes and reads raw frames.
-struct Raw {
-    stream: TcpStream,
-    buffer: Vec<u8>,
-}
-
-impl Raw {
-    async fn connect(addr: SocketAddr) -> Raw {
-        Raw {
-            stream: TcpStream::connect(addr).await.unwrap(),
-            buffer: Vec::new(),
-        }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    /// The next frame, or `None` if the server closed the connection.
-    async fn frame(&mut self) -> Option<Frame> {
-        loop {
-            if let Some((frame, used)) = parse_frame(&self.buffer, &Limits::default()).unwrap() {
-                self.buffer.drain(..used);
-                return Some(frame);
-            }
-            let mut chunk = [0u8; 4096];
-            let n = tokio::time::timeout(Duration::from_secs(20), self.stream.read(&mut chunk))
-                .await
-                .expect("reply within 20 s")
-                .unwrap_or(0);
-            if n == 0 {
-                return None;
-            }
-            self.buffer.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    async fn call(&mut self, args: &[&str]) -> Frame {
-        let mut wire = Vec::new();
-        Frame::Array(args.iter().map(|a| Frame::bulk(a.as_bytes())).collect())
-            .encode(roost_resp::protocol::Protocol::Resp2, &mut wire);
-        self.send(&wire).await;
-        self.frame().await.expect("a reply")
-    }
-}
-
-fn err(text: &str) -> Frame {
-    Frame::Error(text.into())
-}
+use common::{config, connect, err, q, start, Raw};
+use roost_resp::protocol::Frame;
+use roost_resp::{Access, User};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strings_lists_hashes_and_counters() {
@@ -849,9 +768,19 @@ async fn one_pipeline_mixes_fast_and_general_paths() {
     }
 }
 
-/// `scripts/resp-redis-cli.sh` (redis-cli against `roost resp`) and
-/// `scripts/resp_transfers.py` (redis-py MULTI/EXEC transfers) when their
+/// `scripts/resp-redis-cli.sh` (redis-cli against `roost resp`),
+/// `scripts/resp_transfers.py` (redis-py MULTI/EXEC transfers) and
+/// `scripts/resp_functions.py` (redis-py FCALL/FCALL_RO) when their
 /// tools are installed; skipped with a notice otherwise.
+/// A notice, or a failure where CI promised the clients
+/// (`ROOST_REQUIRE_PEERS=1`, set by `.ci/run`).
+fn skip(why: &str) {
+    if std::env::var("ROOST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
+        panic!("{why}, but ROOST_REQUIRE_PEERS=1");
+    }
+    println!("notice: {why}");
+}
+
 #[test]
 fn external_clients_when_installed() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -876,27 +805,29 @@ fn external_clients_when_installed() {
             String::from_utf8_lossy(&out.stderr)
         );
     } else {
-        println!("notice: redis-cli not installed; skipping scripts/resp-redis-cli.sh");
+        skip("redis-cli not installed; skipping scripts/resp-redis-cli.sh");
     }
     let python = ["python3", "/usr/bin/python3"]
         .into_iter()
         .find(|p| have(p, &["-c", "import redis"]));
     match python {
         Some(python) => {
-            let out = std::process::Command::new(python)
-                .arg(root.join("scripts/resp_transfers.py"))
-                .arg(&port)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "redis-py transfers failed:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            for script in ["scripts/resp_transfers.py", "scripts/resp_functions.py"] {
+                let out = std::process::Command::new(python)
+                    .arg(root.join(script))
+                    .arg(&port)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "redis-py {script} failed:\n{}\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
         }
-        None => println!(
-            "notice: python3 with redis-py not installed; skipping scripts/resp_transfers.py"
+        None => skip(
+            "python3 with redis-py not installed; skipping scripts/resp_transfers.py and resp_functions.py",
         ),
     }
 }

@@ -277,6 +277,33 @@ impl ReactorCtx {
         Ok(value.transpose()?)
     }
 
+    /// Reads the row at `key` and writes what `modify` returns in its place
+    /// (`None`: no write), with one key encoding and one index search: the
+    /// read-modify-write of a counter. Returns `modify`'s other result.
+    pub fn modify<K: KeyCodec, V: Serialize + DeserializeOwned, R>(
+        &self,
+        def: &RelationDef<K, V>,
+        key: &K,
+        modify: impl FnOnce(Option<V>) -> (Option<V>, R),
+    ) -> Result<R, ReactorError> {
+        let relation = self.relation(def)?;
+        self.with_key(key, |key| {
+            self.with_context(|c, g| {
+                // SAFETY: as in `get`.
+                let old = unsafe { c.get_with(g, relation, key, decode::<V>) }?.transpose()?;
+                let (new, result) = modify(old);
+                if let Some(new) = new {
+                    with_scratch(&VALUE_SCRATCH, |value| {
+                        encode_into(&new, value)?;
+                        // SAFETY: as in `get`.
+                        unsafe { c.put(g, relation, key, value) }
+                    })?;
+                }
+                Ok(result)
+            })
+        })
+    }
+
     pub fn put<K: KeyCodec, V: Serialize>(
         &self,
         def: &RelationDef<K, V>,

@@ -184,7 +184,7 @@ impl Database {
                 .map(|r| {
                     let name = format!("{}/{}/{}", spec.name, r.reactor_type(), r.name());
                     engine
-                        .create_relation(&name)
+                        .create_relation_with(&name, r.index_kind())
                         .map_err(|e| DeploymentError::Toml(e.to_string()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -199,6 +199,8 @@ impl Database {
                 );
                 executors.push(handle);
             }
+            // Ordered although point access only: it is nearly always empty,
+            // and an empty tree answers faster than a key can be hashed.
             let moved_away = engine
                 .create_relation(&format!("{}/moved_away", spec.name))
                 .map_err(|e| DeploymentError::Toml(e.to_string()))?;

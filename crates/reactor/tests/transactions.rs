@@ -472,3 +472,69 @@ fn increments_race_catches_a_skipped_placement_check() {
     let caught = (0..5).any(|_| increments_racing_moves(true) > 0);
     assert!(caught, "the move test missed a planted bug");
 }
+
+static POINTS: RelationDef<u32, i64> = RelationDef::new("ledger", "points").point_access_only();
+
+/// A hash-indexed relation serves point access inside transactions; a scan
+/// of it, and so moving its reactor (which extracts rows with a scan), is a
+/// clear error that leaves the data in place.
+#[test]
+fn point_access_relations_serve_points_and_refuse_scans() {
+    let schema = Schema::new().reactor_type("ledger", &[&POINTS]).unwrap();
+    let db = Database::new(schema, shared_nothing_ledgers()).unwrap();
+    let ledger = db.create_reactor("ledger", "l0").unwrap();
+    db.run_blocking(ledger, |ctx| async move {
+        for k in 0..10u32 {
+            ctx.put(&POINTS, &k, &i64::from(k))?;
+        }
+        ctx.delete(&POINTS, &3)?;
+        Ok(())
+    })
+    .unwrap();
+    let sum = db
+        .run_blocking(ledger, |ctx| async move {
+            let mut sum = 0;
+            for k in 0..10u32 {
+                sum += ctx.get(&POINTS, &k)?.unwrap_or(0);
+            }
+            Ok(sum)
+        })
+        .unwrap();
+    assert_eq!(sum, 45 - 3);
+    let scanned = db.run_blocking(ledger, |ctx| async move {
+        ctx.scan(&POINTS, .., roost_reactor::ScanDirection::Forward, 10)
+    });
+    assert!(
+        matches!(
+            scanned,
+            Err(ReactorError::Tx(TxError::ScanOfHashedRelation { .. }))
+        ),
+        "{scanned:?}"
+    );
+    let moved = db.move_reactor(ledger, "b");
+    assert!(
+        matches!(
+            moved,
+            Err(ReactorError::Tx(TxError::ScanOfHashedRelation { .. }))
+        ),
+        "{moved:?}"
+    );
+    let still = db
+        .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &9) })
+        .unwrap();
+    assert_eq!(still, Some(9));
+}
+
+fn shared_nothing_ledgers() -> Deployment {
+    Deployment::from_toml(
+        r#"
+        [[containers]]
+        name = "a"
+        [[containers]]
+        name = "b"
+        [placement]
+        default = "a"
+        "#,
+    )
+    .unwrap()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::epoch::{EpochTicker, GlobalEpoch};
 use crate::error::{CatalogError, ConflictKind, TxError};
-use crate::relation::Relation;
+use crate::relation::{IndexKind, Relation};
 use crate::txn::{Transaction, TxBuffers};
 
 /// Deliberate bugs, switched on only by the tests that prove the stress tests
@@ -76,7 +76,17 @@ impl Engine {
         }
     }
 
+    /// Creates an ordered relation (point access and range scans).
     pub fn create_relation(&self, name: &str) -> Result<Arc<Relation>, CatalogError> {
+        self.create_relation_with(name, IndexKind::Ordered)
+    }
+
+    /// Creates a relation indexed as `kind`.
+    pub fn create_relation_with(
+        &self,
+        name: &str,
+        kind: IndexKind,
+    ) -> Result<Arc<Relation>, CatalogError> {
         if name.is_empty() || name.len() > 128 {
             return Err(CatalogError::BadName(name.len()));
         }
@@ -84,7 +94,7 @@ impl Engine {
         if relations.contains_key(name) {
             return Err(CatalogError::AlreadyExists(name.to_owned()));
         }
-        let relation = Arc::new(Relation::new(name));
+        let relation = Arc::new(Relation::new(name, kind));
         relations.insert(name.to_owned(), Arc::clone(&relation));
         Ok(relation)
     }

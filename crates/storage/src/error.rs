@@ -42,6 +42,8 @@ pub enum TxError {
     TransactionTooLarge { max: usize },
     #[error("value codec: {0}")]
     Codec(String),
+    #[error("relation `{relation}` is hash-indexed: it has no order to scan")]
+    ScanOfHashedRelation { relation: String },
     #[error("gave up after {attempts} attempts; last conflict: {last}")]
     RetriesExhausted { attempts: u32, last: ConflictKind },
 }

@@ -327,6 +327,13 @@ impl scc::Comparable<EncodedKey> for KeyProbe<'_> {
     }
 }
 
+/// Hashes as an [`EncodedKey`] of the same bytes (what a hashed index needs).
+impl std::hash::Hash for KeyProbe<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes.hash(state);
+    }
+}
+
 impl std::hash::Hash for EncodedKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.as_slice().hash(state);

@@ -43,7 +43,7 @@ pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, Tx
 #[cfg(not(loom))]
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
 #[cfg(not(loom))]
-pub use relation::{KeyBounds, Relation, ScanDirection};
+pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection};
 #[cfg(not(loom))]
 pub use scc::Guard;
 #[cfg(not(loom))]

@@ -1,10 +1,13 @@
-//! Relations: ordered maps from encoded keys to records on a concurrent B+-tree
-//! (`scc::TreeIndex`). The index holds record pointers; records hold the TID
-//! word and the value, so the index never changes when a value does.
+//! Relations: maps from encoded keys to records on a concurrent index, either
+//! ordered (a B+-tree, `scc::TreeIndex`: point access and range scans) or
+//! hashed (`scc::HashIndex`: point access only, about a fifth of the tree's
+//! instructions per lookup). The index holds record pointers; records hold the
+//! TID word and the value, so the index never changes when a value does.
 
 use std::ops::Bound;
 
-use scc::{Guard, TreeIndex};
+use foldhash::quality::RandomState;
+use scc::{Guard, HashIndex, TreeIndex};
 
 use crate::key::{EncodedKey, KeyProbe};
 use crate::record::RecordRef;
@@ -17,10 +20,29 @@ pub enum ScanDirection {
     Reverse,
 }
 
-/// A relation: one ordered index of records.
+/// How a relation indexes its records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexKind {
+    /// A B+-tree: point access and range scans (with phantom protection).
+    #[default]
+    Ordered,
+    /// A hash table: point access only; a range scan is refused
+    /// ([`TxError::ScanOfHashedRelation`](crate::TxError)). Keys are hashed
+    /// with foldhash's quality hasher under a per-index random seed: clients
+    /// choosing keys cannot precompute colliding ones (std's SipHash cost
+    /// about 500 instructions per 30-byte key, a tenth of a GET).
+    Hashed,
+}
+
+enum Index {
+    Ordered(TreeIndex<EncodedKey, RecordRef>),
+    Hashed(HashIndex<EncodedKey, RecordRef, RandomState>),
+}
+
+/// A relation: one index of records.
 pub struct Relation {
     name: String,
-    index: TreeIndex<EncodedKey, RecordRef>,
+    index: Index,
 }
 
 impl std::fmt::Debug for Relation {
@@ -35,10 +57,13 @@ impl std::fmt::Debug for Relation {
 pub type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
 
 impl Relation {
-    pub(crate) fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str, kind: IndexKind) -> Self {
         Relation {
             name: name.to_owned(),
-            index: TreeIndex::new(),
+            index: match kind {
+                IndexKind::Ordered => Index::Ordered(TreeIndex::new()),
+                IndexKind::Hashed => Index::Hashed(HashIndex::with_hasher(RandomState::default())),
+            },
         }
     }
 
@@ -46,16 +71,49 @@ impl Relation {
         &self.name
     }
 
+    pub fn index_kind(&self) -> IndexKind {
+        match self.index {
+            Index::Ordered(_) => IndexKind::Ordered,
+            Index::Hashed(_) => IndexKind::Hashed,
+        }
+    }
+
     /// Number of index entries, including absent placeholders not yet unlinked.
     pub fn index_len(&self) -> usize {
-        self.index.len()
+        match &self.index {
+            Index::Ordered(tree) => tree.len(),
+            Index::Hashed(hash) => hash.len(),
+        }
     }
 
     pub(crate) fn lookup(&self, key: &[u8], guard: &Guard) -> Option<RecordRef> {
         // Search with a probe rather than a slice so the index compares with
         // `EncodedKey`'s integer-prefix order instead of `memcmp`, and rather
         // than an `EncodedKey` so a long key is not copied to the heap.
-        self.index.peek(&KeyProbe::new(key), guard).copied()
+        let probe = KeyProbe::new(key);
+        match &self.index {
+            Index::Ordered(tree) => tree.peek(&probe, guard).copied(),
+            Index::Hashed(hash) => hash.peek(&probe, guard).copied(),
+        }
+    }
+
+    /// Links `record` under `key` unless the key already has a record; on
+    /// failure hands `record` back.
+    fn link(&self, key: &[u8], record: RecordRef) -> Result<(), RecordRef> {
+        let key = EncodedKey::from_slice(key);
+        let linked = match &self.index {
+            Index::Ordered(tree) => tree.insert_sync(key, record),
+            Index::Hashed(hash) => hash.insert_sync(key, record),
+        };
+        linked.map_err(|(_, record)| record)
+    }
+
+    /// Every record in the index, in no particular order.
+    fn for_each_record(&self, guard: &Guard, mut f: impl FnMut(RecordRef)) {
+        match &self.index {
+            Index::Ordered(tree) => tree.iter(guard).for_each(|(_, r)| f(*r)),
+            Index::Hashed(hash) => hash.iter(guard).for_each(|(_, r)| f(*r)),
+        }
     }
 
     /// Finds the record for `key`, creating an absent placeholder if there is
@@ -73,10 +131,10 @@ impl Relation {
                 return (record, false);
             }
             let record = RecordRef::placeholder(value_capacity_bytes);
-            match self.index.insert_sync(EncodedKey::from_slice(key), record) {
+            match self.link(key, record) {
                 Ok(()) => return (record, true),
                 // SAFETY: never published.
-                Err((_, record)) => unsafe { record.free() },
+                Err(record) => unsafe { record.free() },
             }
         }
         panic!("placeholder insert for a key lost a million races in a row");
@@ -92,9 +150,9 @@ impl Relation {
         guard: &Guard,
     ) -> (RecordRef, bool) {
         let record = RecordRef::placeholder(value_capacity_bytes);
-        match self.index.insert_sync(EncodedKey::from_slice(key), record) {
+        match self.link(key, record) {
             Ok(()) => (record, true),
-            Err((_, record)) => {
+            Err(record) => {
                 // SAFETY: never published.
                 unsafe { record.free() };
                 self.lookup_or_insert_placeholder(key, value_capacity_bytes, guard)
@@ -106,56 +164,29 @@ impl Relation {
     /// retires it. The caller has already cleared its latest bit.
     pub(crate) fn unlink(&self, key: &[u8], record: RecordRef, guard: &Guard) {
         debug_assert!(!record.load_tid().is_latest());
-        if self
-            .index
-            .remove_if_sync(&KeyProbe::new(key), |current| *current == record)
-        {
+        let probe = KeyProbe::new(key);
+        let removed = match &self.index {
+            Index::Ordered(tree) => tree.remove_if_sync(&probe, |current| *current == record),
+            Index::Hashed(hash) => hash.remove_if_sync(&probe, |current| *current == record),
+        };
+        if removed {
             record.retire(guard);
         }
     }
 
+    /// The records of `bounds` in key order, or `None` for a hashed relation
+    /// (callers refuse the scan before asking).
     pub(crate) fn range<'a>(
         &'a self,
         bounds: KeyBounds<'a>,
         direction: ScanDirection,
         guard: &'a Guard,
-    ) -> impl DoubleEndedIterator<Item = (&'a EncodedKey, &'a RecordRef)> + use<'a> {
-        self.index
-            .range::<[u8], KeyBounds<'a>>(self.clamp(bounds, direction, guard), guard)
-    }
-
-    /// Moves the bound a scan starts from onto the first (or last) key when it
-    /// lies outside the keys: a forward scan's lower bound below the first
-    /// key, a reverse scan's upper bound above the last. `scc` 3.8's range
-    /// scans starting from such a bound walk the leaf list from every inner
-    /// node (0.5 s for a 10-row scan of 200k records, measured; 5 us moved).
-    /// The range only shrinks, by keys absent when the first key was read; a
-    /// key inserted there later is a phantom that commit's re-scan (which
-    /// moves the bound again) sees.
-    fn clamp<'a>(
-        &'a self,
-        (lower, upper): KeyBounds<'a>,
-        direction: ScanDirection,
-        guard: &'a Guard,
-    ) -> KeyBounds<'a> {
-        let mut keys = self.index.iter(guard);
-        match direction {
-            ScanDirection::Forward => match (lower, keys.next()) {
-                (Bound::Included(k) | Bound::Excluded(k), Some((first, _)))
-                    if k < first.as_slice() =>
-                {
-                    (Bound::Included(first.as_slice()), upper)
-                }
-                (lower, _) => (lower, upper),
-            },
-            ScanDirection::Reverse => match (upper, keys.next_back()) {
-                (Bound::Included(k) | Bound::Excluded(k), Some((last, _)))
-                    if k > last.as_slice() =>
-                {
-                    (lower, Bound::Included(last.as_slice()))
-                }
-                (upper, _) => (lower, upper),
-            },
+    ) -> Option<impl DoubleEndedIterator<Item = (&'a EncodedKey, &'a RecordRef)> + use<'a>> {
+        match &self.index {
+            Index::Ordered(tree) => Some(
+                tree.range::<[u8], KeyBounds<'a>>(clamp(tree, bounds, direction, guard), guard),
+            ),
+            Index::Hashed(_) => None,
         }
     }
 
@@ -224,7 +255,10 @@ impl Relation {
             seen += 1;
             seen < limit
         };
-        let iter = self.range(bounds, direction, &guard);
+        // A hashed relation has no order to scan in.
+        let Some(iter) = self.range(bounds, direction, &guard) else {
+            return 0;
+        };
         match direction {
             ScanDirection::Forward => {
                 for (k, r) in iter {
@@ -247,7 +281,40 @@ impl Relation {
     /// Heap bytes of all records (excluding allocator overhead and the index).
     pub fn record_heap_bytes(&self) -> usize {
         let guard = Guard::new();
-        self.index.iter(&guard).map(|(_, r)| r.heap_bytes()).sum()
+        let mut bytes = 0;
+        self.for_each_record(&guard, |r| bytes += r.heap_bytes());
+        bytes
+    }
+}
+
+/// Moves the bound a scan starts from onto the first (or last) key when it
+/// lies outside the keys: a forward scan's lower bound below the first
+/// key, a reverse scan's upper bound above the last. `scc` 3.8's range
+/// scans starting from such a bound walk the leaf list from every inner
+/// node (0.5 s for a 10-row scan of 200k records, measured; 5 us moved).
+/// The range only shrinks, by keys absent when the first key was read; a
+/// key inserted there later is a phantom that commit's re-scan (which
+/// moves the bound again) sees.
+fn clamp<'a>(
+    tree: &'a TreeIndex<EncodedKey, RecordRef>,
+    (lower, upper): KeyBounds<'a>,
+    direction: ScanDirection,
+    guard: &'a Guard,
+) -> KeyBounds<'a> {
+    let mut keys = tree.iter(guard);
+    match direction {
+        ScanDirection::Forward => match (lower, keys.next()) {
+            (Bound::Included(k) | Bound::Excluded(k), Some((first, _))) if k < first.as_slice() => {
+                (Bound::Included(first.as_slice()), upper)
+            }
+            (lower, _) => (lower, upper),
+        },
+        ScanDirection::Reverse => match (upper, keys.next_back()) {
+            (Bound::Included(k) | Bound::Excluded(k), Some((last, _))) if k > last.as_slice() => {
+                (lower, Bound::Included(last.as_slice()))
+            }
+            (upper, _) => (lower, upper),
+        },
     }
 }
 
@@ -264,9 +331,13 @@ impl Drop for Relation {
         // Exclusive access: no transaction can hold a guard over this relation's
         // records any more, and unlinked records were already retired.
         let guard = Guard::new();
-        let records: Vec<RecordRef> = self.index.iter(&guard).map(|(_, r)| *r).collect();
+        let mut records: Vec<RecordRef> = Vec::with_capacity(self.index_len());
+        self.for_each_record(&guard, |r| records.push(r));
         drop(guard);
-        self.index.clear();
+        match &self.index {
+            Index::Ordered(tree) => tree.clear(),
+            Index::Hashed(hash) => hash.clear_sync(),
+        }
         for record in records {
             // SAFETY: see above.
             unsafe { record.free() };

@@ -28,7 +28,7 @@ use scc::Guard;
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
-use crate::relation::{KeyBounds, Relation, ScanDirection};
+use crate::relation::{IndexKind, KeyBounds, Relation, ScanDirection};
 use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
 use crate::{PlantedBugs, Worker};
 
@@ -504,6 +504,11 @@ impl TxOps<'_> {
                 check_key(k)?;
             }
         }
+        if relation.index_kind() == IndexKind::Hashed {
+            return Err(TxError::ScanOfHashedRelation {
+                relation: relation.name().to_owned(),
+            });
+        }
         if limit == 0 {
             return Ok(0);
         }
@@ -555,7 +560,9 @@ impl TxOps<'_> {
             }
             more
         };
-        let iter = relation.range(bounds, direction, self.guard);
+        let Some(iter) = relation.range(bounds, direction, self.guard) else {
+            unreachable!("hashed relations were refused above");
+        };
         match direction {
             ScanDirection::Forward => {
                 for (key, record) in iter {
@@ -881,7 +888,10 @@ fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard, planted: Pl
         next += 1;
         None
     };
-    let iter = relation.range(bounds, scan.direction, guard);
+    // A hashed relation is never scanned, so never re-scanned.
+    let Some(iter) = relation.range(bounds, scan.direction, guard) else {
+        return false;
+    };
     let verdict = match scan.direction {
         ScanDirection::Forward => iter.map(|(_, r)| r).find_map(&mut check),
         ScanDirection::Reverse => iter.rev().map(|(_, r)| r).find_map(&mut check),

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roost_storage::{
-    Engine, EngineConfig, PlantedBugs, Relation, RetryPolicy, ScanDirection, TxError, Worker,
+    Engine, EngineConfig, IndexKind, PlantedBugs, Relation, RetryPolicy, ScanDirection, TxError,
+    Worker,
 };
 
 const THREADS: usize = 4;
@@ -103,9 +104,9 @@ fn run_threads(
 const ACCOUNTS: u64 = 8;
 const INITIAL_BALANCE: i64 = 1000;
 
-fn bank(planted: PlantedBugs, deadline: Duration) -> u64 {
+fn bank(planted: PlantedBugs, deadline: Duration, kind: IndexKind) -> u64 {
     let engine = engine(planted);
-    let rel = engine.create_relation("accounts").unwrap();
+    let rel = engine.create_relation_with("accounts", kind).unwrap();
     let mut w = engine.worker();
     w.run(retry(), |tx| {
         (0..ACCOUNTS).try_for_each(|a| write_i64(tx, &rel, a, INITIAL_BALANCE))
@@ -149,7 +150,22 @@ fn bank(planted: PlantedBugs, deadline: Duration) -> u64 {
 
 #[test]
 fn bank_transfers_conserve_the_total() {
-    assert_eq!(bank(PlantedBugs::default(), stress_duration()), 0);
+    assert_eq!(
+        bank(
+            PlantedBugs::default(),
+            stress_duration(),
+            IndexKind::Ordered
+        ),
+        0
+    );
+}
+
+#[test]
+fn bank_transfers_conserve_the_total_hashed() {
+    assert_eq!(
+        bank(PlantedBugs::default(), stress_duration(), IndexKind::Hashed),
+        0
+    );
 }
 
 #[test]
@@ -158,18 +174,20 @@ fn bank_catches_skipped_read_validation() {
         skip_read_validation: true,
         ..PlantedBugs::default()
     };
-    assert!(
-        bank(planted, PLANTED_BUDGET) > 0,
-        "the bank test missed a planted bug"
-    );
+    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+        assert!(
+            bank(planted, PLANTED_BUDGET, kind) > 0,
+            "the bank test missed a planted bug ({kind:?})"
+        );
+    }
 }
 
 // ---- Counters: no increment is lost.
 
-fn counters(planted: PlantedBugs, deadline: Duration) -> u64 {
+fn counters(planted: PlantedBugs, deadline: Duration, kind: IndexKind) -> u64 {
     const COUNTERS: u64 = 4;
     let engine = engine(planted);
-    let rel = engine.create_relation("counters").unwrap();
+    let rel = engine.create_relation_with("counters", kind).unwrap();
     let increments = AtomicU64::new(0);
     run_threads(&engine, deadline, |worker, rng| {
         let c = rng.random_range(0..COUNTERS);
@@ -195,7 +213,22 @@ fn counters(planted: PlantedBugs, deadline: Duration) -> u64 {
 
 #[test]
 fn counters_lose_no_increment() {
-    assert_eq!(counters(PlantedBugs::default(), stress_duration()), 0);
+    assert_eq!(
+        counters(
+            PlantedBugs::default(),
+            stress_duration(),
+            IndexKind::Ordered
+        ),
+        0
+    );
+}
+
+#[test]
+fn counters_lose_no_increment_hashed() {
+    assert_eq!(
+        counters(PlantedBugs::default(), stress_duration(), IndexKind::Hashed),
+        0
+    );
 }
 
 #[test]
@@ -207,7 +240,7 @@ fn counters_catch_skipped_read_validation() {
     let start = Instant::now();
     let mut caught = 0;
     while caught == 0 && start.elapsed() < PLANTED_BUDGET {
-        caught += counters(planted, Duration::from_millis(500));
+        caught += counters(planted, Duration::from_millis(500), IndexKind::Ordered);
     }
     assert!(caught > 0, "the counter test missed a planted bug");
 }
@@ -473,10 +506,10 @@ fn a_scan_that_misses_an_own_write_is_a_conflict() {
 // placeholder; another may find it, write it and commit first, and the
 // creator must then see its "key is missing" read invalidated.
 
-fn first_appends(planted: PlantedBugs, deadline: Duration) -> u64 {
+fn first_appends(planted: PlantedBugs, deadline: Duration, kind: IndexKind) -> u64 {
     const KEYS_PER_ROUND: u64 = 64;
     let engine = engine(planted);
-    let rel = engine.create_relation("lists").unwrap();
+    let rel = engine.create_relation_with("lists", kind).unwrap();
     let barrier = Barrier::new(THREADS);
     let start = Instant::now();
     let mut lost = 0;
@@ -514,7 +547,13 @@ fn first_appends(planted: PlantedBugs, deadline: Duration) -> u64 {
 
 #[test]
 fn first_writes_to_a_new_key_lose_no_update() {
-    assert_eq!(first_appends(PlantedBugs::default(), stress_duration()), 0);
+    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+        assert_eq!(
+            first_appends(PlantedBugs::default(), stress_duration(), kind),
+            0,
+            "{kind:?}"
+        );
+    }
 }
 
 #[test]
@@ -523,8 +562,129 @@ fn first_appends_catch_trusted_placeholders() {
         trust_own_placeholders: true,
         ..PlantedBugs::default()
     };
+    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+        assert!(
+            first_appends(planted, PLANTED_BUDGET, kind) > 0,
+            "the first-appends test missed a planted bug ({kind:?})"
+        );
+    }
+}
+
+// ---- Churn: keys are created, deleted and re-created all the time (the
+// index links and unlinks records); counts move between keys and are never
+// lost: the sum of all keys is the number of increments.
+
+fn churn(planted: PlantedBugs, deadline: Duration, kind: IndexKind) -> u64 {
+    const KEYS: u64 = 8;
+    let engine = engine(planted);
+    let rel = engine.create_relation_with("churn", kind).unwrap();
+    let increments = AtomicU64::new(0);
+    run_threads(&engine, deadline, |worker, rng| {
+        let (a, b) = (rng.random_range(0..KEYS), rng.random_range(0..KEYS));
+        if rng.random_ratio(1, 2) || a == b {
+            worker
+                .run(retry(), |tx| {
+                    let v = tx.get(&rel, &key(a))?.map_or(0, |v| decode(&v));
+                    tx.put(&rel, &key(a), &(v + 1).to_le_bytes())
+                })
+                .unwrap();
+            increments.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Move a's count onto b and delete a.
+            worker
+                .run(retry(), |tx| {
+                    let Some(va) = tx.get(&rel, &key(a))? else {
+                        return Ok(());
+                    };
+                    let vb = tx.get(&rel, &key(b))?.map_or(0, |v| decode(&v));
+                    tx.delete(&rel, &key(a))?;
+                    tx.put(&rel, &key(b), &(decode(&va) + vb).to_le_bytes())
+                })
+                .unwrap();
+        }
+        true
+    });
+    let mut w = engine.worker();
+    let sum = w
+        .run(retry(), |tx| {
+            (0..KEYS).try_fold(0i64, |s, k| {
+                Ok(s + tx.get(&rel, &key(k))?.map_or(0, |v| decode(&v)))
+            })
+        })
+        .unwrap();
+    let expected = increments.load(Ordering::Relaxed) as i64;
+    assert!(expected > 0);
     assert!(
-        first_appends(planted, PLANTED_BUDGET) > 0,
-        "the first-appends test missed a planted bug"
+        rel.index_len() <= KEYS as usize,
+        "absent records were unlinked"
+    );
+    u64::from(sum != expected)
+}
+
+fn decode(v: &[u8]) -> i64 {
+    i64::from_le_bytes(v.try_into().expect("8-byte counts"))
+}
+
+#[test]
+fn churning_keys_lose_no_count() {
+    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+        assert_eq!(
+            churn(PlantedBugs::default(), stress_duration(), kind),
+            0,
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn churn_catches_skipped_read_validation() {
+    let planted = PlantedBugs {
+        skip_read_validation: true,
+        ..PlantedBugs::default()
+    };
+    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+        let start = Instant::now();
+        let mut caught = 0;
+        while caught == 0 && start.elapsed() < PLANTED_BUDGET {
+            caught += churn(planted, Duration::from_millis(500), kind);
+        }
+        assert!(caught > 0, "the churn test missed a planted bug ({kind:?})");
+    }
+}
+
+#[test]
+fn hashed_relations_refuse_scans() {
+    let engine = Engine::default();
+    let rel = engine
+        .create_relation_with("points", IndexKind::Hashed)
+        .unwrap();
+    let mut worker = engine.worker();
+    let mut tx = worker.begin();
+    tx.put(&rel, &key(1), b"x").unwrap();
+    let scanned = tx.scan(
+        &rel,
+        (Bound::Unbounded, Bound::Unbounded),
+        ScanDirection::Forward,
+        10,
+        |_, _| true,
+    );
+    assert_eq!(
+        scanned,
+        Err(TxError::ScanOfHashedRelation {
+            relation: "points".into()
+        })
+    );
+    // The transaction is still usable for point access.
+    assert_eq!(tx.get(&rel, &key(1)).unwrap().as_deref(), Some(&b"x"[..]));
+    tx.commit().unwrap();
+    assert_eq!(
+        rel.raw_scan(
+            (Bound::Unbounded, Bound::Unbounded),
+            ScanDirection::Forward,
+            10,
+            &mut Vec::new(),
+            |_, _| {}
+        ),
+        0
     );
 }

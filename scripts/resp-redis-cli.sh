@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# redis-cli against `roost resp`: commands, errors, MULTI/EXEC and a pipe.
+# redis-cli and redis-benchmark against `roost resp`: commands, errors,
+# MULTI/EXEC, a pipe, and a pipelined benchmark that must lose no INCR.
 # With ROOST_RESP_PORT set, uses the server already listening there (the
 # cargo test `external_clients_when_installed` does this); otherwise starts
 # `target/release/roost resp` on a free port and stops it at the end.
@@ -65,6 +66,20 @@ want=$(printf 'OK\nQUEUED\nQUEUED\n1\n2')
 # Mass insertion with --pipe (the Redis protocol on stdin).
 for i in $(seq 1000); do printf 'SET cli:pipe:%d %d\r\n' "$i" "$i"; done | cli --pipe >/dev/null
 expect 1000 GET cli:pipe:1000
+
+# redis-benchmark (pipelined, 20 clients) drives it too; its INCRs all hit one
+# key (no -r), so the counter must equal the number of requests: none lost.
+if command -v redis-benchmark >/dev/null; then
+  cli DEL counter:__rand_int__ >/dev/null
+  out=$(redis-benchmark -p "$ROOST_RESP_PORT" -t set,get,incr -n 20000 -P 16 -c 20 -q --csv 2>/dev/null)
+  for cmd in SET GET INCR; do
+    echo "$out" | grep -q "^\"$cmd\",\"[1-9]" || { echo "FAIL: redis-benchmark $cmd: [$out]"; failures=$((failures + 1)); }
+  done
+  expect 20000 GET counter:__rand_int__
+  expect 1 EXISTS key:__rand_int__
+else
+  echo "notice: redis-benchmark not installed (Debian: redis-tools); skipping its check" >&2
+fi
 
 # INFO is readable by redis-cli.
 cli INFO stats | grep -q '^total_commands_processed:' || { echo "FAIL: INFO stats"; failures=$((failures + 1)); }

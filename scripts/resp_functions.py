@@ -7,21 +7,16 @@ nothing, and FUNCTION LIST names the library.
 Usage: resp_functions.py PORT [THREADS] [CALLS_PER_THREAD]
 """
 import sys
-import threading
 
 import redis
 
-port = int(sys.argv[1])
-threads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-per_thread = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+from resp_bank import Bank
+
 ACCOUNTS = 8
 INITIAL = 500
-keys = [f"pyfn:acct:{i}" for i in range(ACCOUNTS)]
-TOTAL = INITIAL * ACCOUNTS
-
-setup = redis.Redis(port=port)
-setup.mset({k: INITIAL for k in keys})
-errors = []
+bank = Bank("pyfn", ACCOUNTS, INITIAL)
+keys, errors, setup, TOTAL = bank.keys, bank.errors, bank.client, bank.total
+threads, per_thread = bank.threads, bank.per_thread
 refused = [0]
 sums = [0]
 
@@ -53,33 +48,25 @@ except redis.ResponseError:
     pass
 
 
-def worker(n):
-    try:
-        r = redis.Redis(port=port)
-        for i in range(per_thread):
-            if n % 4 == 3:
-                total = r.fcall_ro("sum", ACCOUNTS, *keys)
-                sums[0] += 1
-                if total != TOTAL:
-                    errors.append(f"sum {total} != {TOTAL}")
-                continue
-            a = (n + i) % ACCOUNTS
-            b = (a + 1 + (n * 3 + i) % (ACCOUNTS - 1)) % ACCOUNTS
-            try:
-                r.fcall("transfer", 2, keys[a], keys[b], (i * 37) % 250 + 1)
-            except redis.ResponseError as e:
-                if "insufficient funds" not in str(e):
-                    raise
-                refused[0] += 1
-    except Exception as e:  # reported below
-        errors.append(repr(e))
+def worker(r, n):
+    for i in range(per_thread):
+        if n % 4 == 3:
+            total = r.fcall_ro("sum", ACCOUNTS, *keys)
+            sums[0] += 1
+            if total != TOTAL:
+                errors.append(f"sum {total} != {TOTAL}")
+            continue
+        a = (n + i) % ACCOUNTS
+        b = (a + 1 + (n * 3 + i) % (ACCOUNTS - 1)) % ACCOUNTS
+        try:
+            r.fcall("transfer", 2, keys[a], keys[b], (i * 37) % 250 + 1)
+        except redis.ResponseError as e:
+            if "insufficient funds" not in str(e):
+                raise
+            refused[0] += 1
 
 
-ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
-for t in ts:
-    t.start()
-for t in ts:
-    t.join()
+bank.run(worker)
 total = setup.fcall_ro("sum", ACCOUNTS, *keys)
 print(f"threads={threads} calls/thread={per_thread} total={total} "
       f"sums={sums[0]} refused={refused[0]}")

@@ -5,20 +5,16 @@ WATCH-based optimistic retries on half the threads) conserve the total.
 Usage: resp_transfers.py PORT [THREADS] [TRANSFERS_PER_THREAD]
 """
 import sys
-import threading
 
 import redis
 
-port = int(sys.argv[1])
-threads = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-per_thread = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+from resp_bank import Bank
+
 ACCOUNTS = 10
 INITIAL = 1000
-keys = [f"py:acct:{i}" for i in range(ACCOUNTS)]
-
-setup = redis.Redis(port=port)
-setup.mset({k: INITIAL for k in keys})
-errors = []
+bank = Bank("py", ACCOUNTS, INITIAL)
+keys, errors, setup = bank.keys, bank.errors, bank.client
+threads, per_thread = bank.threads, bank.per_thread
 watch_retries = [0]
 
 
@@ -48,35 +44,27 @@ def transfer_watch(r, a, b, amount):
                 watch_retries[0] += 1
 
 
-def worker(n):
-    try:
-        r = redis.Redis(port=port)
-        for i in range(per_thread):
-            a = (n + i) % ACCOUNTS
-            b = (n * 7 + i * 3 + 1) % ACCOUNTS
-            if a == b:
-                continue
-            amount = i % 7 + 1
-            if n % 2 == 0:
-                transfer_multi(r, a, b, amount)
-            else:
-                transfer_watch(r, a, b, amount)
-            if i % 25 == 0:
-                with r.pipeline(transaction=True) as p:
-                    p.mget(keys)
-                    (values,) = p.execute()
-                total = sum(int(v) for v in values)
-                if total != INITIAL * ACCOUNTS:
-                    errors.append(f"snapshot total {total}")
-    except Exception as e:  # reported below
-        errors.append(repr(e))
+def worker(r, n):
+    for i in range(per_thread):
+        a = (n + i) % ACCOUNTS
+        b = (n * 7 + i * 3 + 1) % ACCOUNTS
+        if a == b:
+            continue
+        amount = i % 7 + 1
+        if n % 2 == 0:
+            transfer_multi(r, a, b, amount)
+        else:
+            transfer_watch(r, a, b, amount)
+        if i % 25 == 0:
+            with r.pipeline(transaction=True) as p:
+                p.mget(keys)
+                (values,) = p.execute()
+            total = sum(int(v) for v in values)
+            if total != INITIAL * ACCOUNTS:
+                errors.append(f"snapshot total {total}")
 
 
-ts = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
-for t in ts:
-    t.start()
-for t in ts:
-    t.join()
+bank.run(worker)
 total = sum(int(v) for v in setup.mget(keys))
 print(f"threads={threads} transfers/thread={per_thread} total={total} watch_retries={watch_retries[0]}")
 if errors or total != INITIAL * ACCOUNTS:

@@ -167,6 +167,33 @@ fn apply_engine<'r>(
     }
 }
 
+/// Runs `txs` (each op through `map`) on the engine and on the model,
+/// checking every result; returns the model of what committed.
+fn run_against_model(
+    worker: &mut roost_storage::Worker,
+    rel: &roost_storage::Relation,
+    txs: &[(Vec<Op>, bool)],
+    map: impl Fn(&Op) -> Op,
+) -> Result<Model, TestCaseError> {
+    let mut committed = Model::new();
+    for (ops, commit) in txs {
+        let mut pending = committed.clone();
+        let mut tx = worker.begin();
+        for op in ops.iter().map(&map) {
+            let expected = apply_model(&mut pending, &op);
+            let actual = apply_engine(&mut tx, rel, &op);
+            prop_assert_eq!(actual, expected, "op {:?}", op);
+        }
+        if *commit {
+            tx.commit().expect("a lone worker never conflicts");
+            committed = pending;
+        } else {
+            tx.abort();
+        }
+    }
+    Ok(committed)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -175,22 +202,7 @@ proptest! {
         let engine = Engine::default();
         let rel = engine.create_relation("model").unwrap();
         let mut worker = engine.worker();
-        let mut committed = Model::new();
-        for (ops, commit) in &txs {
-            let mut pending = committed.clone();
-            let mut tx = worker.begin();
-            for op in ops {
-                let expected = apply_model(&mut pending, op);
-                let actual = apply_engine(&mut tx, &rel, op);
-                prop_assert_eq!(actual, expected, "op {:?}", op);
-            }
-            if *commit {
-                tx.commit().expect("a lone worker never conflicts");
-                committed = pending;
-            } else {
-                tx.abort();
-            }
-        }
+        let mut committed = run_against_model(&mut worker, &rel, &txs, Op::clone)?;
         let mut tx = worker.begin();
         let everything = apply_engine(&mut tx, &rel, &Op::Scan { lo: Bound::Unbounded, hi: Bound::Unbounded, reverse: false, limit: usize::MAX });
         let expected = apply_model(&mut committed, &Op::Scan { lo: Bound::Unbounded, hi: Bound::Unbounded, reverse: false, limit: usize::MAX });
@@ -204,28 +216,13 @@ proptest! {
         let engine = Engine::default();
         let rel = engine.create_relation_with("model", IndexKind::Hashed).unwrap();
         let mut worker = engine.worker();
-        let mut committed = Model::new();
         // A hashed relation has no order: scans become reads of their low key.
         let point = |op: &Op| match op {
             Op::Scan { lo: Bound::Included(k) | Bound::Excluded(k), .. } => Op::Get(*k),
             Op::Scan { .. } => Op::Get(0),
             other => other.clone(),
         };
-        for (ops, commit) in &txs {
-            let mut pending = committed.clone();
-            let mut tx = worker.begin();
-            for op in ops.iter().map(point) {
-                let expected = apply_model(&mut pending, &op);
-                let actual = apply_engine(&mut tx, &rel, &op);
-                prop_assert_eq!(actual, expected, "op {:?}", op);
-            }
-            if *commit {
-                tx.commit().expect("a lone worker never conflicts");
-                committed = pending;
-            } else {
-                tx.abort();
-            }
-        }
+        let mut committed = run_against_model(&mut worker, &rel, &txs, point)?;
         let mut tx = worker.begin();
         for k in 0..32u8 {
             let actual = apply_engine(&mut tx, &rel, &Op::Get(k));

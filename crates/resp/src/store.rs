@@ -107,6 +107,10 @@ pub(crate) struct Entry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum Value {
     Str(#[serde(with = "raw_bytes")] Vec<u8>),
+    /// A string that INCR/DECR/INCRBY left: kept as the integer it holds
+    /// (as Redis's int encoding), so the next one neither parses nor formats
+    /// it. Every command reads it as its decimal string.
+    Int(i64),
     List(VecDeque<Vec<u8>>),
     /// Fields in insertion order.
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
@@ -533,6 +537,7 @@ impl Tx {
             Op::Get(key) => match self.read(key).await?.map(|e| e.value) {
                 None => Frame::Null,
                 Some(Value::Str(s)) => Frame::Bulk(s),
+                Some(Value::Int(n)) => Frame::Bulk(n.to_string().into_bytes()),
                 Some(_) => Frame::error(WRONGTYPE),
             },
             Op::Set {
@@ -556,6 +561,7 @@ impl Tx {
                 let old_reply = match &old {
                     None => Frame::Null,
                     Some(Value::Str(s)) => Frame::Bulk(s.clone()),
+                    Some(Value::Int(n)) => Frame::Bulk(n.to_string().into_bytes()),
                     Some(_) if *get => return Ok(Frame::error(WRONGTYPE)),
                     Some(_) => Frame::Null,
                 };
@@ -596,6 +602,7 @@ impl Tx {
                 self.modify(key, |old| {
                     let current = match old.map(|e| e.value) {
                         None => 0,
+                        Some(Value::Int(n)) => n,
                         Some(Value::Str(s)) => match parse_i64(&s) {
                             Some(n) => n,
                             None => return (None, Frame::error(NOT_INTEGER)),
@@ -603,10 +610,7 @@ impl Tx {
                         Some(_) => return (None, Frame::error(WRONGTYPE)),
                     };
                     match current.checked_add(*by) {
-                        Some(next) => (
-                            Some(Value::Str(next.to_string().into_bytes())),
-                            Frame::Integer(next),
-                        ),
+                        Some(next) => (Some(Value::Int(next)), Frame::Integer(next)),
                         None => (None, Frame::error(OVERFLOW)),
                     }
                 })
@@ -617,6 +621,7 @@ impl Tx {
                 for key in keys {
                     values.push(match self.read(key).await?.map(|e| e.value) {
                         Some(Value::Str(s)) => Frame::Bulk(s),
+                        Some(Value::Int(n)) => Frame::Bulk(n.to_string().into_bytes()),
                         _ => Frame::Null,
                     });
                 }

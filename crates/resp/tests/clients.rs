@@ -831,3 +831,48 @@ fn external_clients_when_installed() {
         ),
     }
 }
+
+/// A key INCR left holds an integer internally; every command still sees
+/// its decimal string, and a string that is not one is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_read_back_as_strings_everywhere() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(r.call(&["INCRBY", "n", "-42"]).await, Frame::Integer(-42));
+    assert_eq!(r.call(&["INCR", "n"]).await, Frame::Integer(-41));
+    assert_eq!(r.call(&["GET", "n"]).await, Frame::bulk("-41"));
+    assert_eq!(
+        r.call(&["MGET", "n", "none"]).await,
+        Frame::Array(vec![Frame::bulk("-41"), Frame::Null])
+    );
+    assert_eq!(r.call(&["SET", "n", "7", "GET"]).await, Frame::bulk("-41"));
+    assert_eq!(r.call(&["DECRBY", "n", "10"]).await, Frame::Integer(-3));
+    assert_eq!(
+        r.call(&["RPUSH", "n", "x"]).await,
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(r.call(&["EXISTS", "n"]).await, Frame::Integer(1));
+    assert_eq!(
+        r.call(&["FCALL_RO", "sum", "1", "n"]).await,
+        Frame::Integer(-3)
+    );
+    assert_eq!(r.call(&["INCR", "m"]).await, Frame::Integer(1));
+    assert_eq!(
+        r.call(&["FCALL", "transfer", "2", "m", "n", "1"]).await,
+        Frame::Array(vec![Frame::Integer(0), Frame::Integer(-2)])
+    );
+    assert_eq!(r.call(&["GET", "n"]).await, Frame::bulk("-2"));
+    assert_eq!(
+        r.call(&["INCRBY", "n", "9223372036854775807"]).await,
+        Frame::Integer(9223372036854775805)
+    );
+    assert_eq!(
+        r.call(&["INCRBY", "n", "3"]).await,
+        err("ERR increment or decrement would overflow")
+    );
+    assert_eq!(r.call(&["SET", "s", "abc"]).await, Frame::ok());
+    assert_eq!(
+        r.call(&["INCR", "s"]).await,
+        err("ERR value is not an integer or out of range")
+    );
+}

@@ -495,17 +495,20 @@ impl FunctionCtx<'_> {
         match self.value(key).await? {
             None => Ok(None),
             Some(Value::Str(s)) => Ok(Some(s)),
+            Some(Value::Int(n)) => Ok(Some(n.to_string().into_bytes())),
             Some(_) => Err(FunctionError::reply(WRONGTYPE)),
         }
     }
 
     /// The integer at key `key` (`None`: absent).
     pub async fn get_i64(&self, key: usize) -> Result<Option<i64>, FunctionError> {
-        match self.get(key).await? {
+        match self.value(key).await? {
             None => Ok(None),
-            Some(s) => parse_i64(&s)
+            Some(Value::Int(n)) => Ok(Some(n)),
+            Some(Value::Str(s)) => parse_i64(&s)
                 .map(Some)
                 .ok_or_else(|| FunctionError::reply(NOT_INTEGER)),
+            Some(_) => Err(FunctionError::reply(WRONGTYPE)),
         }
     }
 
@@ -522,7 +525,7 @@ impl FunctionCtx<'_> {
     }
 
     pub fn set_i64(&self, key: usize, value: i64) -> Result<(), FunctionError> {
-        self.set(key, value.to_string())
+        self.write(key, Some(Value::Int(value)))
     }
 
     /// Deletes key `key`.

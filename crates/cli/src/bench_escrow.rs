@@ -1,8 +1,9 @@
 //! `roost bench escrow`: the escrow middleware over Redis (issue 6, the
 //! seed `002`'s §V) with the emulated wide area: three regions (US-East,
 //! US-West, EU) with Table I's round trips through `DelayProxy`s, one
-//! `redis-server` per site (Strong: one, in US-East), for each variant
-//! (bc-srv, bc-clt, weak, strong):
+//! `redis-server` per site (Strong: one, in US-East; `roost`: none, the
+//! server-based node keeps its counters inside an embedded Roost database),
+//! for each variant (bc-srv, bc-clt, roost, weak, strong):
 //!
 //! * `single-counter`: clients in every region decrementing one counter
 //!   (100% decrements, `Global` flag), from a start large enough not to run
@@ -42,7 +43,7 @@ use roost_escrow::{
 };
 
 const BENCHMARK: &str = "escrow";
-const VARIANTS: [&str; 4] = ["bc-srv", "bc-clt", "weak", "strong"];
+const VARIANTS: [&str; 5] = ["bc-srv", "bc-clt", "roost", "weak", "strong"];
 const THROUGHPUT_GOAL: f64 = 1.0;
 const LATENCY_GOAL: f64 = 0.1;
 const SINGLE: &str = "single-counter";
@@ -177,6 +178,7 @@ impl Target {
             "bc-srv" => Design::ServerBased,
             "bc-clt" => Design::ClientBased,
             "weak" => Design::Weak,
+            "roost" => Design::Roost,
             _ => {
                 return Ok(Target::Strong(
                     StrongDeployment::three_regions(plan.rtt_scale).await?,
@@ -929,13 +931,13 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
     let line = format!("Excess decrements (exhaust): {}.", excess.join("; "));
     println!("{line}");
     notes.push(line);
-    let invariant_ok = ["bc-srv", "bc-clt", "strong"]
+    let invariant_ok = ["bc-srv", "bc-clt", "roost", "strong"]
         .iter()
         .flat_map(|v| all.iter().filter(move |m| m.variant == *v))
         .all(|m| m.excess() == 0);
     let weak_violates = find(&all, "weak", EXHAUST).is_some_and(|m| m.excess() > 0);
     let line = format!(
-        "No invariant violation for bc-srv, bc-clt, strong (every scenario): {}; Weak violates \
+        "No invariant violation for bc-srv, bc-clt, roost, strong (every scenario): {}; Weak violates \
          in the same run (exhaust): {}.",
         if invariant_ok { "yes" } else { "NO" },
         if weak_violates { "yes" } else { "no" }

@@ -91,7 +91,8 @@ enum Benchmark {
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),
-    /// The escrow middleware over Redis (bc-srv, bc-clt, weak, strong) with
+    /// The escrow middleware over Redis (bc-srv, bc-clt, weak, strong) and
+    /// inside Roost (roost) with
     /// the emulated wide area; needs redis-server on PATH.
     Escrow(bench_escrow::EscrowArgs),
 }

@@ -24,6 +24,8 @@ pub enum EscrowError {
     InvalidKey { reason: String },
     #[error("redis at this site failed: {reason}")]
     Redis { reason: String },
+    #[error("the Roost store at this site failed: {reason}")]
+    Roost { reason: String },
     #[error("the state of counter `{key}` in redis is not a valid counter state: {reason}")]
     CorruptState { key: String, reason: String },
     #[error("counter `{key}`: {reason}")]

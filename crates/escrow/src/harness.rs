@@ -74,7 +74,9 @@ impl Deployment {
     pub async fn start(config: DeploymentConfig) -> Result<Deployment, HarnessError> {
         let n = config.regions.len();
         let mut redis = Vec::with_capacity(n);
-        for _ in 0..n {
+        // Roost sites keep their counters in Roost: no redis-server.
+        let redis_sites = if config.design == Design::Roost { 0 } else { n };
+        for _ in 0..redis_sites {
             redis.push(
                 tokio::task::spawn_blocking(LocalRedis::start)
                     .await
@@ -110,7 +112,7 @@ impl Deployment {
             let site_config = SiteConfig {
                 site: index,
                 sites: n,
-                redis_url: redis[index].url(),
+                redis_url: redis.get(index).map(LocalRedis::url).unwrap_or_default(),
                 peers: peers_of(&proxies, index),
                 timing: config.timing,
                 policy: config.policy,
@@ -141,8 +143,12 @@ impl Deployment {
         &self.sites[site]
     }
 
+    /// Site `site`'s redis-server (empty for [`Design::Roost`], which has none).
     pub fn redis_url(&self, site: usize) -> String {
-        self.redis[site].url()
+        self.redis
+            .get(site)
+            .map(LocalRedis::url)
+            .unwrap_or_default()
     }
 
     /// Kills site `site`'s redis-server (its store fails; for tests).
@@ -175,7 +181,7 @@ impl Deployment {
                 })
                 .await?,
             ),
-            Design::ServerBased => Client::ServerBased(
+            Design::ServerBased | Design::Roost => Client::ServerBased(
                 self.sites[site]
                     .server_client()
                     .ok_or(EscrowError::NodeGone)?,
@@ -209,9 +215,9 @@ impl Deployment {
     pub async fn values(&self, key: &str) -> Result<Vec<i64>, EscrowError> {
         let mut values = Vec::with_capacity(self.sites());
         for site in 0..self.sites() {
-            let mut con = store::connect(&self.redis_url(site)).await?;
             let value = match self.config.design {
                 Design::Weak => {
+                    let mut con = store::connect(&self.redis_url(site)).await?;
                     let value: Option<i64> = redis::cmd("GET")
                         .arg(weak_value_key(key))
                         .query_async(&mut con)
@@ -233,6 +239,13 @@ impl Deployment {
 
     /// Site `site`'s replica of `key` as stored (bounded-counter designs).
     pub async fn replica(&self, site: usize, key: &str) -> Result<crate::Counter, EscrowError> {
+        if self.config.design == Design::Roost {
+            return self.sites[site].stored_replica(key).await?.ok_or_else(|| {
+                EscrowError::UnknownCounter {
+                    key: key.to_owned(),
+                }
+            });
+        }
         let mut con = store::connect(&self.redis_url(site)).await?;
         let me = ReplicaId::from_index(site).ok_or(EscrowError::NodeGone)?;
         store::load(&mut con, key, me, self.sites())

@@ -16,6 +16,9 @@
 //!   with the custom cross-site propagation (batches of deltas every few ms,
 //!   merged entry-wise) and rights transfer (proactive asynchronous requests,
 //!   synchronous requests for global operations, idempotent).
+//! * [`roost_store`]: the site's store as an embedded Roost database
+//!   ([`Design::Roost`]): the server-based node over bounded counters kept
+//!   in Roost reactors, each write a serializable Roost transaction.
 //! * [`weak`]: the Weak baseline (read-check-then-decrement, replicated
 //!   asynchronously), which can break the bound.
 //! * [`strong`]: the Strong baseline (one Redis site, remote clients through
@@ -36,6 +39,7 @@ pub mod peer;
 pub mod propagation;
 pub mod proxy;
 pub mod redis_server;
+pub mod roost_store;
 pub mod server;
 pub mod site;
 pub mod store;

@@ -4,10 +4,12 @@
 //! conditional write.
 //!
 //! Each counter gets a tokio task that owns its [`KeyEngine`] and performs
-//! its actions: loads with `HMGET`, writes with the Lua compare-and-set of
+//! its actions on the site's store ([`NodeStore`]): over Redis, loads with
+//! `HMGET` and writes with the Lua compare-and-set of
 //! [`crate::store::cas_write`] over one shared multiplexed connection
-//! (pipelined across counters). Clients hold a [`ServerMiddleware`] handle
-//! (in-process; the node is the only writer of its site's counters).
+//! (pipelined across counters); inside Roost ([`RoostStore`]), a transaction
+//! each. Clients hold a [`ServerMiddleware`] handle (in-process; the node is
+//! the only writer of its site's counters).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,6 +25,7 @@ use crate::engine::{Action, Command, KeyEngine, Reply, WriteOutcome};
 use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
 use crate::propagation::Propagator;
+use crate::roost_store::RoostStore;
 use crate::site::{SiteInner, Stats};
 use crate::store::{self, CasOutcome, LazyConnection, Record};
 use crate::wire::TransferResult;
@@ -35,10 +38,74 @@ struct Shared {
     me: ReplicaId,
     sites: usize,
     policy: ProactiveConfig,
-    con: LazyConnection,
+    store: NodeStore,
     durable: Mutex<HashMap<String, Counter>>,
     propagator: Arc<Mutex<Propagator>>,
     stats: Arc<Stats>,
+}
+
+/// Where a node keeps its site's counters.
+pub(crate) enum NodeStore {
+    /// The site's `redis-server` (the paper's design).
+    Redis(LazyConnection),
+    /// An embedded Roost database: bounded counters inside Roost.
+    Roost(RoostStore),
+}
+
+impl NodeStore {
+    async fn load(
+        &self,
+        key: &str,
+        me: ReplicaId,
+        sites: usize,
+    ) -> Result<Option<Record>, EscrowError> {
+        match self {
+            NodeStore::Redis(con) => {
+                let mut connection = con.get().await?;
+                let result = store::load(&mut connection, key, me, sites).await;
+                if matches!(result, Err(EscrowError::Redis { .. })) {
+                    con.invalidate().await;
+                }
+                result
+            }
+            NodeStore::Roost(roost) => roost.load(key, me, sites).await,
+        }
+    }
+
+    async fn write(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        token: &str,
+        counter: &Counter,
+    ) -> WriteOutcome {
+        let written = match self {
+            NodeStore::Redis(con) => match con.get().await {
+                Ok(mut connection) => {
+                    let written =
+                        store::cas_write(&mut connection, key, expected, token, counter).await;
+                    if written.is_err() {
+                        con.invalidate().await;
+                    }
+                    written
+                }
+                Err(error) => Err(error),
+            },
+            NodeStore::Roost(roost) => roost.cas_write(key, expected, token, counter).await,
+        };
+        match written {
+            Ok(CasOutcome::Landed) => WriteOutcome::Landed,
+            Ok(CasOutcome::Conflict) => WriteOutcome::Conflict,
+            Err(_) => WriteOutcome::Unknown,
+        }
+    }
+
+    async fn known_keys(&self) -> Result<Vec<String>, EscrowError> {
+        match self {
+            NodeStore::Redis(con) => store::known_keys(&mut con.get().await?).await,
+            NodeStore::Roost(roost) => roost.known_keys().await,
+        }
+    }
 }
 
 /// The middleware node of one site.
@@ -50,7 +117,7 @@ pub(crate) struct NodeCore {
 
 impl NodeCore {
     pub(crate) fn new(
-        url: &str,
+        store: NodeStore,
         me: ReplicaId,
         sites: usize,
         policy: ProactiveConfig,
@@ -62,7 +129,7 @@ impl NodeCore {
                 me,
                 sites,
                 policy,
-                con: LazyConnection::new(url, None),
+                store,
                 durable: Mutex::new(HashMap::new()),
                 propagator,
                 stats,
@@ -156,10 +223,7 @@ impl NodeCore {
         if let Ok(mut propagator) = site.propagator.lock() {
             propagator.resync();
         }
-        let Ok(mut con) = self.shared.con.get().await else {
-            return;
-        };
-        let Ok(keys) = store::known_keys(&mut con).await else {
+        let Ok(keys) = self.shared.store.known_keys().await else {
             return;
         };
         let loaded: Vec<String> = match self.shared.durable.lock() {
@@ -174,6 +238,16 @@ impl NodeCore {
                 self.tell(&key, Command::Read);
             }
         }
+    }
+
+    /// The replica of `key` as the store holds it.
+    pub(crate) async fn load(&self, key: &str) -> Result<Option<Counter>, EscrowError> {
+        let shared = &self.shared;
+        Ok(shared
+            .store
+            .load(key, shared.me, shared.sites)
+            .await?
+            .map(|record| record.counter))
     }
 
     pub(crate) fn shutdown(&self) {
@@ -230,18 +304,7 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                     let shared = Arc::clone(&shared);
                     let key = key.clone();
                     io = Some(Box::pin(async move {
-                        let result = match shared.con.get().await {
-                            Ok(mut con) => {
-                                let result =
-                                    store::load(&mut con, &key, shared.me, shared.sites).await;
-                                if matches!(result, Err(EscrowError::Redis { .. })) {
-                                    shared.con.invalidate().await;
-                                }
-                                result
-                            }
-                            Err(error) => Err(error),
-                        };
-                        IoDone::Loaded(result)
+                        IoDone::Loaded(shared.store.load(&key, shared.me, shared.sites).await)
                     }));
                 }
                 Action::Write {
@@ -253,28 +316,12 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                     let shared = Arc::clone(&shared);
                     let key = key.clone();
                     io = Some(Box::pin(async move {
-                        let outcome = match shared.con.get().await {
-                            Ok(mut con) => {
-                                match store::cas_write(
-                                    &mut con,
-                                    &key,
-                                    expected.as_deref(),
-                                    &token,
-                                    &counter,
-                                )
-                                .await
-                                {
-                                    Ok(CasOutcome::Landed) => WriteOutcome::Landed,
-                                    Ok(CasOutcome::Conflict) => WriteOutcome::Conflict,
-                                    Err(_) => {
-                                        shared.con.invalidate().await;
-                                        WriteOutcome::Unknown
-                                    }
-                                }
-                            }
-                            Err(_) => WriteOutcome::Unknown,
-                        };
-                        IoDone::Wrote(outcome)
+                        IoDone::Wrote(
+                            shared
+                                .store
+                                .write(&key, expected.as_deref(), &token, &counter)
+                                .await,
+                        )
                     }));
                 }
                 Action::Reply { ticket, reply } => {

@@ -44,7 +44,9 @@ use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
 use crate::peer::{LinkConfig, LinkError, LinkEvent, PeerLink};
 use crate::propagation::Propagator;
-use crate::server::{NodeCore, ServerMiddleware};
+use crate::roost_store::RoostStore;
+use crate::server::{NodeCore, NodeStore, ServerMiddleware};
+use crate::store::LazyConnection;
 use crate::weak::WeakBackend;
 use crate::wire::{read_frame, write_frame, Delta, Frame, StateEntry, TransferResult};
 
@@ -60,6 +62,10 @@ pub enum Design {
     /// The Weak baseline: Redis counters, read-check-then-decrement,
     /// increments and decrements replicated asynchronously.
     Weak,
+    /// The server-based node with the site's counters inside Roost (an
+    /// embedded Roost database; no Redis): each replica a row of a reactor's
+    /// relation, each conditional write a serializable Roost transaction.
+    Roost,
 }
 
 impl Design {
@@ -69,6 +75,7 @@ impl Design {
             Design::ClientBased => "bc-clt",
             Design::ServerBased => "bc-srv",
             Design::Weak => "weak",
+            Design::Roost => "roost",
         }
     }
 }
@@ -401,7 +408,7 @@ impl Site {
         let backend = match design {
             Design::ClientBased => Backend::Cas(CasBackend::new(&config.redis_url, me)),
             Design::ServerBased => Backend::Node(NodeCore::new(
-                &config.redis_url,
+                NodeStore::Redis(LazyConnection::new(&config.redis_url, None)),
                 me,
                 config.sites,
                 config.policy,
@@ -409,13 +416,23 @@ impl Site {
                 Arc::clone(&stats),
             )),
             Design::Weak => Backend::Weak(WeakBackend::new(&config.redis_url, config.sites)),
+            Design::Roost => Backend::Node(NodeCore::new(
+                NodeStore::Roost(RoostStore::new()?),
+                me,
+                config.sites,
+                config.policy,
+                Arc::clone(&propagator),
+                Arc::clone(&stats),
+            )),
         };
-        // Fail early if Redis is not there.
-        let mut probe = crate::store::connect(&config.redis_url).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut probe)
-            .await
-            .map_err(EscrowError::from)?;
+        if design != Design::Roost {
+            // Fail early if Redis is not there.
+            let mut probe = crate::store::connect(&config.redis_url).await?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut probe)
+                .await
+                .map_err(EscrowError::from)?;
+        }
         let inner = Arc::new(SiteInner {
             me,
             config,
@@ -466,6 +483,16 @@ impl Site {
         match self.inner.backend {
             Backend::Node(_) => Some(ServerMiddleware::new(Arc::clone(&self.inner))),
             _ => None,
+        }
+    }
+
+    /// This site's replica of `key` as its store holds it (the node's
+    /// designs: over Redis or inside Roost); `None` for other designs or an
+    /// unknown counter.
+    pub async fn stored_replica(&self, key: &str) -> Result<Option<Counter>, EscrowError> {
+        match &self.inner.backend {
+            Backend::Node(node) => node.load(key).await,
+            _ => Ok(None),
         }
     }
 }

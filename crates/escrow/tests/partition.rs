@@ -101,7 +101,7 @@ async fn partitioned_site_keeps_its_rights(design: Design) {
     );
     let rights = deployment.rights(key).await.expect("rights");
     assert_eq!(rights[2], keep, "site 2 still holds what it did not spend");
-    if design == Design::ServerBased {
+    if matches!(design, Design::ServerBased | Design::Roost) {
         let stats = deployment.stats();
         assert!(
             stats[0].sync_requests_failed + stats[1].sync_requests_failed > 0,
@@ -167,4 +167,11 @@ async fn client_based_partitioned_site_keeps_its_rights() {
     }
     let _one = common::exclusive().await;
     partitioned_site_keeps_its_rights(Design::ClientBased).await;
+}
+
+/// The same with the site's counters inside Roost (no Redis needed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roost_partitioned_site_keeps_its_rights() {
+    let _one = common::exclusive().await;
+    partitioned_site_keeps_its_rights(Design::Roost).await;
 }

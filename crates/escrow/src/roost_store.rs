@@ -1,0 +1,212 @@
+//! The site's store as an embedded Roost database ([`Design::Roost`]
+//! (crate::Design::Roost)): bounded counters inside Roost, each replica a row
+//! of a reactor's relation, every write a serializable Roost transaction.
+//!
+//! The server-based node runs unchanged on top (its per-key engines, caching
+//! and batching); only its two store operations change: a load reads the row,
+//! and a conditional write is one transaction that reads the row's token and
+//! writes the new state only if it is the expected one (what the Lua
+//! compare-and-set does over Redis). The counters are spread over
+//! [`REACTORS`] reactors of type `escrow` by a hash of the key.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use roost_bcounter::ReplicaId;
+use roost_reactor::{
+    Database, Deployment, ReactorError, ReactorId, RelationDef, ScanDirection, Schema,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::EscrowError;
+use crate::logic::Counter;
+use crate::store::{decode_state, encode_state, CasOutcome, Record};
+
+const REACTOR_TYPE: &str = "escrow";
+/// Reactors the counters are spread over.
+pub const REACTORS: usize = 16;
+/// Executors of the embedded database.
+const EXECUTORS: usize = 2;
+
+/// A counter's replica at this site: its state (the same versioned JSON as
+/// over Redis) and the token of its last writer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Row {
+    state: String,
+    token: String,
+}
+
+/// Ordered (not point-access only): a resync lists every counter by
+/// scanning the reactors' rows.
+static ROWS: RelationDef<String, Row> = RelationDef::new(REACTOR_TYPE, "counters");
+
+/// One site's counters in an embedded Roost database.
+pub struct RoostStore {
+    db: Arc<Database>,
+    reactors: Vec<ReactorId>,
+}
+
+fn roost_error(error: ReactorError) -> EscrowError {
+    EscrowError::Roost {
+        reason: error.to_string(),
+    }
+}
+
+impl RoostStore {
+    pub fn new() -> Result<RoostStore, EscrowError> {
+        let config = |e: String| EscrowError::Config {
+            reason: format!("the site's Roost store: {e}"),
+        };
+        let schema = Schema::new()
+            .reactor_type(REACTOR_TYPE, &[&ROWS])
+            .map_err(|e| config(e.to_string()))?;
+        let db = Database::new(schema, Deployment::shared_everything(EXECUTORS))
+            .map_err(|e| config(e.to_string()))?;
+        let reactors = (0..REACTORS)
+            .map(|i| db.create_reactor(REACTOR_TYPE, &format!("escrow-{i}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| config(e.to_string()))?;
+        Ok(RoostStore {
+            db: Arc::new(db),
+            reactors,
+        })
+    }
+
+    fn reactor_of(&self, key: &str) -> ReactorId {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        self.reactors[(hasher.finish() % self.reactors.len() as u64) as usize]
+    }
+
+    /// Reads a replica (`None` if this site does not have the counter).
+    pub async fn load(
+        &self,
+        key: &str,
+        me: ReplicaId,
+        sites: usize,
+    ) -> Result<Option<Record>, EscrowError> {
+        let row_key = key.to_owned();
+        let row = self
+            .db
+            .run(self.reactor_of(key), move |ctx| {
+                let row_key = row_key.clone();
+                async move { ctx.get(&ROWS, &row_key) }
+            })
+            .await
+            .map_err(roost_error)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some(Record {
+                counter: decode_state(key, row.state.as_bytes(), me, sites)?,
+                token: row.token,
+            })),
+        }
+    }
+
+    /// Writes `counter` with `token` if the stored token is `expected`
+    /// (`None`: the counter must not exist yet), in one serializable
+    /// transaction.
+    pub async fn cas_write(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        token: &str,
+        counter: &Counter,
+    ) -> Result<CasOutcome, EscrowError> {
+        let row = Row {
+            state: encode_state(key, counter)?,
+            token: token.to_owned(),
+        };
+        let (row_key, expected) = (key.to_owned(), expected.map(str::to_owned));
+        self.db
+            .run(self.reactor_of(key), move |ctx| {
+                let (row_key, expected, row) = (row_key.clone(), expected.clone(), row.clone());
+                async move {
+                    let stored = ctx.get(&ROWS, &row_key)?.map(|r| r.token);
+                    if stored != expected {
+                        return Ok(CasOutcome::Conflict);
+                    }
+                    ctx.put(&ROWS, &row_key, &row)?;
+                    Ok(CasOutcome::Landed)
+                }
+            })
+            .await
+            .map_err(roost_error)
+    }
+
+    /// The counters this site has.
+    pub async fn known_keys(&self) -> Result<Vec<String>, EscrowError> {
+        let mut keys = Vec::new();
+        for &reactor in &self.reactors {
+            let rows = self
+                .db
+                .run(reactor, |ctx| async move {
+                    ctx.scan(&ROWS, .., ScanDirection::Forward, usize::MAX)
+                })
+                .await
+                .map_err(roost_error)?;
+            keys.extend(rows.into_iter().map(|(key, _)| key));
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use roost_bcounter::Bound;
+
+    use super::*;
+
+    fn counter(me: ReplicaId, k: i64) -> Counter {
+        Counter::with_initial_value(Bound::Lower, 0, k, me, me, 3).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conditional_writes_check_the_token() {
+        let store = RoostStore::new().unwrap();
+        let me = ReplicaId::from_index(1).unwrap();
+        assert!(store.load("c", me, 3).await.unwrap().is_none());
+        let first = counter(me, 10);
+        // Creating: no token expected.
+        assert_eq!(
+            store.cas_write("c", None, "t1", &first).await.unwrap(),
+            CasOutcome::Landed
+        );
+        assert_eq!(
+            store.cas_write("c", None, "t2", &first).await.unwrap(),
+            CasOutcome::Conflict
+        );
+        let mut second = first.clone();
+        second.decrement(4).unwrap();
+        assert_eq!(
+            store
+                .cas_write("c", Some("stale"), "t2", &second)
+                .await
+                .unwrap(),
+            CasOutcome::Conflict
+        );
+        assert_eq!(
+            store
+                .cas_write("c", Some("t1"), "t2", &second)
+                .await
+                .unwrap(),
+            CasOutcome::Landed
+        );
+        let record = store.load("c", me, 3).await.unwrap().unwrap();
+        assert_eq!(record.token, "t2");
+        assert_eq!(record.counter.value().unwrap(), 6);
+        // Another site's id does not own this replica.
+        let other = ReplicaId::from_index(2).unwrap();
+        assert!(matches!(
+            store.load("c", other, 3).await,
+            Err(EscrowError::CorruptState { .. })
+        ));
+        for key in ["a", "b", "d"] {
+            store.cas_write(key, None, "t", &first).await.unwrap();
+        }
+        let mut keys = store.known_keys().await.unwrap();
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c", "d"]);
+    }
+}

@@ -198,6 +198,18 @@ pub struct UpArgs {
     /// `roost up` gives up on it.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub max_restarts: u32,
+    /// Instead of one cluster: this many sites of a geo-replicated
+    /// deployment, each a single node (`roost resp --site`) serving RESP on
+    /// 6379+i, its bounded counters (BC.*) replicated between the sites and
+    /// kept within their bounds by rights (the seed 002's design).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16), conflicts_with = "config")]
+    pub sites: Option<u32>,
+    /// With --sites: site i talks to the other sites on this port + i.
+    #[arg(long, default_value_t = DEFAULT_SITE_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
+    pub site_port: u16,
+    /// With --sites: site i serves RESP on this port + i.
+    #[arg(long, default_value_t = DEFAULT_RESP_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
+    pub site_resp_port: u16,
 }
 
 #[derive(Debug, Args)]
@@ -314,6 +326,8 @@ fn start_resp(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::RunningServe
 
 /// Node `i`'s RESP port is this plus `i` by default (Redis's own port first).
 const DEFAULT_RESP_PORT: u16 = 6379;
+/// `roost up --sites`: site i's site-to-site port is this + i.
+const DEFAULT_SITE_PORT: u16 = 7300;
 
 pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
     init_logging();
@@ -429,6 +443,9 @@ fn start_local_etcd(args: &UpArgs) -> anyhow::Result<LocalEtcd> {
 }
 
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
+    if let Some(sites) = args.sites {
+        return up_sites(args, sites);
+    }
     let mut cluster_args = args.cluster.clone();
     if cluster_args.membership.is_none() {
         cluster_args.membership = Some(MembershipSource::Etcd);
@@ -502,6 +519,64 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         .collect();
     stop_children(&mut children);
     drop(etcd); // after the nodes, so they could revoke their leases
+    outcome
+}
+
+/// `roost up --sites N`: N site processes, each `roost resp --site i`. A
+/// site that exits is not restarted: its counters' rights lived in its
+/// memory, and the other sites would refuse a site that forgot what they
+/// saw it do (the seed's §IV-E recovery is not built yet); the others go on.
+fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the roost binary")?;
+    let n = u16::try_from(sites).context("too many sites")?;
+    let peers = (0..n)
+        .map(|i| format!("127.0.0.1:{}", args.site_port + i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut children = Vec::with_capacity(usize::from(n));
+    for i in 0..n {
+        let child = Command::new(&exe)
+            .arg("resp")
+            .args(["--port", &(args.site_resp_port + i).to_string()])
+            .args(["--site", &i.to_string(), "--site-peers", &peers])
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting site {i}"));
+        match child {
+            Ok(child) => children.push((u32::from(i), child)),
+            Err(e) => {
+                stop_children(&mut children);
+                return Err(e);
+            }
+        }
+    }
+    println!(
+        "roost up: {sites} sites; RESP clients: redis-cli -p {} .. {} (BC.CREATE, BC.INC, BC.DEC key n LOCAL|GLOBAL, BC.GET); sites talk on {peers}; Ctrl-C stops them",
+        args.site_resp_port,
+        args.site_resp_port + n - 1
+    );
+    let outcome = runtime()?.block_on(async {
+        let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return Ok(()),
+                _ = ticker.tick() => {
+                    for (id, child) in children.iter_mut() {
+                        if let Ok(Some(status)) = child.try_wait() {
+                            eprintln!("roost up: site {id} exited ({status}); the other sites go on without it");
+                        }
+                    }
+                    children.retain_mut(|(_, child)| !matches!(child.try_wait(), Ok(Some(_))));
+                    if children.is_empty() {
+                        bail!("every site has exited");
+                    }
+                }
+            }
+        }
+    });
+    stop_children(&mut children);
     outcome
 }
 

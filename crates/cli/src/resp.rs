@@ -1,12 +1,20 @@
 //! `roost resp`: one node's RESP client port (Redis protocol) over an
-//! embedded single-node Roost.
+//! embedded single-node Roost; with `--site I --site-peers A0,A1,..`, the
+//! node is site I of a geo-replicated deployment and its bounded counters
+//! (BC.*) are an escrow site's, kept inside Roost.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use clap::Args;
-use roost_resp::{Config, Server};
+use roost_escrow::{
+    default_policy, Design, EscrowCounters, EscrowError, Flag, Outcome, ServerMiddleware, Site,
+    SiteConfig, Timing,
+};
+use roost_resp::sites::{Bound, SiteFuture};
+use roost_resp::{Config, Server, Services, SiteCounters, SiteOutcome};
 
 #[derive(Debug, Args)]
 pub struct RespArgs {
@@ -24,6 +32,14 @@ pub struct RespArgs {
     /// (overrides `metrics_bind`'s port; 0 picks a free one).
     #[arg(long)]
     pub metrics_port: Option<u16>,
+    /// This node is site I of a geo-replicated deployment (needs
+    /// `--site-peers`): BC.* use the site's bounded counters.
+    #[arg(long, requires = "site_peers")]
+    pub site: Option<usize>,
+    /// Every site's address for site-to-site traffic, in site order
+    /// (comma-separated host:port; this site listens on its own entry).
+    #[arg(long, value_delimiter = ',', requires = "site")]
+    pub site_peers: Vec<SocketAddr>,
 }
 
 impl RespArgs {
@@ -46,13 +62,173 @@ impl RespArgs {
 /// Runs the server until the process is stopped.
 pub fn run(args: &RespArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let server = Server::spawn(config).context("starting the RESP server")?;
+    let mut services = Services::examples();
+    // Kept alive with the server: the site's runtime and its tasks.
+    let site = match args.site {
+        Some(index) => {
+            let site = SiteNode::start(index, &args.site_peers)?;
+            println!(
+                "roost resp: site {index} of {}, sites reach it on {}",
+                args.site_peers.len(),
+                args.site_peers[index]
+            );
+            services.site_counters = Some(Arc::new(site.counters()?));
+            Some(site)
+        }
+        None => None,
+    };
+    let server =
+        Server::spawn_with_services(config, services).context("starting the RESP server")?;
     println!("roost resp: listening on {}", server.addr());
     if let Some(metrics) = server.metrics_addr() {
         println!("roost resp: metrics on http://{metrics}/metrics");
     }
     server.wait();
+    drop(site);
     Ok(())
+}
+
+/// An escrow site ([`Design::Roost`]: its counters inside Roost) on a runtime
+/// of its own.
+struct SiteNode {
+    site: Site,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl SiteNode {
+    fn start(index: usize, peers: &[SocketAddr]) -> anyhow::Result<SiteNode> {
+        if index >= peers.len() {
+            bail!(
+                "--site {index} needs at least {} addresses in --site-peers, got {}",
+                index + 1,
+                peers.len()
+            );
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("roost-site")
+            .enable_all()
+            .build()
+            .context("starting the site's runtime")?;
+        let config = SiteConfig {
+            site: index,
+            sites: peers.len(),
+            redis_url: String::new(),
+            peers: peers
+                .iter()
+                .enumerate()
+                .map(|(i, addr)| (i != index).then_some(*addr))
+                .collect(),
+            timing: Timing::default(),
+            policy: default_policy(),
+        };
+        let site = runtime.block_on(async {
+            let listener = tokio::net::TcpListener::bind(peers[index])
+                .await
+                .with_context(|| format!("listening for sites on {}", peers[index]))?;
+            Site::start(Design::Roost, config, listener)
+                .await
+                .context("starting the site")
+        })?;
+        Ok(SiteNode {
+            site,
+            _runtime: runtime,
+        })
+    }
+
+    fn counters(&self) -> anyhow::Result<EscrowSiteCounters> {
+        let client = self
+            .site
+            .server_client()
+            .context("the site has no middleware node")?;
+        Ok(EscrowSiteCounters { client })
+    }
+}
+
+/// The RESP front door's BC.* over an escrow site's node.
+struct EscrowSiteCounters {
+    client: ServerMiddleware,
+}
+
+fn text(error: EscrowError) -> String {
+    error.to_string()
+}
+
+impl SiteCounters for EscrowSiteCounters {
+    fn create(
+        &self,
+        key: &str,
+        bound: Bound,
+        k: i64,
+        initial: i64,
+    ) -> SiteFuture<'_, Result<(), String>> {
+        let (mut client, key) = (self.client.clone(), key.to_owned());
+        Box::pin(async move {
+            // The initial value's distance to the bound is rights, added by
+            // the operation that needs none (an increment of a lower bound).
+            let rights = match bound {
+                Bound::Lower => i128::from(initial) - i128::from(k),
+                Bound::Upper => i128::from(k) - i128::from(initial),
+            };
+            let rights = u64::try_from(rights)
+                .map_err(|_| format!("the initial value {initial} is beyond the bound {k}"))?;
+            if client.read(&key).await.is_ok() {
+                return Err("key already exists".to_owned());
+            }
+            // One type: both crates re-export roost-bcounter's `Bound`.
+            client.create(&key, bound, k).await.map_err(text)?;
+            if rights > 0 {
+                let outcome = match bound {
+                    Bound::Lower => client.inc(&key, rights, Flag::StrictLocal).await,
+                    Bound::Upper => client.dec(&key, rights, Flag::StrictLocal).await,
+                }
+                .map_err(text)?;
+                if outcome != Outcome::Ok {
+                    return Err(format!("setting the initial value: {outcome:?}"));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn add(
+        &self,
+        key: &str,
+        up: bool,
+        delta: u64,
+        global: bool,
+    ) -> SiteFuture<'_, Result<SiteOutcome, String>> {
+        let (mut client, key) = (self.client.clone(), key.to_owned());
+        Box::pin(async move {
+            let flag = if global {
+                Flag::Global
+            } else {
+                Flag::StrictLocal
+            };
+            let outcome = if up {
+                client.inc(&key, delta, flag).await
+            } else {
+                client.dec(&key, delta, flag).await
+            }
+            .map_err(text)?;
+            Ok(match outcome {
+                Outcome::Ok => SiteOutcome::Ok,
+                Outcome::Fail => SiteOutcome::Fail,
+                Outcome::Retry { global_may_succeed } => SiteOutcome::Retry { global_may_succeed },
+            })
+        })
+    }
+
+    fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
+        let (mut client, key) = (self.client.clone(), key.to_owned());
+        Box::pin(async move {
+            match client.read(&key).await {
+                Ok(value) => Ok(Some(value)),
+                Err(EscrowError::UnknownCounter { .. }) => Ok(None),
+                Err(e) => Err(text(e)),
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -66,6 +242,8 @@ mod tests {
             bind: None,
             config: None,
             metrics_port: None,
+            site: None,
+            site_peers: Vec::new(),
         };
         let config = args.config().unwrap();
         assert_eq!(config.bind, "127.0.0.1:7000".parse().unwrap());
@@ -79,6 +257,8 @@ mod tests {
             bind: Some("0.0.0.0".parse().unwrap()),
             config: None,
             metrics_port: Some(9121),
+            site: None,
+            site_peers: Vec::new(),
         };
         let config = args.config().unwrap();
         assert_eq!(config.metrics_bind, Some("0.0.0.0:9121".parse().unwrap()));

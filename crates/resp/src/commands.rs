@@ -450,13 +450,12 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             }
         }
         "bc.inc" | "bc.dec" => {
-            match a.get(2) {
-                None => {}
-                Some(mode)
-                    if mode.eq_ignore_ascii_case(b"local")
-                        || mode.eq_ignore_ascii_case(b"global") => {}
+            let global = match a.get(2) {
+                None => true,
+                Some(mode) if mode.eq_ignore_ascii_case(b"local") => false,
+                Some(mode) if mode.eq_ignore_ascii_case(b"global") => true,
                 Some(_) => return Err(syntax_error()),
-            }
+            };
             if a.len() > 3 {
                 return Err(syntax_error());
             }
@@ -467,6 +466,7 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
                 key: take(a, 0),
                 up: spec.name == "bc.inc",
                 delta,
+                global,
             }
         }
         "bc.get" => Op::BcGet(take(a, 0)),

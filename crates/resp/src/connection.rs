@@ -326,7 +326,16 @@ impl Connection<'_> {
                         spec.name
                     )));
                 }
-                Step::Data(commands::parse_op(spec, args, &self.shared.functions))
+                let op = commands::parse_op(spec, args, &self.shared.functions);
+                if self.shared.site_counters.is_some() && spec.name.starts_with("bc.") {
+                    if self.multi.is_some() {
+                        return self.reject(Frame::error(
+                            "ERR BC.* on a site runs at once, each its own operation: not inside MULTI",
+                        ));
+                    }
+                    return Step::Site(op);
+                }
+                Step::Data(op)
             }
             Kind::Conn => Step::Conn(spec, args),
         }
@@ -345,6 +354,60 @@ impl Connection<'_> {
             Step::Reply(frame) => frame,
             Step::Data(op) => self.queue(op),
             Step::Conn(spec, args) => self.connection_command(spec, &args).await,
+            Step::Site(op) => self.site_command(op).await,
+        }
+    }
+
+    /// BC.* through the site's counters.
+    async fn site_command(&mut self, op: Op) -> Frame {
+        let Some(sites) = self.shared.site_counters.as_ref() else {
+            return Frame::error("ERR internal error: no site counters");
+        };
+        let key_of = |key: &[u8]| String::from_utf8(key.to_vec());
+        let failed = |e: String| Frame::error(format!("ERR {e}"));
+        match op {
+            Op::Reply(frame) => frame,
+            Op::BcCreate {
+                key,
+                bound,
+                k,
+                initial,
+            } => match key_of(&key) {
+                Ok(key) => match sites.create(&key, bound, k, initial).await {
+                    Ok(()) => Frame::ok(),
+                    Err(e) => failed(e),
+                },
+                Err(_) => Frame::error("ERR a site's counter key must be UTF-8"),
+            },
+            Op::BcAdd {
+                key,
+                up,
+                delta,
+                global,
+            } => match key_of(&key) {
+                Ok(key) => match sites.add(&key, up, delta, global).await {
+                    Ok(outcome) => {
+                        let value = match outcome {
+                            crate::sites::SiteOutcome::Ok => sites.value(&key).await,
+                            _ => Ok(None),
+                        };
+                        crate::sites::outcome_reply(outcome, value)
+                    }
+                    Err(e) => failed(e),
+                },
+                Err(_) => Frame::error("ERR a site's counter key must be UTF-8"),
+            },
+            Op::BcGet(key) => match key_of(&key) {
+                Ok(key) => match sites.value(&key).await {
+                    Ok(Some(value)) => Frame::Integer(value),
+                    Ok(None) => Frame::Null,
+                    Err(e) => failed(e),
+                },
+                Err(_) => Frame::Null,
+            },
+            other => Frame::error(format!(
+                "ERR internal error: {other:?} is not a site command"
+            )),
         }
     }
 
@@ -813,6 +876,9 @@ enum Step {
     /// A data command: batched, or queued inside MULTI.
     Data(Op),
     Conn(&'static Spec, Args),
+    /// A bounded-counter command for the site's counters (a node that is a
+    /// site of a geo-replicated deployment).
+    Site(Op),
 }
 
 fn single_reply(outcome: BatchOutcome) -> Frame {

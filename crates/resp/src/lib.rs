@@ -22,12 +22,14 @@ pub mod functions;
 mod metrics;
 pub mod protocol;
 mod server;
+pub mod sites;
 pub mod stats;
 mod store;
 
 pub use config::{Access, Config, ConfigError, User};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
-pub use server::{RunningServer, Server, ServerError};
+pub use server::{RunningServer, Server, ServerError, Services};
+pub use sites::{SiteCounters, SiteOutcome};
 pub use store::{keyspace_index, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick

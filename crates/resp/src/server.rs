@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use crate::config::{Config, ConfigError};
 use crate::connection::serve_connection;
 use crate::functions::Functions;
+use crate::sites::SiteCounters;
 use crate::stats::Stats;
 use crate::store::Store;
 
@@ -36,9 +37,30 @@ pub(crate) struct ServerShared {
     pub(crate) config: Config,
     pub(crate) store: Store,
     pub(crate) functions: Functions,
+    /// With sites: where BC.* go.
+    pub(crate) site_counters: Option<Arc<dyn SiteCounters>>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) next_client_id: AtomicU64,
     pub(crate) port: u16,
+}
+
+/// What the application plugs into a server.
+#[derive(Default)]
+pub struct Services {
+    /// The functions FCALL calls.
+    pub functions: Functions,
+    /// With sites: the site's bounded counters, which BC.* then use.
+    pub site_counters: Option<Arc<dyn SiteCounters>>,
+}
+
+impl Services {
+    /// The shipped functions, no sites.
+    pub fn examples() -> Services {
+        Services {
+            functions: Functions::examples(),
+            site_counters: None,
+        }
+    }
 }
 
 /// A RESP server bound to its address, not yet serving.
@@ -62,11 +84,27 @@ impl Server {
     /// Validates `config`, starts the database (its executors) and binds,
     /// serving the shipped functions ([`Functions::examples`]).
     pub async fn bind(config: Config) -> Result<Server, ServerError> {
-        Server::bind_with(config, Functions::examples()).await
+        Server::bind_with_services(config, Services::examples()).await
     }
 
     /// [`bind`](Self::bind) serving the application's `functions` (FCALL).
     pub async fn bind_with(config: Config, functions: Functions) -> Result<Server, ServerError> {
+        let services = Services {
+            functions,
+            site_counters: None,
+        };
+        Server::bind_with_services(config, services).await
+    }
+
+    /// [`bind`](Self::bind) with the application's services.
+    pub async fn bind_with_services(
+        config: Config,
+        services: Services,
+    ) -> Result<Server, ServerError> {
+        let Services {
+            functions,
+            site_counters,
+        } = services;
         config.validate()?;
         let listener =
             TcpListener::bind(config.bind)
@@ -93,6 +131,7 @@ impl Server {
                 config,
                 store,
                 functions,
+                site_counters,
                 stats,
                 next_client_id: AtomicU64::new(1),
                 port,
@@ -163,11 +202,23 @@ impl Server {
     /// of its own, so it may be called from anywhere, inside a runtime or
     /// not; the server stops when the handle is dropped.
     pub fn spawn(config: Config) -> Result<RunningServer, ServerError> {
-        Server::spawn_with(config, Functions::examples())
+        Server::spawn_with_services(config, Services::examples())
     }
 
     /// [`spawn`](Self::spawn) serving the application's `functions` (FCALL).
     pub fn spawn_with(config: Config, functions: Functions) -> Result<RunningServer, ServerError> {
+        let services = Services {
+            functions,
+            site_counters: None,
+        };
+        Server::spawn_with_services(config, services)
+    }
+
+    /// [`spawn`](Self::spawn) with the application's services.
+    pub fn spawn_with_services(
+        config: Config,
+        services: Services,
+    ) -> Result<RunningServer, ServerError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.io_threads.max(1))
             .thread_name("roost-resp-io")
@@ -180,7 +231,7 @@ impl Server {
             .name("roost-resp".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let server = match Server::bind_with(config, functions).await {
+                    let server = match Server::bind_with_services(config, services).await {
                         Ok(server) => server,
                         Err(e) => {
                             let _ = bound.send(Err(e));

@@ -215,11 +215,13 @@ pub(crate) enum Op {
         k: i64,
         initial: i64,
     },
-    /// `up`: BC.INC, else BC.DEC.
+    /// `up`: BC.INC, else BC.DEC; `global`: the GLOBAL flag (the default),
+    /// else LOCAL (one node holds every right, so both act alike here).
     BcAdd {
         key: Vec<u8>,
         up: bool,
         delta: u64,
+        global: bool,
     },
     BcGet(Vec<u8>),
     /// Read the keys' stamps (WATCH).
@@ -735,7 +737,7 @@ impl Tx {
                     .await?;
                 Frame::ok()
             }
-            Op::BcAdd { key, up, delta } => {
+            Op::BcAdd { key, up, delta, .. } => {
                 let mut counter = match self.read(key).await?.map(|e| e.value) {
                     None => return Ok(Frame::error("ERR no such bounded counter")),
                     Some(Value::Counter(bytes)) => match decode_counter(&bytes) {

@@ -1,0 +1,348 @@
+//! Sites of a geo-replicated deployment as `roost resp --site` processes
+//! (each an escrow site with its bounded counters inside Roost), driven over
+//! RESP with BC.*: concurrent decrements at every site never pass the bound
+//! and use every right; a site killed with SIGKILL keeps its rights from the
+//! others, who answer RETRY rather than BOUND and still agree on the value.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `n` distinct free ports (all held until all are chosen).
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// One deployment at a time: the tests' ports cannot collide.
+static EXCLUSIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A RESP reply, as much of it as these tests read.
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    Ok,
+    Int(i64),
+    Nil,
+    Error(String),
+    Other(String),
+}
+
+struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => {
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    return Client {
+                        reader: BufReader::new(stream.try_clone().unwrap()),
+                        writer: stream,
+                    };
+                }
+                Err(e) if Instant::now() > deadline => panic!("connecting to {port}: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn call(&mut self, args: &[&str]) -> Reply {
+        let mut wire = format!("*{}\r\n", args.len());
+        for a in args {
+            wire.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        self.writer.write_all(wire.as_bytes()).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        match line.as_bytes().first() {
+            Some(b'+') if line == "+OK" => Reply::Ok,
+            Some(b':') => Reply::Int(line[1..].parse().unwrap()),
+            Some(b'-') => Reply::Error(line[1..].to_owned()),
+            Some(b'$') if line == "$-1" => Reply::Nil,
+            Some(b'_') => Reply::Nil,
+            _ => Reply::Other(line.to_owned()),
+        }
+    }
+}
+
+/// `n` site processes; killed when dropped.
+struct Sites {
+    children: Vec<Option<Child>>,
+    resp_ports: Vec<u16>,
+}
+
+impl Sites {
+    fn start(n: usize) -> Sites {
+        let ports = free_ports(2 * n);
+        let site_addrs: Vec<SocketAddr> = ports[..n]
+            .iter()
+            .map(|&port| SocketAddr::from(([127, 0, 0, 1], port)))
+            .collect();
+        let peers = site_addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let resp_ports = ports[n..].to_vec();
+        let children = (0..n)
+            .map(|i| {
+                Some(
+                    Command::new(env!("CARGO_BIN_EXE_roost"))
+                        .args(["resp", "--port", &resp_ports[i].to_string()])
+                        .args(["--site", &i.to_string(), "--site-peers", &peers])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("roost resp starts"),
+                )
+            })
+            .collect();
+        Sites {
+            children,
+            resp_ports,
+        }
+    }
+
+    fn client(&self, site: usize) -> Client {
+        Client::connect(self.resp_ports[site])
+    }
+
+    fn sigkill(&mut self, site: usize) {
+        if let Some(mut child) = self.children[site].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits until every live site in `live` reads `key` as one value (and
+    /// `expected`, if given); returns it.
+    fn converged(&self, key: &str, live: &[usize], expected: Option<i64>) -> i64 {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut clients: Vec<Client> = live.iter().map(|&s| self.client(s)).collect();
+        let mut last = Vec::new();
+        while Instant::now() < deadline {
+            last = clients
+                .iter_mut()
+                .map(|c| c.call(&["BC.GET", key]))
+                .collect::<Vec<_>>();
+            if let Reply::Int(v) = last[0] {
+                if last.iter().all(|r| *r == last[0]) && expected.is_none_or(|e| e == v) {
+                    return v;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("sites {live:?} did not converge on {key}: {last:?}");
+    }
+}
+
+impl Drop for Sites {
+    fn drop(&mut self) {
+        for site in 0..self.children.len() {
+            self.sigkill(site);
+        }
+    }
+}
+
+/// Decrements `key` by 1 at `site` until the bound is reached (BOUND), or,
+/// with `give_up_after`, until only RETRY came back for that long; RETRY is
+/// retried after 5 ms. Returns the successes and the last refusal.
+fn drain(
+    port: u16,
+    key: &str,
+    deadline: Instant,
+    give_up_after: Option<Duration>,
+) -> (u64, Option<String>) {
+    let mut client = Client::connect(port);
+    let mut ok = 0;
+    let mut last_ok = Instant::now();
+    while Instant::now() < deadline {
+        match client.call(&["BC.DEC", key, "1", "GLOBAL"]) {
+            Reply::Int(_) => {
+                ok += 1;
+                last_ok = Instant::now();
+            }
+            Reply::Error(e) if e.starts_with("BOUND") => return (ok, Some(e)),
+            Reply::Error(e) if e.starts_with("RETRY") => {
+                if give_up_after.is_some_and(|patience| last_ok.elapsed() > patience) {
+                    return (ok, Some(e));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => panic!("BC.DEC: {other:?}"),
+        }
+    }
+    (ok, None)
+}
+
+#[test]
+fn sites_never_pass_the_bound_and_use_every_right() {
+    const START: u64 = 300;
+    let _one = exclusive();
+    let sites = Sites::start(3);
+    let mut c0 = sites.client(0);
+    assert_eq!(
+        c0.call(&["BC.CREATE", "stock", "LOWER", "0", &START.to_string()]),
+        Reply::Ok
+    );
+    assert_eq!(
+        c0.call(&["BC.CREATE", "stock", "LOWER", "0", "5"]),
+        Reply::Error("ERR key already exists".into())
+    );
+    assert_eq!(
+        c0.call(&["BC.CREATE", "bad", "LOWER", "10", "5"]),
+        Reply::Error("ERR the initial value 5 is beyond the bound 10".into())
+    );
+    sites.converged("stock", &[0, 1, 2], Some(START as i64));
+    // Inside MULTI a site's counter command is refused (it runs at once).
+    assert_eq!(c0.call(&["MULTI"]), Reply::Ok);
+    assert!(matches!(c0.call(&["BC.DEC", "stock", "1"]), Reply::Error(e) if e.contains("MULTI")));
+    assert!(matches!(c0.call(&["EXEC"]), Reply::Error(e) if e.starts_with("EXECABORT")));
+
+    let ok = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let threads: Vec<_> = (0..9)
+        .map(|t| {
+            let (port, ok) = (sites.resp_ports[t % 3], Arc::clone(&ok));
+            std::thread::spawn(move || {
+                let (n, _) = drain(port, "stock", deadline, None);
+                ok.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ok = ok.load(Ordering::Relaxed);
+    assert!(ok <= START, "{ok} decrements passed the bound of {START}");
+    assert_eq!(ok, START, "every right was used");
+    assert_eq!(sites.converged("stock", &[0, 1, 2], Some(0)), 0);
+    assert!(matches!(
+        c0.call(&["BC.DEC", "stock", "1", "LOCAL"]),
+        Reply::Error(e) if e.starts_with("BOUND")
+    ));
+}
+
+#[test]
+fn a_killed_site_keeps_its_rights_and_the_others_go_on() {
+    const START: u64 = 300;
+    let _one = exclusive();
+    let mut sites = Sites::start(3);
+    let mut c0 = sites.client(0);
+    assert_eq!(
+        c0.call(&["BC.CREATE", "seats", "LOWER", "0", &START.to_string()]),
+        Reply::Ok
+    );
+    sites.converged("seats", &[0, 1, 2], Some(START as i64));
+    // Site 2 takes rights (global decrements ask for them) and uses some.
+    let mut c2 = sites.client(2);
+    let mut spent_at_2 = 0;
+    for _ in 0..20 {
+        if let Reply::Int(_) = c2.call(&["BC.DEC", "seats", "1", "GLOBAL"]) {
+            spent_at_2 += 1;
+        }
+    }
+    assert!(spent_at_2 > 0);
+    // Let site 2's state reach the others, then kill it.
+    std::thread::sleep(Duration::from_millis(500));
+    sites.sigkill(2);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut ok = 0;
+    let mut refusals = Vec::new();
+    for site in [0, 1] {
+        let (n, why) = drain(
+            sites.resp_ports[site],
+            "seats",
+            deadline,
+            Some(Duration::from_secs(1)),
+        );
+        ok += n;
+        refusals.push(why.expect("rights ran out before the deadline"));
+    }
+    let total = ok + spent_at_2;
+    println!("site 2 spent {spent_at_2}, sites 0 and 1 {ok}; refusals {refusals:?}");
+    assert!(total <= START, "{total} decrements passed the bound");
+    assert!(
+        total < START,
+        "site 2 held rights when it died: the others cannot use them"
+    );
+    assert!(
+        refusals.iter().all(|e| e.starts_with("RETRY")),
+        "site 2's rights still exist: RETRY, never BOUND: {refusals:?}"
+    );
+    let left = sites.converged("seats", &[0, 1], None);
+    assert_eq!(left, (START - total) as i64);
+}
+
+/// Two consecutive free ports (their first).
+fn free_pair() -> u16 {
+    for _ in 0..100 {
+        let first = free_ports(1)[0];
+        if first < 65000
+            && TcpListener::bind(("127.0.0.1", first)).is_ok()
+            && TcpListener::bind(("127.0.0.1", first + 1)).is_ok()
+        {
+            return first;
+        }
+    }
+    panic!("no two consecutive free ports");
+}
+
+fn refuses(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_err()
+}
+
+/// `roost up --sites 2` starts two sites that replicate a counter, and stops
+/// them on SIGTERM.
+#[test]
+fn roost_up_sites_runs_and_stops_a_local_deployment() {
+    let _one = exclusive();
+    let (site_port, resp_port) = (free_pair(), free_pair());
+    let mut up = Command::new(env!("CARGO_BIN_EXE_roost"))
+        .args(["up", "--sites", "2"])
+        .args(["--site-port", &site_port.to_string()])
+        .args(["--site-resp-port", &resp_port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("roost up starts");
+    let mut c0 = Client::connect(resp_port);
+    let mut c1 = Client::connect(resp_port + 1);
+    assert_eq!(c0.call(&["BC.CREATE", "k", "LOWER", "0", "10"]), Reply::Ok);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c1.call(&["BC.GET", "k"]) != Reply::Int(10) {
+        assert!(
+            Instant::now() < deadline,
+            "site 1 never learned the counter"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c1.call(&["BC.DEC", "k", "4", "GLOBAL"]), Reply::Int(6));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+    let status = up.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(refuses(resp_port) && refuses(resp_port + 1)) {
+        assert!(Instant::now() < deadline, "the sites outlived roost up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

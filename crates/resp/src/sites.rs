@@ -1,0 +1,81 @@
+//! Bounded counters over geo-replicated sites (issue 6): when this node is a
+//! site, BC.CREATE, BC.INC, BC.DEC and BC.GET go to the site's counters (a
+//! [`SiteCounters`] the application plugs in; `roost resp --site` plugs in
+//! an escrow site whose counters live inside Roost) instead of the keyspace
+//! transaction, so their rights, propagation and transfers are the site's.
+//!
+//! Replies: BC.INC/BC.DEC answer the counter's value at this site after the
+//! operation; the seed's `fail` is `BOUND ...` (the bound as known leaves no
+//! room), its `retry` is `RETRY ...` saying whether the operation with the
+//! GLOBAL flag (or later) may succeed.
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use roost_bcounter::Bound;
+
+use crate::protocol::Frame;
+
+/// A boxed future of a site operation.
+pub type SiteFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The seed's outcomes of an operation at a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SiteOutcome {
+    Ok,
+    /// The bound forbids it (as this site knows the counter).
+    Fail,
+    /// Not enough rights here; `global_may_succeed`: the other sites are
+    /// believed to hold the shortfall.
+    Retry {
+        global_may_succeed: bool,
+    },
+}
+
+/// A site's bounded counters.
+pub trait SiteCounters: Send + Sync + 'static {
+    /// Creates `key` with bound `k` and value `initial` (its rights at this
+    /// site). Creating an existing counter with the same definition is `Ok`.
+    fn create(
+        &self,
+        key: &str,
+        bound: Bound,
+        k: i64,
+        initial: i64,
+    ) -> SiteFuture<'_, Result<(), String>>;
+
+    /// Adds (`up`) or subtracts `delta`; `global`: may ask other sites for
+    /// rights (the seed's `global` flag), else strictly local.
+    fn add(
+        &self,
+        key: &str,
+        up: bool,
+        delta: u64,
+        global: bool,
+    ) -> SiteFuture<'_, Result<SiteOutcome, String>>;
+
+    /// The counter's value at this site (`None`: unknown here).
+    fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>>;
+}
+
+/// The reply to an operation's outcome, `value` being read after it.
+pub(crate) fn outcome_reply(outcome: SiteOutcome, value: Result<Option<i64>, String>) -> Frame {
+    match outcome {
+        SiteOutcome::Ok => match value {
+            Ok(Some(value)) => Frame::Integer(value),
+            Ok(None) => Frame::error("ERR no such bounded counter"),
+            Err(e) => Frame::error(format!("ERR {e}")),
+        },
+        SiteOutcome::Fail => Frame::error("BOUND the counter's bound forbids it"),
+        SiteOutcome::Retry {
+            global_may_succeed: true,
+        } => Frame::error(
+            "RETRY not enough rights at this site; other sites are believed to hold them (GLOBAL asks them; a site that is unreachable keeps its rights until it returns)",
+        ),
+        SiteOutcome::Retry {
+            global_may_succeed: false,
+        } => Frame::error(
+            "RETRY not enough rights at this site, and the other sites are not believed to hold them either; retry later",
+        ),
+    }
+}

@@ -293,6 +293,17 @@ impl RightsState for CompactRights {
         Ok(())
     }
 
+    fn adopt(&mut self, failed: ReplicaId, known: u64, n: u64) -> Result<(), Overflow> {
+        let (me, from) = (self.me.index(), failed.index());
+        assert!(
+            from != me && from < self.column.len(),
+            "checked by the caller"
+        );
+        // `R[failed][me]` is this replica's column entry.
+        self.column[from] = add_count(self.column[from].max(known), n, "R[j][i]")?;
+        Ok(())
+    }
+
     fn message_for(&self, to: ReplicaId) -> Result<RightsDelta, MessageError> {
         self.delta_for(to)
     }
@@ -326,5 +337,9 @@ impl RightsState for CompactRights {
 
     fn set_planted_bug(&mut self, bug: PlantedBug) {
         self.planted_bug = bug;
+    }
+
+    fn planted_bug(&self) -> PlantedBug {
+        self.planted_bug
     }
 }

@@ -387,6 +387,14 @@ impl<S: RightsState> BoundedCounter<S> {
         Ok(RequestOutcome::Transferred { amount, reply })
     }
 
+    pub(crate) fn planted(&self) -> crate::rights::PlantedBug {
+        self.rights.planted_bug()
+    }
+
+    pub(crate) fn rights_mut(&mut self) -> &mut S {
+        &mut self.rights
+    }
+
     #[doc(hidden)]
     pub fn set_planted_bug(&mut self, bug: crate::rights::PlantedBug) {
         self.rights.set_planted_bug(bug);

@@ -330,6 +330,16 @@ impl RightsState for FullRights {
         Ok(())
     }
 
+    fn adopt(&mut self, failed: ReplicaId, known: u64, n: u64) -> Result<(), Overflow> {
+        assert!(
+            failed != self.me && failed.index() < self.replica_count,
+            "checked by the caller"
+        );
+        let slot = self.slot(failed.index(), self.me.index());
+        self.r[slot] = add_count(self.r[slot].max(known), n, "R[i][j]")?;
+        Ok(())
+    }
+
     fn message_for(&self, to: ReplicaId) -> Result<FullRights, MessageError> {
         check_peer(self.me, to, self.replica_count)?;
         let mut message = self.clone();
@@ -359,5 +369,9 @@ impl RightsState for FullRights {
 
     fn set_planted_bug(&mut self, bug: PlantedBug) {
         self.planted_bug = bug;
+    }
+
+    fn planted_bug(&self) -> PlantedBug {
+        self.planted_bug
     }
 }

@@ -64,6 +64,7 @@ mod counter;
 mod error;
 mod full;
 mod policy;
+pub mod recovery;
 mod replica;
 mod request;
 mod rights;
@@ -82,6 +83,7 @@ pub use policy::{
     PeerRights, ProactiveConfig, ProactivePolicy, RateLimit, RateLimitError, RateLimited,
     RateLimiter, RightsView, TransferPolicy,
 };
+pub use recovery::{FailedReplicaReport, RecoveryError};
 pub use replica::{ReplicaId, MAX_REPLICAS};
 pub use request::{Reply, RequestMode, RequestOutcome, TransferRequest};
 #[doc(hidden)]

@@ -32,6 +32,9 @@ pub enum PlantedBug {
     RightsFromGlobalValue,
     /// Local rights forget the transfers this replica made (`R[i][j]`, `j≠i`).
     IgnoreTransfersOut,
+    /// §IV-E recovery counts only the first report's transfers received
+    /// from the failed replica (the heir trusting its own view).
+    RecoverFromOneReport,
 }
 
 /// What every representation of the rights state offers. The counters
@@ -105,6 +108,15 @@ pub trait RightsState: Clone + fmt::Debug + PartialEq + Eq + Hash + Sized {
     /// Rights moved to `to`: `R[i][to] += n`, only with `n` rights held.
     fn transfer(&mut self, n: u64, to: ReplicaId) -> Result<(), TransferError>;
 
+    /// §IV-E: `R[failed][i] = max(R[failed][i], known) + n`: rights of a
+    /// replica declared permanently failed taken over by this one, as if it
+    /// had transferred them (`known`: the most any survivor knew it had
+    /// already transferred here). It writes an entry of the failed replica's
+    /// row, which only that replica wrote before: callers (see
+    /// [`crate::recovery`]) check `failed` is another known replica and that
+    /// no message of it can arrive any more.
+    fn adopt(&mut self, failed: ReplicaId, known: u64, n: u64) -> Result<(), Overflow>;
+
     /// The message this replica would send `to` now.
     fn message_for(&self, to: ReplicaId) -> Result<Self::Message, MessageError>;
 
@@ -125,6 +137,9 @@ pub trait RightsState: Clone + fmt::Debug + PartialEq + Eq + Hash + Sized {
 
     #[doc(hidden)]
     fn set_planted_bug(&mut self, bug: PlantedBug);
+
+    #[doc(hidden)]
+    fn planted_bug(&self) -> PlantedBug;
 }
 
 /// What the compact form sends: `R[k][k]` for every `k`, all of `U`, and the
@@ -233,7 +248,7 @@ pub(crate) fn held_rights(
     global: impl FnOnce() -> Result<(u128, u128), Overflow>,
 ) -> Result<u64, RightsError> {
     let held = match bug {
-        PlantedBug::None => {
+        PlantedBug::None | PlantedBug::RecoverFromOneReport => {
             let spent = ledger
                 .transferred_out
                 .checked_add(u128::from(ledger.consumed))

@@ -17,6 +17,7 @@ mod bench_transport;
 mod check;
 mod cluster;
 mod resp;
+mod sites;
 
 use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
@@ -51,6 +52,10 @@ enum Command {
     Sim(cluster::SimArgs),
     /// Serve the Redis protocol (RESP2/RESP3) on one node's client port.
     Resp(resp::RespArgs),
+    /// Operate a deployment of sites (`roost up --sites`): recover a failed
+    /// site's rights.
+    #[command(subcommand)]
+    Sites(sites::SitesCommand),
 }
 
 #[derive(Debug, Args)]
@@ -255,6 +260,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Status(args) => cluster::status(&args)?,
         Command::Sim(args) => cluster::sim(&args)?,
         Command::Resp(args) => resp::run(&args)?,
+        Command::Sites(command) => sites::run(&command)?,
     }
     Ok(())
 }

@@ -219,6 +219,41 @@ impl SiteCounters for EscrowSiteCounters {
         })
     }
 
+    fn fence_and_report(
+        &self,
+        failed: usize,
+    ) -> SiteFuture<'_, Result<Vec<(String, String)>, String>> {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let reports = client.fence_and_report(failed).await.map_err(text)?;
+            reports
+                .into_iter()
+                .map(|(key, report)| {
+                    serde_json::to_string(&report)
+                        .map(|json| (key, json))
+                        .map_err(|e| e.to_string())
+                })
+                .collect()
+        })
+    }
+
+    fn adopt(
+        &self,
+        failed: usize,
+        key: &str,
+        reports: Vec<String>,
+    ) -> SiteFuture<'_, Result<u64, String>> {
+        let (client, key) = (self.client.clone(), key.to_owned());
+        Box::pin(async move {
+            let reports = reports
+                .iter()
+                .map(|json| serde_json::from_str(json))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("a report is not a report: {e}"))?;
+            client.adopt(failed, &key, reports).await.map_err(text)
+        })
+    }
+
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
         let (mut client, key) = (self.client.clone(), key.to_owned());
         Box::pin(async move {

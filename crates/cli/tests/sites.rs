@@ -2,7 +2,9 @@
 //! (each an escrow site with its bounded counters inside Roost), driven over
 //! RESP with BC.*: concurrent decrements at every site never pass the bound
 //! and use every right; a site killed with SIGKILL keeps its rights from the
-//! others, who answer RETRY rather than BOUND and still agree on the value.
+//! others, who answer RETRY rather than BOUND and still agree on the value,
+//! until `roost sites recover` declares it permanently failed (§IV-E): then
+//! its heir takes its rights over and the bound is reached exactly, once.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -242,7 +244,7 @@ fn sites_never_pass_the_bound_and_use_every_right() {
 }
 
 #[test]
-fn a_killed_site_keeps_its_rights_and_the_others_go_on() {
+fn a_killed_site_keeps_its_rights_until_declared_failed() {
     const START: u64 = 300;
     let _one = exclusive();
     let mut sites = Sites::start(3);
@@ -290,6 +292,48 @@ fn a_killed_site_keeps_its_rights_and_the_others_go_on() {
     );
     let left = sites.converged("seats", &[0, 1], None);
     assert_eq!(left, (START - total) as i64);
+
+    // §IV-E: the operator declares site 2 permanently failed, site 0 its heir.
+    let resp = sites
+        .resp_ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let recover = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_roost"))
+            .args(["sites", "recover", "--failed", "2", "--heir", "0"])
+            .args(["--resp", &resp])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "roost sites recover failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let first = recover();
+    println!("{first}");
+    assert!(
+        first.contains(&format!("recovered {} rights", START - total)),
+        "{first}"
+    );
+    // Its rights are usable again: together exactly the bound is reached.
+    let mut after = 0;
+    for site in [0, 1] {
+        let (n, why) = drain(sites.resp_ports[site], "seats", deadline, None);
+        after += n;
+        assert!(
+            why.as_deref().is_some_and(|e| e.starts_with("BOUND")),
+            "site {site}: {why:?}"
+        );
+    }
+    assert_eq!(total + after, START, "every right was used once");
+    assert_eq!(sites.converged("seats", &[0, 1], Some(0)), 0);
+    // A second recovery finds nothing left.
+    assert!(recover().contains("recovered 0 rights"));
 }
 
 /// Two consecutive free ports (their first).

@@ -25,7 +25,8 @@
 use std::mem;
 
 use roost_bcounter::{
-    Bound, ProactiveConfig, ProactivePolicy, ReplicaId, RequestOutcome, TransferRequest,
+    Bound, FailedReplicaReport, ProactiveConfig, ProactivePolicy, ReplicaId, RequestOutcome,
+    TransferRequest,
 };
 
 use crate::api::{Flag, Op, Outcome};
@@ -55,6 +56,17 @@ pub enum Command {
     Donate {
         request: TransferRequest,
     },
+    /// §IV-E: this site's report on a site declared permanently failed
+    /// (from the durable replica; the site fenced it first).
+    Report {
+        failed: ReplicaId,
+    },
+    /// §IV-E: take over the failed site's rights, computed from every
+    /// survivor's report.
+    Adopt {
+        failed: ReplicaId,
+        reports: Vec<FailedReplicaReport>,
+    },
 }
 
 /// The answer to a [`Command`].
@@ -68,6 +80,9 @@ pub enum Reply {
     AskDonor(TransferRequest),
     Merged,
     Donated(TransferResult),
+    Report(FailedReplicaReport),
+    /// Rights recovered from a failed site.
+    Adopted(u64),
     Error(EscrowError),
 }
 
@@ -124,6 +139,10 @@ enum Deferred {
         outcome: RequestOutcome,
         request: TransferRequest,
     },
+    Report {
+        failed: ReplicaId,
+    },
+    Adopted(u64),
 }
 
 #[derive(Debug)]
@@ -413,6 +432,30 @@ impl<T> KeyEngine<T> {
                     Self::reply(out, ticket, Reply::Error(error));
                 }
             },
+            &Command::Report { failed } => {
+                if self.cache.is_none() {
+                    let reply = unknown();
+                    Self::reply(out, ticket, reply);
+                    return;
+                }
+                self.after_durable(ticket, command, Deferred::Report { failed }, out);
+            }
+            Command::Adopt { failed, reports } => {
+                let Some(counter) = self.cache.as_mut() else {
+                    let reply = unknown();
+                    Self::reply(out, ticket, reply);
+                    return;
+                };
+                match counter.adopt_rights_of(*failed, reports) {
+                    Ok(0) => self.after_durable(ticket, command, Deferred::Adopted(0), out),
+                    Ok(n) => self.changed(ticket, command, Deferred::Adopted(n)),
+                    Err(e) => Self::reply(
+                        out,
+                        ticket,
+                        Reply::Error(EscrowError::counter(&self.key, e)),
+                    ),
+                }
+            }
             Command::Donate { request } => {
                 let request = *request;
                 let Some(counter) = self.cache.as_mut() else {
@@ -490,6 +533,16 @@ impl<T> KeyEngine<T> {
                 request,
                 self.durable.as_ref().map(|r| &r.counter),
             )),
+            Deferred::Report { failed } => match &self.durable {
+                Some(record) => match record.counter.report_on_failed(failed) {
+                    Ok(report) => Reply::Report(report),
+                    Err(e) => Reply::Error(EscrowError::counter(&self.key, e)),
+                },
+                None => Reply::Error(EscrowError::UnknownCounter {
+                    key: self.key.clone(),
+                }),
+            },
+            Deferred::Adopted(n) => Reply::Adopted(n),
         };
         Self::reply(out, entry.ticket, reply);
     }

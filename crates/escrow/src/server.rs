@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use roost_bcounter::{ProactiveConfig, ReplicaId, TransferRequest};
+use roost_bcounter::{FailedReplicaReport, ProactiveConfig, ReplicaId, TransferRequest};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{Bound, EscrowCounters, Flag, Op, Outcome};
@@ -371,6 +371,64 @@ impl ServerMiddleware {
     /// The site this client talks to.
     pub fn site(&self) -> usize {
         self.site.site()
+    }
+
+    /// §IV-E, at every surviving site: fences site `failed` (nothing from
+    /// it is merged or served any more), then reports, for every counter
+    /// this site has, what it knows of `failed`'s rights.
+    pub async fn fence_and_report(
+        &self,
+        failed: usize,
+    ) -> Result<Vec<(String, FailedReplicaReport)>, EscrowError> {
+        let node = self.node()?;
+        self.site.fence(failed)?;
+        let failed_id = ReplicaId::from_index(failed).ok_or(EscrowError::NodeGone)?;
+        let mut keys: Vec<String> = node.all_states().into_iter().map(|(k, _)| k).collect();
+        keys.sort();
+        let mut reports = Vec::with_capacity(keys.len());
+        for key in keys {
+            match node
+                .call(&key, Command::Report { failed: failed_id })
+                .await?
+            {
+                Reply::Report(report) => reports.push((key, report)),
+                Reply::Error(error) => return Err(error),
+                other => {
+                    return Err(EscrowError::counter(
+                        &key,
+                        format!("unexpected answer {other:?}"),
+                    ))
+                }
+            }
+        }
+        Ok(reports)
+    }
+
+    /// §IV-E, at the one heir: takes over site `failed`'s rights in `key`,
+    /// computed from every survivor's report (this site's included, all
+    /// taken after every survivor fenced it). Returns the rights recovered.
+    pub async fn adopt(
+        &self,
+        failed: usize,
+        key: &str,
+        reports: Vec<FailedReplicaReport>,
+    ) -> Result<u64, EscrowError> {
+        check_key(key)?;
+        let node = self.node()?;
+        if !self.site.is_fenced(failed) {
+            return Err(EscrowError::Config {
+                reason: format!("site {failed} must be fenced here first (fence_and_report)"),
+            });
+        }
+        let failed = ReplicaId::from_index(failed).ok_or(EscrowError::NodeGone)?;
+        match node.call(key, Command::Adopt { failed, reports }).await? {
+            Reply::Adopted(n) => Ok(n),
+            Reply::Error(error) => Err(error),
+            other => Err(EscrowError::counter(
+                key,
+                format!("unexpected answer {other:?}"),
+            )),
+        }
     }
 
     async fn op(&self, key: &str, op: Op, flag: Flag) -> Result<Outcome, EscrowError> {

@@ -246,6 +246,9 @@ pub(crate) struct SiteInner {
     pub propagator: Arc<Mutex<Propagator>>,
     pub stats: Arc<Stats>,
     pub backend: Backend,
+    /// Sites declared permanently failed (§IV-E): nothing from them is
+    /// merged or served any more.
+    fenced: Mutex<Vec<usize>>,
     started: Instant,
 }
 
@@ -256,6 +259,31 @@ impl SiteInner {
 
     pub fn sites(&self) -> usize {
         self.config.sites
+    }
+
+    /// §IV-E: from now on nothing from site `failed` is merged or served.
+    pub fn fence(&self, failed: usize) -> Result<(), EscrowError> {
+        if failed == self.site() || failed >= self.sites() {
+            return Err(EscrowError::Config {
+                reason: format!(
+                    "site {failed} cannot be declared failed at site {} of {}",
+                    self.site(),
+                    self.sites()
+                ),
+            });
+        }
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        if !fenced.contains(&failed) {
+            fenced.push(failed);
+        }
+        Ok(())
+    }
+
+    pub fn is_fenced(&self, site: usize) -> bool {
+        self.fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&site)
     }
 
     pub fn changed(&self, key: &str) {
@@ -295,6 +323,10 @@ impl SiteInner {
 
     /// A delta from site `from` (a propagation batch or a donor's reply).
     pub async fn merge(&self, from: usize, key: &str, message: Delta) {
+        if self.is_fenced(from) {
+            Stats::add(&self.stats.merges_rejected, 1);
+            return;
+        }
         let rights = message.rights();
         if rights.from().index() != from || rights.to() != self.me {
             Stats::add(&self.stats.merges_rejected, 1);
@@ -319,6 +351,11 @@ impl SiteInner {
 
     /// Serves a transfer request as the donor.
     async fn donate(&self, from: usize, key: &str, request: TransferRequest) -> TransferResult {
+        if self.is_fenced(from) {
+            return TransferResult::Error {
+                reason: format!("site {from} was declared permanently failed"),
+            };
+        }
         if request.donor != self.me || request.requester.index() != from {
             return TransferResult::Error {
                 reason: format!(
@@ -440,6 +477,7 @@ impl Site {
             propagator,
             stats,
             backend,
+            fenced: Mutex::new(Vec::new()),
             started: Instant::now(),
         });
         let tasks = vec![

@@ -178,6 +178,20 @@ pub(crate) static COMMANDS: &[Spec] = &[
         (1, 1, 1),
         "Returns a bounded counter's value.",
     ),
+    data(
+        "bc.fence",
+        2,
+        true,
+        (0, 0, 0),
+        "BC.FENCE site: at a site, refuses a site declared permanently failed and reports what it knows of its rights (section IV-E).",
+    ),
+    data(
+        "bc.adopt",
+        -4,
+        true,
+        (2, 2, 1),
+        "BC.ADOPT site key report...: at the heir, takes over a failed site's rights from every survivor's report.",
+    ),
     // Keys are named after `numkeys` (Redis: first key 0, `movablekeys`).
     data(
         "fcall",
@@ -470,8 +484,20 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             }
         }
         "bc.get" => Op::BcGet(take(a, 0)),
+        "bc.fence" => Op::BcFence(site_index(&a[0])?),
+        "bc.adopt" => Op::BcAdopt {
+            failed: site_index(&a[0])?,
+            key: take(a, 1),
+            reports: take_all(&mut a[2..]),
+        },
         other => unreachable!("data command `{other}` without a parser"),
     })
+}
+
+fn site_index(arg: &[u8]) -> Result<usize, Frame> {
+    parse_i64(arg)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| Frame::error("ERR a site is a non-negative integer"))
 }
 
 fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {

@@ -364,7 +364,7 @@ impl Connection<'_> {
             return Frame::error("ERR internal error: no site counters");
         };
         let key_of = |key: &[u8]| String::from_utf8(key.to_vec());
-        let failed = |e: String| Frame::error(format!("ERR {e}"));
+        let failed_reply = |e: String| Frame::error(format!("ERR {e}"));
         match op {
             Op::Reply(frame) => frame,
             Op::BcCreate {
@@ -375,7 +375,7 @@ impl Connection<'_> {
             } => match key_of(&key) {
                 Ok(key) => match sites.create(&key, bound, k, initial).await {
                     Ok(()) => Frame::ok(),
-                    Err(e) => failed(e),
+                    Err(e) => failed_reply(e),
                 },
                 Err(_) => Frame::error("ERR a site's counter key must be UTF-8"),
             },
@@ -393,15 +393,39 @@ impl Connection<'_> {
                         };
                         crate::sites::outcome_reply(outcome, value)
                     }
-                    Err(e) => failed(e),
+                    Err(e) => failed_reply(e),
                 },
                 Err(_) => Frame::error("ERR a site's counter key must be UTF-8"),
             },
+            Op::BcFence(failed) => match sites.fence_and_report(failed).await {
+                Ok(reports) => Frame::Array(
+                    reports
+                        .into_iter()
+                        .flat_map(|(key, report)| [Frame::bulk(key), Frame::bulk(report)])
+                        .collect(),
+                ),
+                Err(e) => failed_reply(e),
+            },
+            Op::BcAdopt {
+                failed,
+                key,
+                reports,
+            } => {
+                let reports: Result<Vec<String>, _> =
+                    reports.into_iter().map(String::from_utf8).collect();
+                match (key_of(&key), reports) {
+                    (Ok(key), Ok(reports)) => match sites.adopt(failed, &key, reports).await {
+                        Ok(n) => Frame::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+                        Err(e) => failed_reply(e),
+                    },
+                    _ => Frame::error("ERR keys and reports must be UTF-8"),
+                }
+            }
             Op::BcGet(key) => match key_of(&key) {
                 Ok(key) => match sites.value(&key).await {
                     Ok(Some(value)) => Frame::Integer(value),
                     Ok(None) => Frame::Null,
-                    Err(e) => failed(e),
+                    Err(e) => failed_reply(e),
                 },
                 Err(_) => Frame::Null,
             },

@@ -56,6 +56,23 @@ pub trait SiteCounters: Send + Sync + 'static {
 
     /// The counter's value at this site (`None`: unknown here).
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>>;
+
+    /// §IV-E, at every survivor: fence site `failed` (nothing from it is
+    /// accepted any more), then report, per counter, what this site knows of
+    /// its rights (`(key, report)`, the report in the counter crate's JSON).
+    fn fence_and_report(
+        &self,
+        failed: usize,
+    ) -> SiteFuture<'_, Result<Vec<(String, String)>, String>>;
+
+    /// §IV-E, at the one heir: take over `failed`'s rights in `key` from
+    /// every survivor's report; returns the rights recovered.
+    fn adopt(
+        &self,
+        failed: usize,
+        key: &str,
+        reports: Vec<String>,
+    ) -> SiteFuture<'_, Result<u64, String>>;
 }
 
 /// The reply to an operation's outcome, `value` being read after it.

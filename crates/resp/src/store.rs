@@ -94,6 +94,8 @@ pub(crate) const WRONGTYPE: &str =
     "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub(crate) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
 pub(crate) const OVERFLOW: &str = "ERR increment or decrement would overflow";
+pub(crate) const NOT_A_SITE: &str =
+    "ERR this node is not a site of a geo-replicated deployment (roost resp --site, roost up --sites)";
 
 /// A key's stored row.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -224,6 +226,14 @@ pub(crate) enum Op {
         global: bool,
     },
     BcGet(Vec<u8>),
+    /// §IV-E at a site: BC.FENCE failed-site.
+    BcFence(usize),
+    /// §IV-E at a site: BC.ADOPT failed-site key report...
+    BcAdopt {
+        failed: usize,
+        key: Vec<u8>,
+        reports: Vec<Vec<u8>>,
+    },
     /// Read the keys' stamps (WATCH).
     Stamps(Vec<Vec<u8>>),
     /// A registered function's call (FCALL, FCALL_RO).
@@ -249,13 +259,14 @@ impl Op {
             | Op::HDel(k, _)
             | Op::BcCreate { key: k, .. }
             | Op::BcAdd { key: k, .. }
-            | Op::BcGet(k) => Some(k),
+            | Op::BcGet(k)
+            | Op::BcAdopt { key: k, .. } => Some(k),
             Op::Del(keys) | Op::Exists(keys) | Op::MGet(keys) | Op::Stamps(keys) => {
                 keys.first().map(Vec::as_slice)
             }
             Op::MSet(pairs) => pairs.first().map(|(k, _)| k.as_slice()),
             Op::FCall(call) => call.first_key(),
-            Op::Reply(_) => None,
+            Op::Reply(_) | Op::BcFence(_) => None,
         }
     }
 
@@ -522,6 +533,7 @@ impl Tx {
     async fn apply(&self, op: &Op) -> Result<Frame, ReactorError> {
         Ok(match op {
             Op::Reply(error) => error.clone(),
+            Op::BcFence(_) | Op::BcAdopt { .. } => Frame::error(NOT_A_SITE),
             Op::FCall(call) => {
                 let (reply, writes) = run_call(self, call).await?;
                 match &self.deferred {

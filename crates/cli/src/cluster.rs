@@ -496,22 +496,16 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             .join(", ")
     );
     let mut etcd_restarts = 0;
-    let outcome = runtime()?.block_on(async {
-        let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
-        let stop = stop_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return Ok(()),
-                _ = ticker.tick() => {
-                    supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
-                    supervise_nodes(&exe, &flags, args.max_restarts, &mut nodes);
-                    if nodes.iter().all(|n| n.child.is_none() && n.restart_at.is_none()) {
-                        bail!("every node has exited and used up its restarts");
-                    }
-                }
-            }
+    let outcome = supervise_until_stopped(|| {
+        supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
+        supervise_nodes(&exe, &flags, args.max_restarts, &mut nodes);
+        if nodes
+            .iter()
+            .all(|n| n.child.is_none() && n.restart_at.is_none())
+        {
+            bail!("every node has exited and used up its restarts");
         }
+        Ok(())
     });
     let mut children: Vec<(u32, Child)> = nodes
         .into_iter()
@@ -555,29 +549,38 @@ fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
         args.site_resp_port,
         args.site_resp_port + n - 1
     );
-    let outcome = runtime()?.block_on(async {
+    let outcome = supervise_until_stopped(|| {
+        for (id, child) in children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                eprintln!(
+                    "roost up: site {id} exited ({status}); the other sites go on without it"
+                );
+            }
+        }
+        children.retain_mut(|(_, child)| !matches!(child.try_wait(), Ok(Some(_))));
+        if children.is_empty() {
+            bail!("every site has exited");
+        }
+        Ok(())
+    });
+    stop_children(&mut children);
+    outcome
+}
+
+/// Runs `tick` every [`SUPERVISE_INTERVAL`] until Ctrl-C or SIGTERM (`Ok`)
+/// or until `tick` fails.
+fn supervise_until_stopped(mut tick: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
         let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
         let stop = stop_signal();
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = &mut stop => return Ok(()),
-                _ = ticker.tick() => {
-                    for (id, child) in children.iter_mut() {
-                        if let Ok(Some(status)) = child.try_wait() {
-                            eprintln!("roost up: site {id} exited ({status}); the other sites go on without it");
-                        }
-                    }
-                    children.retain_mut(|(_, child)| !matches!(child.try_wait(), Ok(Some(_))));
-                    if children.is_empty() {
-                        bail!("every site has exited");
-                    }
-                }
+                _ = ticker.tick() => tick()?,
             }
         }
-    });
-    stop_children(&mut children);
-    outcome
+    })
 }
 
 /// Restarts a node that exited (with backoff) until it used up its restarts.

@@ -90,7 +90,10 @@ impl ReactorCtx {
     /// Reads this reactor's row in the container's moved-away relation (as part
     /// of the transaction, so a concurrent move aborts it).
     fn has_moved_away(&self) -> Result<bool, ReactorError> {
-        if self.participant.present.borrow().contains(&self.reactor) {
+        // A type that cannot move was never moved away.
+        if self.root.db.immovable[self.reactor_type as usize].is_some()
+            || self.participant.present.borrow().contains(&self.reactor)
+        {
             return Ok(false);
         }
         let relation = &self.root.db.containers[self.container].moved_away;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use roost_storage::{Engine, Relation};
+use roost_storage::{Engine, IndexKind, Relation};
 use tokio::sync::oneshot;
 
 use crate::ctx::ReactorCtx;
@@ -141,6 +141,10 @@ pub(crate) struct DbShared {
     pub(crate) next_txn_id: AtomicU64,
     /// Planted bug for tests: skip the placement checks on entering a reactor.
     pub(crate) skip_placement_check: AtomicBool,
+    /// Per reactor type (schema order): its point-access-only relation, if
+    /// any. Such a type's reactors never move (a move extracts rows with a
+    /// scan), so entering one needs no moved-away check.
+    pub(crate) immovable: Vec<Option<&'static str>>,
 }
 
 impl DbShared {
@@ -211,6 +215,17 @@ impl Database {
                 round_robin: AtomicUsize::new(0),
             });
         }
+        let immovable = schema
+            .reactor_types
+            .iter()
+            .map(|&t| {
+                schema
+                    .relations
+                    .iter()
+                    .find(|r| r.reactor_type() == t && r.index_kind() == IndexKind::Hashed)
+                    .map(|r| r.name())
+            })
+            .collect();
         Ok(Database {
             shared: Arc::new(DbShared {
                 schema,
@@ -220,6 +235,7 @@ impl Database {
                 directory: RwLock::new(Directory::default()),
                 placements: PlacementTable::new(),
                 skip_placement_check: AtomicBool::new(false),
+                immovable,
                 next_txn_id: AtomicU64::new(1),
             }),
         })
@@ -291,9 +307,15 @@ impl Database {
             .ok_or_else(|| {
                 ReactorError::Directory(DirectoryError::NoSuchContainer(to.to_owned()))
             })?;
-        let (_, from) = self.shared.reactor_entry(reactor)?;
+        let (reactor_type, from) = self.shared.reactor_entry(reactor)?;
         if from as usize == target {
             return Ok(());
+        }
+        if let Some(relation) = self.shared.immovable[reactor_type as usize] {
+            return Err(ReactorError::Immovable {
+                reactor_type: self.shared.schema.reactor_types[reactor_type as usize],
+                relation,
+            });
         }
         // While the move runs, new transactions on the reactor back off instead
         // of racing it: under steady load a long move would otherwise keep

@@ -45,6 +45,11 @@ pub enum ReactorError {
     },
     #[error("the database is shutting down")]
     Shutdown,
+    #[error("reactors of type `{reactor_type}` cannot move: their relation `{relation}` is point-access only (hash-indexed, so its rows cannot be extracted by a scan)")]
+    Immovable {
+        reactor_type: &'static str,
+        relation: &'static str,
+    },
 }
 
 impl ReactorError {

@@ -476,8 +476,8 @@ fn increments_race_catches_a_skipped_placement_check() {
 static POINTS: RelationDef<u32, i64> = RelationDef::new("ledger", "points").point_access_only();
 
 /// A hash-indexed relation serves point access inside transactions; a scan
-/// of it, and so moving its reactor (which extracts rows with a scan), is a
-/// clear error that leaves the data in place.
+/// of it is a clear error, and moving its reactor (which would extract rows
+/// with a scan) is refused up front, leaving the data in place.
 #[test]
 fn point_access_relations_serve_points_and_refuse_scans() {
     let schema = Schema::new().reactor_type("ledger", &[&POINTS]).unwrap();
@@ -512,12 +512,12 @@ fn point_access_relations_serve_points_and_refuse_scans() {
         "{scanned:?}"
     );
     let moved = db.move_reactor(ledger, "b");
-    assert!(
-        matches!(
-            moved,
-            Err(ReactorError::Tx(TxError::ScanOfHashedRelation { .. }))
-        ),
-        "{moved:?}"
+    assert_eq!(
+        moved,
+        Err(ReactorError::Immovable {
+            reactor_type: "ledger",
+            relation: "points"
+        })
     );
     let still = db
         .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &9) })

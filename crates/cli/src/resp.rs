@@ -145,6 +145,17 @@ impl SiteNode {
     }
 }
 
+/// The version of the reports BC.FENCE gives and BC.ADOPT takes.
+const REPORT_VERSION: u32 = 1;
+
+/// A §IV-E report on the wire (JSON inside RESP): versioned, as every
+/// serialized bounded-counter type.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct VersionedReport {
+    version: u32,
+    report: roost_escrow::FailedReplicaReport,
+}
+
 /// The RESP front door's BC.* over an escrow site's node.
 struct EscrowSiteCounters {
     client: ServerMiddleware,
@@ -229,7 +240,11 @@ impl SiteCounters for EscrowSiteCounters {
             reports
                 .into_iter()
                 .map(|(key, report)| {
-                    serde_json::to_string(&report)
+                    let versioned = VersionedReport {
+                        version: REPORT_VERSION,
+                        report,
+                    };
+                    serde_json::to_string(&versioned)
                         .map(|json| (key, json))
                         .map_err(|e| e.to_string())
                 })
@@ -247,9 +262,18 @@ impl SiteCounters for EscrowSiteCounters {
         Box::pin(async move {
             let reports = reports
                 .iter()
-                .map(|json| serde_json::from_str(json))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("a report is not a report: {e}"))?;
+                .map(|json| {
+                    let versioned: VersionedReport = serde_json::from_str(json)
+                        .map_err(|e| format!("a report is not a report: {e}"))?;
+                    if versioned.version != REPORT_VERSION {
+                        return Err(format!(
+                            "report version {} is not supported (this node reads {REPORT_VERSION})",
+                            versioned.version
+                        ));
+                    }
+                    Ok(versioned.report)
+                })
+                .collect::<Result<Vec<_>, String>>()?;
             client.adopt(failed, &key, reports).await.map_err(text)
         })
     }

@@ -214,6 +214,22 @@ fn sites_never_pass_the_bound_and_use_every_right() {
         Reply::Error("ERR the initial value 5 is beyond the bound 10".into())
     );
     sites.converged("stock", &[0, 1, 2], Some(START as i64));
+    // Bad recovery requests are clear errors and change nothing.
+    for (args, needle) in [
+        (&["BC.FENCE", "0"][..], "cannot be declared failed"),
+        (&["BC.FENCE", "7"], "cannot be declared failed"),
+        (&["BC.FENCE", "-1"], "non-negative integer"),
+        (&["BC.ADOPT", "2", "stock", "garbage"], "not a report"),
+        (
+            &["BC.ADOPT", "2", "stock", r#"{"version":9,"report":{}}"#],
+            "not a report",
+        ),
+    ] {
+        match c0.call(args) {
+            Reply::Error(e) => assert!(e.contains(needle), "{args:?}: {e}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
     // Inside MULTI a site's counter command is refused (it runs at once).
     assert_eq!(c0.call(&["MULTI"]), Reply::Ok);
     assert!(matches!(c0.call(&["BC.DEC", "stock", "1"]), Reply::Error(e) if e.contains("MULTI")));

@@ -54,6 +54,8 @@ pub use harness::{excess_decrements, Client, Deployment, DeploymentConfig, Drain
 pub use logic::Counter;
 pub use proxy::{DelayProxy, Region, TABLE_I_RTT_MS};
 pub use redis_server::LocalRedis;
+/// §IV-E reports, as `ServerMiddleware::fence_and_report` gives them.
+pub use roost_bcounter::FailedReplicaReport;
 pub use server::ServerMiddleware;
 pub use site::{default_policy, Design, Site, SiteConfig, SiteStats, Timing};
 pub use strong::{StrongClient, StrongDeployment};

@@ -550,14 +550,16 @@ fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
         args.site_resp_port + n - 1
     );
     let outcome = supervise_until_stopped(|| {
-        for (id, child) in children.iter_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
+        // One wait per child: a site that exited is said and dropped.
+        children.retain_mut(|(id, child)| match child.try_wait() {
+            Ok(Some(status)) => {
                 eprintln!(
                     "roost up: site {id} exited ({status}); the other sites go on without it"
                 );
+                false
             }
-        }
-        children.retain_mut(|(_, child)| !matches!(child.try_wait(), Ok(Some(_))));
+            _ => true,
+        });
         if children.is_empty() {
             bail!("every site has exited");
         }

@@ -392,13 +392,7 @@ impl ServerMiddleware {
                 .await?
             {
                 Reply::Report(report) => reports.push((key, report)),
-                Reply::Error(error) => return Err(error),
-                other => {
-                    return Err(EscrowError::counter(
-                        &key,
-                        format!("unexpected answer {other:?}"),
-                    ))
-                }
+                other => return Err(unexpected(&key, other)),
             }
         }
         Ok(reports)
@@ -423,11 +417,7 @@ impl ServerMiddleware {
         let failed = ReplicaId::from_index(failed).ok_or(EscrowError::NodeGone)?;
         match node.call(key, Command::Adopt { failed, reports }).await? {
             Reply::Adopted(n) => Ok(n),
-            Reply::Error(error) => Err(error),
-            other => Err(EscrowError::counter(
-                key,
-                format!("unexpected answer {other:?}"),
-            )),
+            other => Err(unexpected(key, other)),
         }
     }
 
@@ -455,15 +445,17 @@ impl ServerMiddleware {
                         }
                     }
                 }
-                Reply::Error(error) => return Err(error),
-                other => {
-                    return Err(EscrowError::counter(
-                        key,
-                        format!("unexpected answer {other:?}"),
-                    ))
-                }
+                other => return Err(unexpected(key, other)),
             }
         }
+    }
+}
+
+/// The node's error, or an error naming an answer the command cannot get.
+fn unexpected(key: &str, reply: Reply) -> EscrowError {
+    match reply {
+        Reply::Error(error) => error,
+        other => EscrowError::counter(key, format!("unexpected answer {other:?}")),
     }
 }
 
@@ -472,11 +464,7 @@ impl EscrowCounters for ServerMiddleware {
         check_key(key)?;
         match self.node()?.call(key, Command::Create { bound, k }).await? {
             Reply::Created => Ok(()),
-            Reply::Error(error) => Err(error),
-            other => Err(EscrowError::counter(
-                key,
-                format!("unexpected answer {other:?}"),
-            )),
+            other => Err(unexpected(key, other)),
         }
     }
 
@@ -484,11 +472,7 @@ impl EscrowCounters for ServerMiddleware {
         check_key(key)?;
         match self.node()?.call(key, Command::Read).await? {
             Reply::Value(value) => Ok(value),
-            Reply::Error(error) => Err(error),
-            other => Err(EscrowError::counter(
-                key,
-                format!("unexpected answer {other:?}"),
-            )),
+            other => Err(unexpected(key, other)),
         }
     }
 

@@ -3,8 +3,7 @@
 //! **Keys to reactors.** The keyspace is split over `K` reactors of type
 //! `keyspace`, named `keyspace-0` .. `keyspace-{K-1}`; a key belongs to
 //! reactor `fnv1a64(key) mod K`, where it is one row of the relation `kv`
-//! ([`KvKey`]: the key behind a hash tag, to an [`Entry`]: a write stamp and
-//! a value). A batch of commands is one root transaction that starts on the
+//! ([`KvKey`]: the key's bytes, to an [`Entry`]: a write stamp and a value). A batch of commands is one root transaction that starts on the
 //! reactor of its first key and reaches the reactor of every other key it
 //! touches (synchronously when it lives in the same container, through a call
 //! otherwise), so a multi-key command, a pipeline batch or a MULTI/EXEC block
@@ -28,17 +27,15 @@ use crate::protocol::Frame;
 use crate::stats::Stats;
 
 pub(crate) const REACTOR_TYPE: &str = "keyspace";
-/// Every key's row: key (behind its hash tag) to its entry.
-/// Hash-indexed: no command walks the keyspace in order.
+/// Every key's row: key to its entry. Hash-indexed: no command walks the
+/// keyspace in order.
 pub(crate) static KV: RelationDef<KvKey, Entry> =
     RelationDef::new(REACTOR_TYPE, "kv").point_access_only();
 
-/// A key as the `kv` relation stores it: a 32-bit tag from the key's hash,
-/// then the key's bytes. No command walks the keyspace in order, so the order
-/// is free to choose, and this one makes index searches cheap: the storage
-/// engine compares keys by their first 8 bytes as an integer first, and those
-/// are the reactor's id and the tag, so two keys with a common prefix (every
-/// `user:...`) are told apart without comparing their bytes.
+/// A key as the `kv` relation stores it: its bytes as they are. It is the
+/// whole key (no component follows it), so raw bytes keep the byte order
+/// without the escaping and terminator a tuple component needs; and the
+/// relation is hash-indexed, so nothing looks at that order anyway.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[repr(transparent)]
 pub(crate) struct KvKey(pub(crate) Vec<u8>);
@@ -49,42 +46,21 @@ impl KvKey {
         // SAFETY: `KvKey` is a `repr(transparent)` wrapper of `Vec<u8>`.
         unsafe { &*(key as *const Vec<u8>).cast::<KvKey>() }
     }
-
-    fn tag(key: &[u8]) -> u32 {
-        // A word-at-a-time multiplicative hash (cheaper than the byte-wise
-        // FNV that picks the reactor), its high bits after a final mix.
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut h = key.len() as u64;
-        let mut words = key.chunks_exact(8);
-        for word in &mut words {
-            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-            h = (h.rotate_left(5) ^ word).wrapping_mul(K);
-        }
-        let rest = words.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            h = (h.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
-        }
-        let h = (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        (h >> 32) as u32
-    }
 }
 
 impl KeyCodec for KvKey {
     fn encode_into(&self, out: &mut Vec<u8>) {
-        KvKey::tag(&self.0).encode_into(out);
-        self.0.encode_into(out);
+        out.extend_from_slice(&self.0);
     }
 
+    /// Takes the rest of `input`: a `KvKey` is always the last component.
     fn decode_from(input: &mut &[u8]) -> Result<Self, KeyDecodeError> {
-        let _tag = u32::decode_from(input)?;
-        Ok(KvKey(Vec::<u8>::decode_from(input)?))
+        Ok(KvKey(std::mem::take(input).to_vec()))
     }
 }
 
-/// Longest key accepted (the storage engine's keys are at most 4 KiB encoded,
-/// and the encoding can grow a key).
+/// Longest key accepted (the storage engine's keys are at most 4 KiB, the
+/// reactor's id included).
 pub const MAX_KEY_BYTES: usize = 1024;
 /// Largest string value or list element accepted (a stored entry must fit the
 /// storage engine's 16 MiB value limit).
@@ -901,13 +877,20 @@ mod tests {
     }
 
     #[test]
-    fn tags_spread() {
-        // Keys alike but for a byte or two still get distinct tags, mostly.
-        let tags: std::collections::HashSet<u32> = (0..10_000)
-            .map(|i| KvKey::tag(format!("key:{i:012}").as_bytes()))
-            .collect();
-        assert!(tags.len() > 9_990, "{}", tags.len());
-        assert_ne!(KvKey::tag(b""), KvKey::tag(b"\0"));
+    fn kv_keys_are_their_bytes() {
+        for key in [
+            Vec::new(),
+            b"user:1".to_vec(),
+            vec![0u8, 255, 0],
+            vec![7u8; 300],
+        ] {
+            let mut encoded = Vec::new();
+            KvKey(key.clone()).encode_into(&mut encoded);
+            assert_eq!(encoded, key);
+            let mut input = encoded.as_slice();
+            assert_eq!(KvKey::decode_from(&mut input).unwrap(), KvKey(key));
+            assert!(input.is_empty());
+        }
     }
 
     #[test]

@@ -73,6 +73,13 @@ pub enum RecoveryError {
     MissingReport { missing: ReplicaId },
     #[error("two reports from replica {reporter}")]
     DuplicateReport { reporter: ReplicaId },
+    #[error(
+        "the report from replica {reporter} has entries for more than the {replica_count} replicas"
+    )]
+    ReportTooLong {
+        reporter: ReplicaId,
+        replica_count: usize,
+    },
     #[error("a report from the failed replica {failed} itself")]
     ReportFromFailed { failed: ReplicaId },
     #[error("the reports do not add up: {failed} would hold {rights} rights")]
@@ -180,8 +187,8 @@ fn rights_of_failed(
         if report.sent_to_failed.len() > replica_count
             || report.sent_by_failed.len() > replica_count
         {
-            return Err(RecoveryError::UnknownReplica {
-                failed: reporter,
+            return Err(RecoveryError::ReportTooLong {
+                reporter,
                 replica_count,
             });
         }

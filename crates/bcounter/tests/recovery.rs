@@ -304,6 +304,16 @@ fn recovery_refuses_bad_reports() {
         heir.adopt_rights_of(failed, &[mine.clone(), about_other]),
         Err(RecoveryError::WrongReplica { .. })
     ));
+    let mut too_long = theirs.clone();
+    too_long.sent_by_failed.push(0);
+    too_long.sent_by_failed.push(0);
+    assert_eq!(
+        heir.adopt_rights_of(failed, &[mine.clone(), too_long]),
+        Err(RecoveryError::ReportTooLong {
+            reporter: id(2),
+            replica_count: 3
+        })
+    );
     // Replica 0 created all 10 rights and is gone: replica 1 takes them.
     assert_eq!(heir.local_rights().unwrap(), 0);
     assert_eq!(heir.adopt_rights_of(failed, &[mine, theirs]), Ok(10));

@@ -9,12 +9,17 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
+use roost_bcounter::ReplicaId;
+use roost_escrow::roost_store::RowFuture;
+use roost_escrow::store::Tokens;
 use roost_escrow::{
-    default_policy, Design, EscrowCounters, EscrowError, Flag, Outcome, ServerMiddleware, Site,
-    SiteConfig, Timing,
+    apply_strictly_local, default_policy, state_value, EscrowCounters, EscrowError, Flag,
+    LocalStep, Op, Outcome, ReplicaRow, ReplicaRows, ServerMiddleware, Site, SiteConfig, Timing,
 };
 use roost_resp::sites::{Bound, SiteFuture};
-use roost_resp::{Config, Server, Services, SiteCounters, SiteOutcome};
+use roost_resp::{
+    Config, Keyspace, LocalApplied, Server, Services, SiteCounters, SiteOutcome, SiteRow,
+};
 
 #[derive(Debug, Args)]
 pub struct RespArgs {
@@ -40,6 +45,10 @@ pub struct RespArgs {
     /// (comma-separated host:port; this site listens on its own entry).
     #[arg(long, value_delimiter = ',', requires = "site")]
     pub site_peers: Vec<SocketAddr>,
+    /// Test-only fault (the sites test must catch it): a procedure writes a
+    /// site counter's row under the token it found, not a fresh one.
+    #[arg(long, hide = true)]
+    pub plant_bug_keep_site_token: bool,
 }
 
 impl RespArgs {
@@ -63,16 +72,26 @@ impl RespArgs {
 pub fn run(args: &RespArgs) -> anyhow::Result<()> {
     let config = args.config()?;
     let mut services = Services::examples();
+    if args.plant_bug_keep_site_token {
+        services.functions.plant_bug_keep_site_token();
+    }
     // Kept alive with the server: the site's runtime and its tasks.
     let site = match args.site {
         Some(index) => {
-            let site = SiteNode::start(index, &args.site_peers)?;
+            // The site's counters are rows of the keyspace, so procedures
+            // (FCALL) update them inside their transactions.
+            let keyspace = Keyspace::new(&config).context("starting the keyspace")?;
+            let rows = Arc::new(KeyspaceRows {
+                keyspace: keyspace.clone(),
+            });
+            let site = SiteNode::start(index, &args.site_peers, rows)?;
             println!(
                 "roost resp: site {index} of {}, sites reach it on {}",
                 args.site_peers.len(),
                 args.site_peers[index]
             );
-            services.site_counters = Some(Arc::new(site.counters()?));
+            services.site_counters = Some(Arc::new(site.counters(index, args.site_peers.len())?));
+            services.keyspace = Some(keyspace);
             Some(site)
         }
         None => None,
@@ -96,7 +115,11 @@ struct SiteNode {
 }
 
 impl SiteNode {
-    fn start(index: usize, peers: &[SocketAddr]) -> anyhow::Result<SiteNode> {
+    fn start(
+        index: usize,
+        peers: &[SocketAddr],
+        rows: Arc<dyn ReplicaRows>,
+    ) -> anyhow::Result<SiteNode> {
         if index >= peers.len() {
             bail!(
                 "--site {index} needs at least {} addresses in --site-peers, got {}",
@@ -126,7 +149,7 @@ impl SiteNode {
             let listener = tokio::net::TcpListener::bind(peers[index])
                 .await
                 .with_context(|| format!("listening for sites on {}", peers[index]))?;
-            Site::start(Design::Roost, config, listener)
+            Site::start_over_rows(config, listener, rows)
                 .await
                 .context("starting the site")
         })?;
@@ -136,12 +159,65 @@ impl SiteNode {
         })
     }
 
-    fn counters(&self) -> anyhow::Result<EscrowSiteCounters> {
+    fn counters(&self, index: usize, sites: usize) -> anyhow::Result<EscrowSiteCounters> {
         let client = self
             .site
             .server_client()
             .context("the site has no middleware node")?;
-        Ok(EscrowSiteCounters { client })
+        Ok(EscrowSiteCounters {
+            client,
+            me: ReplicaId::from_index(index).context("site index")?,
+            sites,
+            tokens: Tokens::new(),
+        })
+    }
+}
+
+/// The site's replica rows in the node's keyspace.
+struct KeyspaceRows {
+    keyspace: Keyspace,
+}
+
+impl ReplicaRows for KeyspaceRows {
+    fn load(&self, key: &str) -> RowFuture<'_, Result<Option<ReplicaRow>, String>> {
+        let key = key.to_owned();
+        Box::pin(async move {
+            let row = self.keyspace.site_row(&key).await?;
+            Ok(row.map(|row| ReplicaRow {
+                state: row.state,
+                token: row.token,
+            }))
+        })
+    }
+
+    fn cas(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        row: ReplicaRow,
+    ) -> RowFuture<'_, Result<bool, String>> {
+        let (key, expected) = (key.to_owned(), expected.map(str::to_owned));
+        Box::pin(async move {
+            let row = SiteRow {
+                state: row.state,
+                token: row.token,
+            };
+            self.keyspace
+                .site_row_cas(&key, expected.as_deref(), row)
+                .await
+        })
+    }
+
+    fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>> {
+        Box::pin(self.keyspace.site_row_keys())
+    }
+}
+
+fn site_outcome(outcome: Outcome) -> SiteOutcome {
+    match outcome {
+        Outcome::Ok => SiteOutcome::Ok,
+        Outcome::Fail => SiteOutcome::Fail,
+        Outcome::Retry { global_may_succeed } => SiteOutcome::Retry { global_may_succeed },
     }
 }
 
@@ -156,9 +232,14 @@ struct VersionedReport {
     report: roost_escrow::FailedReplicaReport,
 }
 
-/// The RESP front door's BC.* over an escrow site's node.
+/// The RESP front door's BC.* over an escrow site's node, and procedures'
+/// strictly-local operations on its rows.
 struct EscrowSiteCounters {
     client: ServerMiddleware,
+    me: ReplicaId,
+    sites: usize,
+    /// Tokens of procedures' writes (a writer of their own).
+    tokens: Tokens,
 }
 
 fn text(error: EscrowError) -> String {
@@ -222,11 +303,7 @@ impl SiteCounters for EscrowSiteCounters {
                 client.dec(&key, delta, flag).await
             }
             .map_err(text)?;
-            Ok(match outcome {
-                Outcome::Ok => SiteOutcome::Ok,
-                Outcome::Fail => SiteOutcome::Fail,
-                Outcome::Retry { global_may_succeed } => SiteOutcome::Retry { global_may_succeed },
-            })
+            Ok(site_outcome(outcome))
         })
     }
 
@@ -278,6 +355,35 @@ impl SiteCounters for EscrowSiteCounters {
         })
     }
 
+    fn state_value(&self, key: &str, state: &str) -> Result<i64, String> {
+        state_value(key, state, self.me, self.sites).map_err(text)
+    }
+
+    fn apply_local(
+        &self,
+        key: &str,
+        state: &str,
+        up: bool,
+        delta: u64,
+    ) -> Result<LocalApplied, String> {
+        let op = if up { Op::inc(delta) } else { Op::dec(delta) };
+        Ok(
+            match apply_strictly_local(key, state, self.me, self.sites, op).map_err(text)? {
+                LocalStep::Applied { state, value } => LocalApplied::Applied {
+                    state,
+                    token: self.tokens.next(),
+                    value,
+                },
+                LocalStep::Refused(outcome) => LocalApplied::Refused(site_outcome(outcome)),
+            },
+        )
+    }
+
+    fn changed(&self, key: &str) {
+        // A key the site refuses cannot have a row; nothing to ship.
+        let _ = self.client.reload(key);
+    }
+
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
         let (mut client, key) = (self.client.clone(), key.to_owned());
         Box::pin(async move {
@@ -303,6 +409,7 @@ mod tests {
             metrics_port: None,
             site: None,
             site_peers: Vec::new(),
+            plant_bug_keep_site_token: false,
         };
         let config = args.config().unwrap();
         assert_eq!(config.bind, "127.0.0.1:7000".parse().unwrap());
@@ -318,6 +425,7 @@ mod tests {
             metrics_port: Some(9121),
             site: None,
             site_peers: Vec::new(),
+            plant_bug_keep_site_token: false,
         };
         let config = args.config().unwrap();
         assert_eq!(config.metrics_bind, Some("0.0.0.0:9121".parse().unwrap()));

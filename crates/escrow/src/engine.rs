@@ -67,6 +67,10 @@ pub enum Command {
         failed: ReplicaId,
         reports: Vec<FailedReplicaReport>,
     },
+    /// Another writer at this site (a procedure's transaction) changed the
+    /// stored replica: read it again and publish it. Answered at once with
+    /// [`Reply::Reloading`]; the load follows the IO in progress, if any.
+    Reload,
 }
 
 /// The answer to a [`Command`].
@@ -83,6 +87,8 @@ pub enum Reply {
     Report(FailedReplicaReport),
     /// Rights recovered from a failed site.
     Adopted(u64),
+    /// A [`Command::Reload`] was taken: the replica will be read again.
+    Reloading,
     Error(EscrowError),
 }
 
@@ -180,6 +186,8 @@ pub struct KeyEngine<T> {
     pending: Vec<Entry<T>>,
     /// Commands that arrived while the replica was being (re)loaded.
     queued: Vec<(Option<T>, Command)>,
+    /// A [`Command::Reload`] came during an IO: load once it ends.
+    reload_wanted: bool,
     writes: u64,
 }
 
@@ -199,6 +207,7 @@ impl<T> KeyEngine<T> {
             flight: None,
             pending: Vec::new(),
             queued: Vec::new(),
+            reload_wanted: false,
             writes: 0,
         }
     }
@@ -221,6 +230,12 @@ impl<T> KeyEngine<T> {
     /// A command arrives. `ticket` is how to answer it (`None`: nobody waits).
     pub fn handle(&mut self, ticket: Option<T>, command: Command) -> Vec<Action<T>> {
         let mut out = Vec::new();
+        if command == Command::Reload {
+            Self::reply(&mut out, ticket, Reply::Reloading);
+            self.reload_wanted = true;
+            self.reload_if_idle(&mut out);
+            return out;
+        }
         if !self.loaded || self.io == Io::Loading {
             self.queued.push((ticket, command));
             if self.io == Io::Idle {
@@ -246,10 +261,23 @@ impl<T> KeyEngine<T> {
             }
             WriteOutcome::Conflict | WriteOutcome::Unknown => {
                 self.io = Io::Loading;
+                self.reload_wanted = false;
                 out.push(Action::Load);
             }
         }
+        self.reload_if_idle(&mut out);
         out
+    }
+
+    /// Starts the load a [`Command::Reload`] asked for, once no IO is in
+    /// progress: a load that began before the other writer committed may
+    /// have read the replica before its change.
+    fn reload_if_idle(&mut self, out: &mut Vec<Action<T>>) {
+        if self.reload_wanted && self.io == Io::Idle {
+            self.reload_wanted = false;
+            self.io = Io::Loading;
+            out.push(Action::Load);
+        }
     }
 
     /// The load issued by the last [`Action::Load`] ended.
@@ -268,6 +296,8 @@ impl<T> KeyEngine<T> {
                 self.durable = None;
                 self.cache = None;
                 self.dirty = false;
+                // The next command loads anyway.
+                self.reload_wanted = false;
                 let mut waiting: Vec<Option<T>> = Vec::new();
                 if let Some(flight) = self.flight.take() {
                     waiting.extend(flight.entries.into_iter().map(|e| e.ticket));
@@ -302,6 +332,17 @@ impl<T> KeyEngine<T> {
                     .into_iter()
                     .map(|e| (e.ticket, e.command)),
             );
+            // Another writer's state (or the first one this engine sees)
+            // is published like one of its own: the other sites must learn
+            // it whoever wrote it.
+            let previous_token = self.durable.as_ref().map(|r| r.token.as_str());
+            if let Some(record) = &record {
+                if previous_token != Some(record.token.as_str()) {
+                    out.push(Action::Published {
+                        counter: record.counter.clone(),
+                    });
+                }
+            }
             self.cache = record.as_ref().map(|r| r.counter.clone());
             self.durable = record;
             self.dirty = false;
@@ -311,6 +352,7 @@ impl<T> KeyEngine<T> {
             self.execute(ticket, command, &mut out);
         }
         self.flush(&mut out);
+        self.reload_if_idle(&mut out);
         out
     }
 
@@ -456,6 +498,8 @@ impl<T> KeyEngine<T> {
                     ),
                 }
             }
+            // Taken by `handle` before anything is queued.
+            Command::Reload => Self::reply(out, ticket, Reply::Reloading),
             Command::Donate { request } => {
                 let request = *request;
                 let Some(counter) = self.cache.as_mut() else {
@@ -656,6 +700,86 @@ mod tests {
             assert_eq!(replies(&a), vec![(2, Reply::Outcome(Outcome::Ok))]);
         }
         e
+    }
+
+    fn published(actions: &[Action<u32>]) -> Vec<Counter> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Published { counter } => Some(counter.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What another writer at the site leaves: `counter` decremented by
+    /// `n`, under a token of its own.
+    fn written_elsewhere(e: &KeyEngine<u32>, n: u64) -> Record {
+        let mut counter = e.durable().unwrap().clone();
+        counter.decrement(n).unwrap();
+        Record {
+            counter,
+            token: "procedure-1".to_owned(),
+        }
+    }
+
+    #[test]
+    fn reload_reads_and_publishes_another_writers_state() {
+        let mut e = ready(10);
+        assert_eq!(
+            e.handle(Some(7), Command::Reload)[0],
+            Action::Reply {
+                ticket: 7,
+                reply: Reply::Reloading
+            }
+        );
+        // Idle: the load starts at once.
+        let mut e2 = ready(10);
+        assert_eq!(e2.handle(None, Command::Reload), vec![Action::Load]);
+        let record = written_elsewhere(&e2, 3);
+        let a = e2.loaded(Ok(Some(record.clone())));
+        assert_eq!(published(&a), vec![record.counter.clone()]);
+        assert_eq!(
+            replies(&e2.handle(Some(8), Command::Read)),
+            vec![(8, Reply::Value(7))]
+        );
+        // The same token again: nothing new to ship.
+        assert_eq!(e2.handle(None, Command::Reload), vec![Action::Load]);
+        assert!(published(&e2.loaded(Ok(Some(record)))).is_empty());
+        // The first engine's load is in progress too.
+        assert_eq!(e.io, Io::Loading);
+    }
+
+    #[test]
+    fn reload_during_a_write_loads_after_it() {
+        let mut e = ready(10);
+        let a = e.handle(Some(3), dec(1, Flag::StrictLocal));
+        assert_eq!(writes(&a).len(), 1);
+        // The procedure committed while the write was in flight.
+        assert!(e.handle(None, Command::Reload).is_empty());
+        let a = e.write_done(WriteOutcome::Landed);
+        assert_eq!(replies(&a), vec![(3, Reply::Outcome(Outcome::Ok))]);
+        assert_eq!(a.last(), Some(&Action::Load), "{a:?}");
+        let record = written_elsewhere(&e, 2);
+        let a = e.loaded(Ok(Some(record.clone())));
+        assert_eq!(published(&a), vec![record.counter]);
+        assert_eq!(
+            replies(&e.handle(Some(4), Command::Read)),
+            vec![(4, Reply::Value(7))]
+        );
+        // A write that conflicts loads anyway: the reload is not repeated.
+        let a = e.handle(Some(5), dec(1, Flag::StrictLocal));
+        assert_eq!(writes(&a).len(), 1);
+        assert!(e.handle(None, Command::Reload).is_empty());
+        assert_eq!(e.write_done(WriteOutcome::Conflict), vec![Action::Load]);
+        let record = written_elsewhere(&e, 1);
+        let a = e.loaded(Ok(Some(record)));
+        assert_eq!(
+            writes(&a).len(),
+            1,
+            "the decrement runs again on the reloaded state"
+        );
+        assert!(!a.contains(&Action::Load));
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub use proxy::{DelayProxy, Region, TABLE_I_RTT_MS};
 pub use redis_server::LocalRedis;
 /// §IV-E reports, as `ServerMiddleware::fence_and_report` gives them.
 pub use roost_bcounter::FailedReplicaReport;
+pub use roost_store::{apply_strictly_local, state_value, LocalStep, ReplicaRow, ReplicaRows};
 pub use server::ServerMiddleware;
 pub use site::{default_policy, Design, Site, SiteConfig, SiteStats, Timing};
 pub use strong::{StrongClient, StrongDeployment};

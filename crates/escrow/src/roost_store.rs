@@ -10,7 +10,9 @@
 //! [`REACTORS`] reactors of type `escrow` by a hash of the key.
 
 use std::collections::hash_map::DefaultHasher;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use roost_bcounter::ReplicaId;
@@ -19,8 +21,9 @@ use roost_reactor::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::api::{Flag, Op, Outcome};
 use crate::error::EscrowError;
-use crate::logic::Counter;
+use crate::logic::{self, Counter, Step};
 use crate::store::{decode_state, encode_state, CasOutcome, Record};
 
 const REACTOR_TYPE: &str = "escrow";
@@ -41,16 +44,56 @@ struct Row {
 /// scanning the reactors' rows.
 static ROWS: RelationDef<String, Row> = RelationDef::new(REACTOR_TYPE, "counters");
 
-/// One site's counters in an embedded Roost database.
-pub struct RoostStore {
-    db: Arc<Database>,
-    reactors: Vec<ReactorId>,
+/// A boxed future of a [`ReplicaRows`] operation.
+pub type RowFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A counter's replica as a row: its state (versioned JSON, as
+/// [`encode_state`] writes it) and the token of the write that left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaRow {
+    pub state: String,
+    pub token: String,
+}
+
+/// Replica rows kept by a Roost database the application already runs (a
+/// node's keyspace), so that its own transactions (procedures) can update a
+/// counter together with other data; the node is then one writer among
+/// others, which its conditional writes already allow for.
+pub trait ReplicaRows: Send + Sync + 'static {
+    /// The row of `key` (`None`: this site does not have the counter).
+    fn load(&self, key: &str) -> RowFuture<'_, Result<Option<ReplicaRow>, String>>;
+
+    /// Writes `row` if the stored token is `expected` (`None`: no row yet),
+    /// in one serializable transaction; `false` if it was not.
+    fn cas(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        row: ReplicaRow,
+    ) -> RowFuture<'_, Result<bool, String>>;
+
+    /// Every key with a row.
+    fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>>;
+}
+
+/// One site's counters in Roost: an embedded database of their own, or the
+/// application's ([`ReplicaRows`]).
+pub enum RoostStore {
+    Embedded {
+        db: Arc<Database>,
+        reactors: Vec<ReactorId>,
+    },
+    External(Arc<dyn ReplicaRows>),
 }
 
 fn roost_error(error: ReactorError) -> EscrowError {
     EscrowError::Roost {
         reason: error.to_string(),
     }
+}
+
+fn external_error(reason: String) -> EscrowError {
+    EscrowError::Roost { reason }
 }
 
 impl RoostStore {
@@ -67,16 +110,15 @@ impl RoostStore {
             .map(|i| db.create_reactor(REACTOR_TYPE, &format!("escrow-{i}")))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| config(e.to_string()))?;
-        Ok(RoostStore {
+        Ok(RoostStore::Embedded {
             db: Arc::new(db),
             reactors,
         })
     }
 
-    fn reactor_of(&self, key: &str) -> ReactorId {
-        let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
-        self.reactors[(hasher.finish() % self.reactors.len() as u64) as usize]
+    /// The counters in the application's database.
+    pub fn external(rows: Arc<dyn ReplicaRows>) -> RoostStore {
+        RoostStore::External(rows)
     }
 
     /// Reads a replica (`None` if this site does not have the counter).
@@ -86,15 +128,22 @@ impl RoostStore {
         me: ReplicaId,
         sites: usize,
     ) -> Result<Option<Record>, EscrowError> {
-        let row_key = key.to_owned();
-        let row = self
-            .db
-            .run(self.reactor_of(key), move |ctx| {
-                let row_key = row_key.clone();
-                async move { ctx.get(&ROWS, &row_key) }
-            })
-            .await
-            .map_err(roost_error)?;
+        let row = match self {
+            RoostStore::Embedded { db, reactors } => {
+                let row_key = key.to_owned();
+                db.run(reactor_of(reactors, key), move |ctx| {
+                    let row_key = row_key.clone();
+                    async move { ctx.get(&ROWS, &row_key) }
+                })
+                .await
+                .map_err(roost_error)?
+                .map(|row| ReplicaRow {
+                    state: row.state,
+                    token: row.token,
+                })
+            }
+            RoostStore::External(rows) => rows.load(key).await.map_err(external_error)?,
+        };
         match row {
             None => Ok(None),
             Some(row) => Ok(Some(Record {
@@ -114,33 +163,51 @@ impl RoostStore {
         token: &str,
         counter: &Counter,
     ) -> Result<CasOutcome, EscrowError> {
-        let row = Row {
+        let row = ReplicaRow {
             state: encode_state(key, counter)?,
             token: token.to_owned(),
         };
-        let (row_key, expected) = (key.to_owned(), expected.map(str::to_owned));
-        self.db
-            .run(self.reactor_of(key), move |ctx| {
-                let (row_key, expected, row) = (row_key.clone(), expected.clone(), row.clone());
-                async move {
-                    let stored = ctx.get(&ROWS, &row_key)?.map(|r| r.token);
-                    if stored != expected {
-                        return Ok(CasOutcome::Conflict);
+        let landed = match self {
+            RoostStore::Embedded { db, reactors } => {
+                let row = Row {
+                    state: row.state,
+                    token: row.token,
+                };
+                let (row_key, expected) = (key.to_owned(), expected.map(str::to_owned));
+                db.run(reactor_of(reactors, key), move |ctx| {
+                    let (row_key, expected, row) = (row_key.clone(), expected.clone(), row.clone());
+                    async move {
+                        let stored = ctx.get(&ROWS, &row_key)?.map(|r| r.token);
+                        if stored != expected {
+                            return Ok(false);
+                        }
+                        ctx.put(&ROWS, &row_key, &row)?;
+                        Ok(true)
                     }
-                    ctx.put(&ROWS, &row_key, &row)?;
-                    Ok(CasOutcome::Landed)
-                }
-            })
-            .await
-            .map_err(roost_error)
+                })
+                .await
+                .map_err(roost_error)?
+            }
+            RoostStore::External(rows) => {
+                rows.cas(key, expected, row).await.map_err(external_error)?
+            }
+        };
+        Ok(if landed {
+            CasOutcome::Landed
+        } else {
+            CasOutcome::Conflict
+        })
     }
 
     /// The counters this site has.
     pub async fn known_keys(&self) -> Result<Vec<String>, EscrowError> {
+        let (db, reactors) = match self {
+            RoostStore::Embedded { db, reactors } => (db, reactors),
+            RoostStore::External(rows) => return rows.keys().await.map_err(external_error),
+        };
         let mut keys = Vec::new();
-        for &reactor in &self.reactors {
-            let rows = self
-                .db
+        for &reactor in reactors {
+            let rows = db
                 .run(reactor, |ctx| async move {
                     ctx.scan(&ROWS, .., ScanDirection::Forward, usize::MAX)
                 })
@@ -150,6 +217,58 @@ impl RoostStore {
         }
         Ok(keys)
     }
+}
+
+/// What a strictly-local operation on a stored row came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalStep {
+    /// Done: the new row state and the counter's value after it.
+    Applied { state: String, value: i64 },
+    /// Not done: the answer (`Fail`, or `Retry` with the hint).
+    Refused(Outcome),
+}
+
+/// Executes `op` strictly locally (this site's rights only) on the replica
+/// whose row state is `state`: what a procedure does inside its own
+/// transaction, beside the site's node (the row's token tells the node).
+pub fn apply_strictly_local(
+    key: &str,
+    state: &str,
+    me: ReplicaId,
+    sites: usize,
+    op: Op,
+) -> Result<LocalStep, EscrowError> {
+    let mut counter = decode_state(key, state.as_bytes(), me, sites)?;
+    match logic::execute(key, &mut counter, op, Flag::StrictLocal, &[])? {
+        Step::Applied => Ok(LocalStep::Applied {
+            state: encode_state(key, &counter)?,
+            value: counter.value().map_err(|e| EscrowError::counter(key, e))?,
+        }),
+        Step::Done(outcome) => Ok(LocalStep::Refused(outcome)),
+        // Only a global operation asks a donor.
+        Step::AskDonor(_) => Err(EscrowError::counter(
+            key,
+            "a strictly-local operation asked for a transfer",
+        )),
+    }
+}
+
+/// The value of the replica whose row state is `state`.
+pub fn state_value(
+    key: &str,
+    state: &str,
+    me: ReplicaId,
+    sites: usize,
+) -> Result<i64, EscrowError> {
+    decode_state(key, state.as_bytes(), me, sites)?
+        .value()
+        .map_err(|e| EscrowError::counter(key, e))
+}
+
+fn reactor_of(reactors: &[ReactorId], key: &str) -> ReactorId {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    reactors[(hasher.finish() % reactors.len() as u64) as usize]
 }
 
 #[cfg(test)]

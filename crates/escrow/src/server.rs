@@ -277,17 +277,9 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                 io = None;
                 match done {
                     IoDone::Wrote(outcome) => engine.write_done(outcome),
-                    IoDone::Loaded(result) => {
-                        let was_loaded = engine.durable().is_some();
-                        let mut actions = engine.loaded(result);
-                        // A counter loaded from Redis is published like a new state.
-                        if !was_loaded {
-                            if let Some(counter) = engine.durable() {
-                                actions.push(Action::Published { counter: counter.clone() });
-                            }
-                        }
-                        actions
-                    }
+                    // A state loaded for the first time, or another
+                    // writer's, comes back as `Action::Published`.
+                    IoDone::Loaded(result) => engine.loaded(result),
                 }
             }
             message = rx.recv(), if !closing => match message {
@@ -419,6 +411,16 @@ impl ServerMiddleware {
             Reply::Adopted(n) => Ok(n),
             other => Err(unexpected(key, other)),
         }
+    }
+
+    /// Another writer at this site (a procedure's transaction over the
+    /// site's store) changed `key`'s replica: the node reads it again and
+    /// ships it to the other sites. Its own next conditional write would
+    /// also notice (the token changed), but might not come soon.
+    pub fn reload(&self, key: &str) -> Result<(), EscrowError> {
+        check_key(key)?;
+        self.node()?.tell(key, Command::Reload);
+        Ok(())
     }
 
     async fn op(&self, key: &str, op: Op, flag: Flag) -> Result<Outcome, EscrowError> {

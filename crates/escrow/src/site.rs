@@ -44,7 +44,7 @@ use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
 use crate::peer::{LinkConfig, LinkError, LinkEvent, PeerLink};
 use crate::propagation::Propagator;
-use crate::roost_store::RoostStore;
+use crate::roost_store::{ReplicaRows, RoostStore};
 use crate::server::{NodeCore, NodeStore, ServerMiddleware};
 use crate::store::LazyConnection;
 use crate::weak::WeakBackend;
@@ -418,6 +418,27 @@ impl Site {
         config: SiteConfig,
         listener: TcpListener,
     ) -> Result<Site, EscrowError> {
+        Site::start_with(design, config, listener, None).await
+    }
+
+    /// Starts a [`Design::Roost`] site whose counters are rows of the
+    /// application's database (`rows`), so that the application's own
+    /// transactions may update them (strictly-local operations inside a
+    /// procedure); the site's node is then one writer among others.
+    pub async fn start_over_rows(
+        config: SiteConfig,
+        listener: TcpListener,
+        rows: Arc<dyn ReplicaRows>,
+    ) -> Result<Site, EscrowError> {
+        Site::start_with(Design::Roost, config, listener, Some(rows)).await
+    }
+
+    async fn start_with(
+        design: Design,
+        config: SiteConfig,
+        listener: TcpListener,
+        rows: Option<Arc<dyn ReplicaRows>>,
+    ) -> Result<Site, EscrowError> {
         let me = config.check()?;
         let addr = listener.local_addr().map_err(|e| EscrowError::Config {
             reason: format!("listener: {e}"),
@@ -454,7 +475,10 @@ impl Site {
             )),
             Design::Weak => Backend::Weak(WeakBackend::new(&config.redis_url, config.sites)),
             Design::Roost => Backend::Node(NodeCore::new(
-                NodeStore::Roost(RoostStore::new()?),
+                NodeStore::Roost(match rows {
+                    Some(rows) => RoostStore::external(rows),
+                    None => RoostStore::new()?,
+                }),
                 me,
                 config.sites,
                 config.policy,

@@ -28,9 +28,9 @@ mod store;
 
 pub use config::{Access, Config, ConfigError, User};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
-pub use server::{RunningServer, Server, ServerError, Services};
-pub use sites::{SiteCounters, SiteOutcome};
-pub use store::{keyspace_index, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use server::{Keyspace, RunningServer, Server, ServerError, Services};
+pub use sites::{LocalApplied, SiteCounters, SiteOutcome};
+pub use store::{keyspace_index, SiteRow, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick
 /// features; Roost speaks the RESP2/RESP3 of Redis 7.

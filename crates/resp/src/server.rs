@@ -15,7 +15,7 @@ use crate::connection::serve_connection;
 use crate::functions::Functions;
 use crate::sites::SiteCounters;
 use crate::stats::Stats;
-use crate::store::Store;
+use crate::store::{SiteRow, Store};
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -35,7 +35,7 @@ pub enum ServerError {
 /// What every connection shares.
 pub(crate) struct ServerShared {
     pub(crate) config: Config,
-    pub(crate) store: Store,
+    pub(crate) store: Arc<Store>,
     pub(crate) functions: Functions,
     /// With sites: where BC.* go.
     pub(crate) site_counters: Option<Arc<dyn SiteCounters>>,
@@ -49,8 +49,12 @@ pub(crate) struct ServerShared {
 pub struct Services {
     /// The functions FCALL calls.
     pub functions: Functions,
-    /// With sites: the site's bounded counters, which BC.* then use.
+    /// With sites: the site's bounded counters, which BC.* then use, and
+    /// which procedures reach as rows of the keyspace.
     pub site_counters: Option<Arc<dyn SiteCounters>>,
+    /// The keyspace to serve, when the application made it first (a site's
+    /// node keeps its counters in it); else the server makes its own.
+    pub keyspace: Option<Keyspace>,
 }
 
 impl Services {
@@ -58,8 +62,66 @@ impl Services {
     pub fn examples() -> Services {
         Services {
             functions: Functions::examples(),
-            site_counters: None,
+            ..Services::default()
         }
+    }
+}
+
+/// The database of a server's keyspace, made before the server so that the
+/// application can keep its own rows in it: a site's bounded counters are
+/// rows of the keyspace ([`SiteRow`]), which the site's node reads and
+/// writes here and procedures (FCALL) update inside their transactions.
+#[derive(Clone)]
+pub struct Keyspace {
+    store: Arc<Store>,
+}
+
+impl Keyspace {
+    /// Starts the keyspace's database as `config` says (the server that
+    /// serves it must be given the same config).
+    pub fn new(config: &Config) -> Result<Keyspace, ServerError> {
+        config.validate()?;
+        let store =
+            Store::new(config, Arc::new(Stats::default())).map_err(ServerError::Database)?;
+        Ok(Keyspace {
+            store: Arc::new(store),
+        })
+    }
+
+    /// `key`'s site row (`None`: the site has no such counter).
+    pub async fn site_row(&self, key: &str) -> Result<Option<SiteRow>, String> {
+        self.store
+            .site_row(key.as_bytes())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Writes `row` as `key`'s site row if the stored token is `expected`
+    /// (`None`: no row yet), in one serializable transaction; `false` if
+    /// it was not.
+    pub async fn site_row_cas(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        row: SiteRow,
+    ) -> Result<bool, String> {
+        self.store
+            .site_row_cas(key.as_bytes(), expected.map(str::to_owned), row)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The keys with a site row.
+    pub async fn site_row_keys(&self) -> Result<Vec<String>, String> {
+        let keys = self
+            .store
+            .site_row_keys()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|key| String::from_utf8(key).ok())
+            .collect())
     }
 }
 
@@ -91,7 +153,7 @@ impl Server {
     pub async fn bind_with(config: Config, functions: Functions) -> Result<Server, ServerError> {
         let services = Services {
             functions,
-            site_counters: None,
+            ..Services::default()
         };
         Server::bind_with_services(config, services).await
     }
@@ -104,6 +166,7 @@ impl Server {
         let Services {
             functions,
             site_counters,
+            keyspace,
         } = services;
         config.validate()?;
         let listener =
@@ -122,8 +185,18 @@ impl Server {
             None => None,
         };
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-        let stats = Arc::new(Stats::default());
-        let store = Store::new(&config, Arc::clone(&stats)).map_err(ServerError::Database)?;
+        let store = match keyspace {
+            Some(keyspace) => keyspace.store,
+            None => Arc::new(
+                Store::new(&config, Arc::new(Stats::default())).map_err(ServerError::Database)?,
+            ),
+        };
+        if let Some(sites) = &site_counters {
+            store
+                .attach_sites(Arc::clone(sites))
+                .map_err(ServerError::Database)?;
+        }
+        let stats = Arc::clone(store.stats());
         Ok(Server {
             listener,
             metrics,
@@ -209,7 +282,7 @@ impl Server {
     pub fn spawn_with(config: Config, functions: Functions) -> Result<RunningServer, ServerError> {
         let services = Services {
             functions,
-            site_counters: None,
+            ..Services::default()
         };
         Server::spawn_with_services(config, services)
     }

@@ -4,6 +4,13 @@
 //! an escrow site whose counters live inside Roost) instead of the keyspace
 //! transaction, so their rights, propagation and transfers are the site's.
 //!
+//! Procedures (FCALL) at a site reach the same counters: each replica is a
+//! row of the keyspace (`site_counters`) that a procedure's transaction
+//! reads and writes with a strictly-local operation ([`SiteCounters::apply_local`]),
+//! under a fresh token; the site's node writes a row only if the token is the
+//! one it last saw, so it reloads and re-runs instead of overwriting, and
+//! [`SiteCounters::changed`] has it ship the new state to the other sites.
+//!
 //! Replies: BC.INC/BC.DEC answer the counter's value at this site after the
 //! operation; the seed's `fail` is `BOUND ...` (the bound as known leaves no
 //! room), its `retry` is `RETRY ...` saying whether the operation with the
@@ -32,6 +39,20 @@ pub enum SiteOutcome {
     },
 }
 
+/// What a procedure's strictly-local operation came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalApplied {
+    /// Done: write `state` with `token`; `value` is the counter's value at
+    /// this site after it.
+    Applied {
+        state: String,
+        token: String,
+        value: i64,
+    },
+    /// Not done ([`SiteOutcome::Fail`] or [`SiteOutcome::Retry`]).
+    Refused(SiteOutcome),
+}
+
 /// A site's bounded counters.
 pub trait SiteCounters: Send + Sync + 'static {
     /// Creates `key` with bound `k` and value `initial` (its rights at this
@@ -57,6 +78,27 @@ pub trait SiteCounters: Send + Sync + 'static {
     /// The counter's value at this site (`None`: unknown here).
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>>;
 
+    /// A procedure's read: the value of the replica whose stored row state
+    /// is `state` (read inside the procedure's transaction).
+    fn state_value(&self, key: &str, state: &str) -> Result<i64, String>;
+
+    /// A procedure's strictly-local operation on the replica whose stored
+    /// row state is `state`: adds (`up`) or subtracts `delta` using this
+    /// site's rights only (a transaction cannot wait for other sites). The
+    /// caller writes the new state with the token returned, in its
+    /// transaction, then calls [`changed`](Self::changed) once committed.
+    fn apply_local(
+        &self,
+        key: &str,
+        state: &str,
+        up: bool,
+        delta: u64,
+    ) -> Result<LocalApplied, String>;
+
+    /// A transaction changed `key`'s row: the site re-reads it and ships it
+    /// to the other sites.
+    fn changed(&self, key: &str);
+
     /// §IV-E, at every survivor: fence site `failed` (nothing from it is
     /// accepted any more), then report, per counter, what this site knows of
     /// its rights (`(key, report)`, the report in the counter crate's JSON).
@@ -73,6 +115,14 @@ pub trait SiteCounters: Send + Sync + 'static {
         key: &str,
         reports: Vec<String>,
     ) -> SiteFuture<'_, Result<u64, String>>;
+}
+
+/// The error text of a refused operation (`BOUND ...`, `RETRY ...`).
+pub(crate) fn refusal_text(outcome: SiteOutcome) -> Option<String> {
+    match outcome_reply(outcome, Ok(None)) {
+        Frame::Error(text) if outcome != SiteOutcome::Ok => Some(text),
+        _ => None,
+    }
 }
 
 /// The reply to an operation's outcome, `value` being read after it.

@@ -11,19 +11,20 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use roost_bcounter::{Bound, BoundedCounter, FullRights, ReplicaId};
 use roost_reactor::{
     Database, Deployment, KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ReactorId,
-    RelationDef, Schema,
+    RelationDef, ScanDirection, Schema,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::functions::{run_call, FCall, Writes};
 use crate::protocol::Frame;
+use crate::sites::SiteCounters;
 use crate::stats::Stats;
 
 pub(crate) const REACTOR_TYPE: &str = "keyspace";
@@ -31,6 +32,23 @@ pub(crate) const REACTOR_TYPE: &str = "keyspace";
 /// keyspace in order.
 pub(crate) static KV: RelationDef<KvKey, Entry> =
     RelationDef::new(REACTOR_TYPE, "kv").point_access_only();
+
+/// With sites (`roost resp --site`): each bounded counter's replica at this
+/// site, a row per key beside the keyspace's strings, so that a procedure
+/// (FCALL) updates a counter in the same transaction as its other keys.
+/// Ordered: the site's node lists the counters it has (a resync).
+pub(crate) static SITE_ROWS: RelationDef<KvKey, SiteRow> =
+    RelationDef::new(REACTOR_TYPE, "site_counters");
+
+/// A bounded counter's replica at this site: its state (the site's versioned
+/// JSON, opaque here) and the token of the write that left it. The site's
+/// node writes a row only if its token is the one it last saw, so a
+/// procedure's write (with a fresh token) is never overwritten unseen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteRow {
+    pub state: String,
+    pub token: String,
+}
 
 /// A key as the `kv` relation stores it: its bytes as they are. It is the
 /// whole key (no component follows it), so raw bytes keep the byte order
@@ -285,6 +303,9 @@ struct Shared {
     reactors: Vec<ReactorId>,
     next_stamp: AtomicU64,
     stats: Arc<Stats>,
+    /// With sites: the site's counters (procedures' bounded counters are
+    /// then site rows, and the site's node is told what they changed).
+    sites: OnceLock<Arc<dyn SiteCounters>>,
 }
 
 impl Shared {
@@ -311,7 +332,7 @@ impl Store {
         deployment.spin_before_park_us = config.spin_before_park_us;
         deployment.spin_while_active_us = config.spin_while_active_us;
         let schema = Schema::new()
-            .reactor_type(REACTOR_TYPE, &[&KV])
+            .reactor_type(REACTOR_TYPE, &[&KV, &SITE_ROWS])
             .map_err(|e| e.to_string())?;
         let db = Database::new(schema, deployment).map_err(|e| e.to_string())?;
         let reactors = (0..keyspace_reactors)
@@ -324,8 +345,72 @@ impl Store {
                 reactors,
                 next_stamp: AtomicU64::new(1),
                 stats,
+                sites: OnceLock::new(),
             }),
         })
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<Stats> {
+        &self.shared.stats
+    }
+
+    /// Makes this keyspace a site's: its procedures' bounded counters are
+    /// then the site's rows. Once only.
+    pub(crate) fn attach_sites(&self, sites: Arc<dyn SiteCounters>) -> Result<(), String> {
+        self.shared
+            .sites
+            .set(sites)
+            .map_err(|_| "this keyspace already serves a site".to_owned())
+    }
+
+    /// `key`'s site row, in a transaction of its own.
+    pub(crate) async fn site_row(&self, key: &[u8]) -> Result<Option<SiteRow>, ReactorError> {
+        let key = KvKey(key.to_vec());
+        self.db
+            .run(self.shared.reactor_of(&key.0), move |ctx| {
+                let key = key.clone();
+                async move { ctx.get(&SITE_ROWS, &key) }
+            })
+            .await
+    }
+
+    /// Writes `row` as `key`'s site row if the stored token is `expected`
+    /// (`None`: no row yet), in one transaction; `false` if it was not.
+    pub(crate) async fn site_row_cas(
+        &self,
+        key: &[u8],
+        expected: Option<String>,
+        row: SiteRow,
+    ) -> Result<bool, ReactorError> {
+        let key = KvKey(key.to_vec());
+        self.db
+            .run(self.shared.reactor_of(&key.0), move |ctx| {
+                let (key, expected, row) = (key.clone(), expected.clone(), row.clone());
+                async move {
+                    let stored = ctx.get(&SITE_ROWS, &key)?.map(|r| r.token);
+                    if stored != expected {
+                        return Ok(false);
+                    }
+                    ctx.put(&SITE_ROWS, &key, &row)?;
+                    Ok(true)
+                }
+            })
+            .await
+    }
+
+    /// The keys with a site row.
+    pub(crate) async fn site_row_keys(&self) -> Result<Vec<Vec<u8>>, ReactorError> {
+        let mut keys = Vec::new();
+        for &reactor in &self.shared.reactors {
+            let rows = self
+                .db
+                .run(reactor, |ctx| async move {
+                    ctx.scan(&SITE_ROWS, .., ScanDirection::Forward, usize::MAX)
+                })
+                .await?;
+            keys.extend(rows.into_iter().map(|(key, _)| key.0));
+        }
+        Ok(keys)
     }
 
     /// Runs `ops` in order as one root transaction. With `watched`, first
@@ -349,6 +434,11 @@ impl Store {
             .any(|op| matches!(op, Op::FCall(call) if call.split))
             .then(|| Arc::new(Mutex::new(Writes::new())));
         let deferred_writes = deferred.clone();
+        // With sites: the site rows calls changed, for the site's node.
+        let site_changed = (self.shared.sites.get().is_some()
+            && ops.iter().any(|op| matches!(op, Op::FCall(_))))
+        .then(|| Arc::new(Mutex::new(Vec::new())));
+        let changed = site_changed.clone();
         let outcome = self
             .db
             .run(root, move |ctx| {
@@ -356,6 +446,7 @@ impl Store {
                     ctx,
                     shared: Arc::clone(&shared),
                     deferred: deferred.clone(),
+                    site_changed: site_changed.clone(),
                 };
                 let ops = Arc::clone(&ops);
                 let watched = watched.clone();
@@ -363,6 +454,9 @@ impl Store {
                     tx.shared.stats.attempts.fetch_add(1, Ordering::Relaxed);
                     if let Some(deferred) = &tx.deferred {
                         deferred.lock().expect("deferred writes").clear();
+                    }
+                    if let Some(changed) = &tx.site_changed {
+                        changed.lock().expect("changed site rows").clear();
                     }
                     if let Some(watched) = watched {
                         for (key, stamp) in watched.iter() {
@@ -381,6 +475,16 @@ impl Store {
             .await;
         if let (Ok(Some(_)), Some(deferred)) = (&outcome, deferred_writes) {
             self.apply_deferred(deferred).await?;
+        }
+        if let (Ok(Some(_)), Some(changed), Some(sites)) =
+            (&outcome, changed, self.shared.sites.get())
+        {
+            for key in changed.lock().expect("changed site rows").drain(..) {
+                // A row exists only under a key the site accepted: UTF-8.
+                if let Ok(key) = std::str::from_utf8(&key) {
+                    sites.changed(key);
+                }
+            }
         }
         let stats = &self.shared.stats;
         match &outcome {
@@ -412,6 +516,7 @@ impl Store {
                     ctx,
                     shared: Arc::clone(&shared),
                     deferred: None,
+                    site_changed: None,
                 };
                 let writes = Arc::clone(&writes);
                 async move {
@@ -439,6 +544,8 @@ pub(crate) struct Tx {
     /// Calls' writes held back for a second transaction: only under the
     /// planted fault of `Functions::plant_bug_split_transaction`.
     deferred: Option<Arc<Mutex<Writes>>>,
+    /// With sites: the keys whose site rows this attempt's calls wrote.
+    site_changed: Option<Arc<Mutex<Vec<Vec<u8>>>>>,
 }
 
 impl Tx {
@@ -455,6 +562,46 @@ impl Tx {
         let key = KvKey(key.clone());
         self.ctx
             .call(target, move |c| async move { c.get(&KV, &key) })
+            .await
+    }
+
+    /// With sites: the site's counters.
+    pub(crate) fn sites(&self) -> Option<&Arc<dyn SiteCounters>> {
+        self.shared.sites.get()
+    }
+
+    /// `key`'s site row (with sites).
+    #[allow(clippy::ptr_arg)]
+    pub(crate) async fn read_site_row(
+        &self,
+        key: &Vec<u8>,
+    ) -> Result<Option<SiteRow>, ReactorError> {
+        let target = self.shared.reactor_of(key);
+        if let Some(local) = self.ctx.local(target)? {
+            return local.get(&SITE_ROWS, KvKey::from_ref(key));
+        }
+        let key = KvKey(key.clone());
+        self.ctx
+            .call(target, move |c| async move { c.get(&SITE_ROWS, &key) })
+            .await
+    }
+
+    /// Writes `key`'s site row, and notes it for the site's node.
+    #[allow(clippy::ptr_arg)]
+    async fn write_site_row(&self, key: &Vec<u8>, row: SiteRow) -> Result<(), ReactorError> {
+        if let Some(changed) = &self.site_changed {
+            changed.lock().expect("changed site rows").push(key.clone());
+        }
+        let target = self.shared.reactor_of(key);
+        if let Some(local) = self.ctx.local(target)? {
+            return local.put(&SITE_ROWS, KvKey::from_ref(key), &row);
+        }
+        let key = KvKey(key.clone());
+        self.ctx
+            .call(
+                target,
+                move |c| async move { c.put(&SITE_ROWS, &key, &row) },
+            )
             .await
     }
 
@@ -511,7 +658,10 @@ impl Tx {
             Op::Reply(error) => error.clone(),
             Op::BcFence(_) | Op::BcAdopt { .. } => Frame::error(NOT_A_SITE),
             Op::FCall(call) => {
-                let (reply, writes) = run_call(self, call).await?;
+                let (reply, writes, site_writes) = run_call(self, call).await?;
+                for (key, row) in site_writes {
+                    self.write_site_row(&key, row).await?;
+                }
                 match &self.deferred {
                     Some(deferred) if call.split => {
                         deferred.lock().expect("deferred writes").extend(writes);

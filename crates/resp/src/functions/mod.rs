@@ -35,8 +35,9 @@ use roost_reactor::ReactorError;
 use thiserror::Error;
 
 use crate::protocol::Frame;
+use crate::sites::{refusal_text, LocalApplied, SiteCounters};
 use crate::store::{
-    decode_counter, encode_counter, parse_i64, Tx, Value, MAX_KEY_BYTES, MAX_VALUE_BYTES,
+    decode_counter, encode_counter, parse_i64, SiteRow, Tx, Value, MAX_KEY_BYTES, MAX_VALUE_BYTES,
     NOT_INTEGER, WRONGTYPE,
 };
 
@@ -158,6 +159,7 @@ pub struct Functions {
     libraries: Vec<(String, Vec<Arc<Function>>)>,
     by_name: HashMap<String, Arc<Function>>,
     plant_split: bool,
+    plant_keep_site_token: bool,
 }
 
 impl std::fmt::Debug for Functions {
@@ -226,6 +228,16 @@ impl Functions {
         self.plant_split = true;
     }
 
+    /// Test-only fault: at a site, a call writes a counter's row under the
+    /// token it found instead of a fresh one, so the site's node takes the
+    /// row for its own last write and may overwrite the call's operation.
+    /// The sites test must catch it (decrements lost: the converged value
+    /// is above what the successful operations leave).
+    #[doc(hidden)]
+    pub fn plant_bug_keep_site_token(&mut self) {
+        self.plant_keep_site_token = true;
+    }
+
     /// `FCALL`/`FCALL_RO name numkeys key... arg...` (arity checked) as a
     /// call, or the error Redis gives.
     pub(crate) fn parse_call(&self, read_only: bool, args: &mut [Vec<u8>]) -> Result<FCall, Frame> {
@@ -263,6 +275,7 @@ impl Functions {
             keys,
             args,
             split: self.plant_split,
+            keep_site_token: self.plant_keep_site_token,
         })
     }
 
@@ -377,6 +390,8 @@ pub(crate) struct FCall {
     slots: Vec<usize>,
     /// The planted fault of [`Functions::plant_bug_split_transaction`].
     pub(crate) split: bool,
+    /// The planted fault of [`Functions::plant_bug_keep_site_token`].
+    keep_site_token: bool,
 }
 
 impl FCall {
@@ -393,26 +408,43 @@ impl FCall {
 /// deletes.
 pub(crate) type Writes = Vec<(Vec<u8>, Option<Value>)>;
 
+/// Site rows a call wrote (with sites), in the order of the keys' first
+/// positions.
+pub(crate) type SiteWrites = Vec<(Vec<u8>, SiteRow)>;
+
 /// Runs `call` inside the transaction of `tx`. Returns the function's reply
 /// (its refusal as an error reply) and the writes to apply: `Ok` only.
-pub(crate) async fn run_call(tx: &Tx, call: &FCall) -> Result<(Frame, Writes), ReactorError> {
+pub(crate) async fn run_call(
+    tx: &Tx,
+    call: &FCall,
+) -> Result<(Frame, Writes, SiteWrites), ReactorError> {
     let ctx = FunctionCtx {
         tx,
         call,
         written: RefCell::new(vec![None; call.keys.len()]),
+        site_written: RefCell::new(vec![None; call.keys.len()]),
     };
     let outcome = (call.function.handler)(&ctx).await;
     match outcome {
         Ok(reply) => {
-            let written = ctx.written.into_inner();
-            let writes = written
+            let keyed = |(slot, w): (usize, Option<_>)| w.map(|w| (call.keys[slot].clone(), w));
+            let writes = ctx
+                .written
+                .into_inner()
+                .into_iter()
+                .enumerate()
+                .filter_map(keyed)
+                .collect();
+            let site_writes = ctx
+                .site_written
+                .into_inner()
                 .into_iter()
                 .enumerate()
                 .filter_map(|(slot, w)| w.map(|w| (call.keys[slot].clone(), w)))
                 .collect();
-            Ok((reply, writes))
+            Ok((reply, writes, site_writes))
         }
-        Err(FunctionError::Reply(text)) => Ok((Frame::Error(text), Vec::new())),
+        Err(FunctionError::Reply(text)) => Ok((Frame::Error(text), Vec::new(), Vec::new())),
         Err(FunctionError::Transaction(e)) => Err(e),
     }
 }
@@ -424,6 +456,8 @@ pub struct FunctionCtx<'a> {
     call: &'a FCall,
     /// Per slot, the value written (`Some(None)`: deleted), not yet applied.
     written: RefCell<Vec<Option<Option<Value>>>>,
+    /// With sites: per slot, the counter row written, not yet applied.
+    site_written: RefCell<Vec<Option<SiteRow>>>,
 }
 
 impl FunctionCtx<'_> {
@@ -547,8 +581,31 @@ impl FunctionCtx<'_> {
         }
     }
 
-    /// The value of the bounded counter at key `key` (`None`: absent).
+    /// With sites: key `key` as the site knows counter names, and its row
+    /// (the one this call wrote, else the stored one).
+    async fn site_row(&self, key: usize) -> Result<(&str, Option<SiteRow>), FunctionError> {
+        let slot = self.slot(key)?;
+        let name = std::str::from_utf8(&self.call.keys[slot])
+            .map_err(|_| FunctionError::reply("no such bounded counter"))?;
+        if let Some(row) = &self.site_written.borrow()[slot] {
+            return Ok((name, Some(row.clone())));
+        }
+        Ok((name, self.tx.read_site_row(&self.call.keys[slot]).await?))
+    }
+
+    /// The value of the bounded counter at key `key` (`None`: absent). At a
+    /// site, the site's replica (this site's view of the counter).
     pub async fn counter_value(&self, key: usize) -> Result<Option<i64>, FunctionError> {
+        if let Some(sites) = self.tx.sites() {
+            let (name, row) = self.site_row(key).await?;
+            return match row {
+                None => Ok(None),
+                Some(row) => sites
+                    .state_value(name, &row.state)
+                    .map(Some)
+                    .map_err(|e| FunctionError::reply(format!("bounded counter: {e}"))),
+            };
+        }
         match self.counter(key).await? {
             None => Ok(None),
             Some(counter) => counter
@@ -561,7 +618,16 @@ impl FunctionCtx<'_> {
     /// Adds `delta` to the bounded counter at key `key` (BC.INC for a
     /// positive delta, BC.DEC for a negative one); refused with a `BOUND`
     /// error when the counter's bound forbids it. Returns the new value.
+    ///
+    /// At a site, the operation is strictly local (the seed's
+    /// `strict-local` flag: this site's rights only, as a transaction
+    /// cannot wait for other sites): refused with `BOUND ...` when the bound
+    /// forbids it, `RETRY ...` when this site lacks the rights (BC.DEC with
+    /// GLOBAL may then get them).
     pub async fn counter_add(&self, key: usize, delta: i64) -> Result<i64, FunctionError> {
+        if let Some(sites) = self.tx.sites() {
+            return self.site_counter_add(sites.as_ref(), key, delta).await;
+        }
         let Some(mut counter) = self.counter(key).await? else {
             return Err(FunctionError::reply("no such bounded counter"));
         };
@@ -584,6 +650,47 @@ impl FunctionCtx<'_> {
             .map_err(|e| FunctionError::reply(format!("bounded counter: {e}")))?;
         self.write(key, Some(Value::Counter(encode_counter(&counter))))?;
         Ok(value)
+    }
+}
+
+impl FunctionCtx<'_> {
+    async fn site_counter_add(
+        &self,
+        sites: &dyn SiteCounters,
+        key: usize,
+        delta: i64,
+    ) -> Result<i64, FunctionError> {
+        if self.call.function.no_writes {
+            return Err(FunctionError::reply(
+                "Write commands are not allowed from read-only scripts.",
+            ));
+        }
+        let (name, row) = self.site_row(key).await?;
+        let Some(row) = row else {
+            return Err(FunctionError::reply("no such bounded counter"));
+        };
+        let applied = sites
+            .apply_local(name, &row.state, delta >= 0, delta.unsigned_abs())
+            .map_err(|e| FunctionError::reply(format!("bounded counter: {e}")))?;
+        match applied {
+            LocalApplied::Applied {
+                state,
+                token,
+                value,
+            } => {
+                let token = if self.call.keep_site_token {
+                    row.token
+                } else {
+                    token
+                };
+                let slot = self.slot(key)?;
+                self.site_written.borrow_mut()[slot] = Some(SiteRow { state, token });
+                Ok(value)
+            }
+            LocalApplied::Refused(outcome) => Err(FunctionError::reply(
+                refusal_text(outcome).unwrap_or_else(|| format!("ERR {outcome:?}")),
+            )),
+        }
     }
 }
 

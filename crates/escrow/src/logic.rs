@@ -80,7 +80,15 @@ pub fn execute(
         .map_err(|e| EscrowError::counter(key, e))?;
     let donors = view.donors_by_rights();
     if flag == Flag::Global {
-        if let Some(donor) = donors.iter().find(|d| !tried.contains(&d.replica)) {
+        // Peers believed to hold rights first, then the others: the compact
+        // representation does not see transfers between two other sites, so
+        // a peer believed to hold nothing may hold what is missing.
+        let unlikely = view.peers.iter().filter(|peer| peer.believed_rights <= 0);
+        if let Some(donor) = donors
+            .iter()
+            .chain(unlikely)
+            .find(|d| !tried.contains(&d.replica))
+        {
             let request = counter
                 .transfer_request(donor.replica, shortfall, RequestMode::Sync)
                 .map_err(|e| EscrowError::counter(key, e))?;
@@ -134,6 +142,36 @@ mod tests {
         a.transfer(4, replica(1)).unwrap();
         b.merge(&a.message_for(replica(1)).unwrap()).unwrap();
         (a, b)
+    }
+
+    /// Site 2 learns of site 0's counter but not of its transfer to site 1
+    /// (the compact representation stores no transfer between two other
+    /// sites): it believes site 1 holds nothing. A global operation still
+    /// asks site 1 once site 0 was asked, before answering Retry.
+    #[test]
+    fn global_asks_peers_believed_to_hold_nothing_last() {
+        let (a, _) = sites();
+        let mut c = Counter::new(Bound::Lower, 0, replica(2), 3).unwrap();
+        c.merge(&a.message_for(replica(2)).unwrap()).unwrap();
+        let view = c.rights_view().unwrap();
+        let believed_1 = view.peers.iter().find(|p| p.replica == replica(1)).unwrap();
+        assert!(believed_1.believed_rights <= 0, "{view:?}");
+        let ask = |c: &mut Counter, tried: &[ReplicaId]| match execute(
+            "k",
+            c,
+            Op::dec(8),
+            Flag::Global,
+            tried,
+        )
+        .unwrap()
+        {
+            Step::AskDonor(request) => Some(request.donor),
+            Step::Done(Outcome::Retry { .. }) => None,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ask(&mut c, &[]), Some(replica(0)));
+        assert_eq!(ask(&mut c, &[replica(0)]), Some(replica(1)));
+        assert_eq!(ask(&mut c, &[replica(0), replica(1)]), None);
     }
 
     #[test]
@@ -207,9 +245,23 @@ mod tests {
         assert_eq!(request.requester, replica(1));
         assert_eq!(request.amount, 2);
         assert_eq!(request.mode, RequestMode::Sync);
-        // Site 0 tried already, site 2 is believed to hold nothing.
+        // Site 0 tried already; site 2 is believed to hold nothing, but it is
+        // asked before giving up (a belief may miss transfers).
+        let Step::AskDonor(request) =
+            execute("k", &mut b, Op::dec(6), Flag::Global, &[replica(0)]).unwrap()
+        else {
+            panic!("expected a donor request");
+        };
+        assert_eq!(request.donor, replica(2));
         assert_eq!(
-            execute("k", &mut b, Op::dec(6), Flag::Global, &[replica(0)]).unwrap(),
+            execute(
+                "k",
+                &mut b,
+                Op::dec(6),
+                Flag::Global,
+                &[replica(0), replica(2)]
+            )
+            .unwrap(),
             Step::Done(Outcome::Retry {
                 global_may_succeed: true
             })

@@ -25,6 +25,9 @@ pub struct PlantedBugs {
     /// Make every range scan skip the first record the index returns: the
     /// fault the own-writes check of a scan must catch (see `TxOps::scan`).
     pub scans_skip_first_record: bool,
+    /// Never free a deleted record (unlinked but not retired): the leak the
+    /// reclamation test must catch.
+    pub leak_deleted_records: bool,
 }
 
 #[derive(Clone, Debug)]

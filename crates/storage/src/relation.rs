@@ -163,14 +163,23 @@ impl Relation {
     /// Unlinks `record` from the index if it is still the entry for `key`, and
     /// retires it. The caller has already cleared its latest bit.
     pub(crate) fn unlink(&self, key: &[u8], record: RecordRef, guard: &Guard) {
+        if self.remove_entry(key, record) {
+            record.retire(guard);
+        }
+    }
+
+    /// The planted leak (`PlantedBugs::leak_deleted_records`): unlinks and
+    /// never frees.
+    pub(crate) fn unlink_without_retiring(&self, key: &[u8], record: RecordRef) {
+        self.remove_entry(key, record);
+    }
+
+    fn remove_entry(&self, key: &[u8], record: RecordRef) -> bool {
         debug_assert!(!record.load_tid().is_latest());
         let probe = KeyProbe::new(key);
-        let removed = match &self.index {
+        match &self.index {
             Index::Ordered(tree) => tree.remove_if_sync(&probe, |current| *current == record),
             Index::Hashed(hash) => hash.remove_if_sync(&probe, |current| *current == record),
-        };
-        if removed {
-            record.retire(guard);
         }
     }
 

@@ -779,7 +779,7 @@ pub(crate) fn commit_parts(
     let epoch_floor = Tid::new(epoch, 0, 0).version();
     let tid = Tid::from_raw(candidate.max(epoch_floor));
     for w in parts.iter_mut() {
-        install(&w.buffers, guard, tid);
+        install(&w.buffers, guard, tid, planted);
         w.last_tid = tid.version();
     }
     Ok(CommitInfo {
@@ -902,7 +902,7 @@ fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard, planted: Pl
     }
 }
 
-fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid) {
+fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {
     for w in &bufs.writes {
         match w.op {
             WriteOp::Put => {
@@ -917,7 +917,12 @@ fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid) {
                 w.record
                     .tid()
                     .unlock_to(Tid::with_status(tid.version(), ABSENT_BIT));
-                relation_ref(w.relation).unlink(bufs.bytes(w.key), w.record, guard);
+                let relation = relation_ref(w.relation);
+                if planted.leak_deleted_records {
+                    relation.unlink_without_retiring(bufs.bytes(w.key), w.record);
+                } else {
+                    relation.unlink(bufs.bytes(w.key), w.record, guard);
+                }
             }
         }
     }

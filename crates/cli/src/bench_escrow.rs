@@ -493,21 +493,36 @@ impl Measured {
         self.remote.iter().any(|&r| r)
     }
 
-    /// The row of a sweep point: all regions together.
-    fn sweep_row(&self, plan: &Plan) -> Row {
-        let total = self.total();
+    /// What every row of this run says of its configuration (in this
+    /// order), and its excess decrements; `counters` only for sweeps.
+    fn base_row(
+        &self,
+        plan: &Plan,
+        client_region: &str,
+        remote: bool,
+        counters: Option<usize>,
+    ) -> Row {
         let mut row = Row::new("escrow", self.variant)
             .with_param("scenario", self.scenario)
-            .with_param("client_region", "all")
-            .with_param("remote", self.any_remote())
-            .with_param("clients_per_region", self.clients_per_region as u64)
-            .with_param("counters", self.counters as u64)
-            .with_param("initial", self.start)
+            .with_param("client_region", client_region)
+            .with_param("remote", remote)
+            .with_param("clients_per_region", self.clients_per_region as u64);
+        if let Some(counters) = counters {
+            row = row.with_param("counters", counters as u64);
+        }
+        row.with_param("initial", self.start)
             .with_param("bound", 0)
             .with_param("decrement_pct", 100)
             .with_param("flag", "global")
             .with_param("rtt_scale", plan.rtt_scale)
             .with_extra("excess_decrements", self.excess())
+    }
+
+    /// The row of a sweep point: all regions together.
+    fn sweep_row(&self, plan: &Plan) -> Row {
+        let total = self.total();
+        let mut row = self
+            .base_row(plan, "all", self.any_remote(), Some(self.counters))
             .with_extra("ok_decrements", total.ok)
             .with_extra(
                 "p50_ms_per_region",
@@ -550,20 +565,11 @@ impl Measured {
         self.windows(plan.window)
             .into_iter()
             .map(|(at, h)| {
-                let mut row = Row::new("escrow", self.variant)
-                    .with_param("scenario", self.scenario)
-                    .with_param("client_region", "all")
-                    .with_param("remote", self.any_remote())
-                    .with_param("clients_per_region", self.clients_per_region as u64)
-                    .with_param("initial", self.start)
-                    .with_param("bound", 0)
-                    .with_param("decrement_pct", 100)
-                    .with_param("flag", "global")
-                    .with_param("rtt_scale", plan.rtt_scale)
+                let mut row = self
+                    .base_row(plan, "all", self.any_remote(), None)
                     .with_param("window_ms", plan.window.as_millis() as u64)
                     .with_param("window_start_ms", at.as_millis() as u64)
                     .with_param("think_ms", plan.over_time_think.as_millis() as u64)
-                    .with_extra("excess_decrements", self.excess())
                     .with_extra("ok_decrements", h.len())
                     .with_extra("ok_decrements_all_windows", self.ok())
                     .with_extra("seconds", round3(self.seconds))
@@ -588,17 +594,8 @@ impl Measured {
             .iter()
             .enumerate()
             .map(|(site, result)| {
-                let mut row = Row::new("escrow", self.variant)
-                    .with_param("scenario", self.scenario)
-                    .with_param("client_region", self.regions[site].name())
-                    .with_param("remote", self.remote[site])
-                    .with_param("clients_per_region", self.clients_per_region as u64)
-                    .with_param("initial", self.start)
-                    .with_param("bound", 0)
-                    .with_param("decrement_pct", 100)
-                    .with_param("flag", "global")
-                    .with_param("rtt_scale", plan.rtt_scale)
-                    .with_extra("excess_decrements", self.excess())
+                let mut row = self
+                    .base_row(plan, self.regions[site].name(), self.remote[site], None)
                     .with_extra("ok_decrements", result.ok)
                     .with_extra("ok_decrements_all_regions", self.ok())
                     .with_extra("throughput_all_regions_tps", round1(self.throughput()))

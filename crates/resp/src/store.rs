@@ -19,6 +19,7 @@ use roost_reactor::{
     Database, Deployment, KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ReactorId,
     RelationDef, ScanDirection, Schema,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
@@ -555,13 +556,27 @@ impl Tx {
     // `&Vec` rather than `&[u8]`: the relation's key type wraps the vector.
     #[allow(clippy::ptr_arg)]
     pub(crate) async fn read(&self, key: &Vec<u8>) -> Result<Option<Entry>, ReactorError> {
+        self.get_row(&KV, key).await
+    }
+
+    /// `key`'s row of `relation` (`kv` or `site_counters`), in the reactor
+    /// the key belongs to.
+    #[allow(clippy::ptr_arg)]
+    async fn get_row<V>(
+        &self,
+        relation: &'static RelationDef<KvKey, V>,
+        key: &Vec<u8>,
+    ) -> Result<Option<V>, ReactorError>
+    where
+        V: DeserializeOwned + Send + 'static,
+    {
         let target = self.shared.reactor_of(key);
         if let Some(local) = self.ctx.local(target)? {
-            return local.get(&KV, KvKey::from_ref(key));
+            return local.get(relation, KvKey::from_ref(key));
         }
         let key = KvKey(key.clone());
         self.ctx
-            .call(target, move |c| async move { c.get(&KV, &key) })
+            .call(target, move |c| async move { c.get(relation, &key) })
             .await
     }
 
@@ -576,14 +591,7 @@ impl Tx {
         &self,
         key: &Vec<u8>,
     ) -> Result<Option<SiteRow>, ReactorError> {
-        let target = self.shared.reactor_of(key);
-        if let Some(local) = self.ctx.local(target)? {
-            return local.get(&SITE_ROWS, KvKey::from_ref(key));
-        }
-        let key = KvKey(key.clone());
-        self.ctx
-            .call(target, move |c| async move { c.get(&SITE_ROWS, &key) })
-            .await
+        self.get_row(&SITE_ROWS, key).await
     }
 
     /// Writes `key`'s site row, and notes it for the site's node.

@@ -427,26 +427,22 @@ pub(crate) async fn run_call(
     let outcome = (call.function.handler)(&ctx).await;
     match outcome {
         Ok(reply) => {
-            let keyed = |(slot, w): (usize, Option<_>)| w.map(|w| (call.keys[slot].clone(), w));
-            let writes = ctx
-                .written
-                .into_inner()
-                .into_iter()
-                .enumerate()
-                .filter_map(keyed)
-                .collect();
-            let site_writes = ctx
-                .site_written
-                .into_inner()
-                .into_iter()
-                .enumerate()
-                .filter_map(|(slot, w)| w.map(|w| (call.keys[slot].clone(), w)))
-                .collect();
+            let writes = keyed(&call.keys, ctx.written.into_inner());
+            let site_writes = keyed(&call.keys, ctx.site_written.into_inner());
             Ok((reply, writes, site_writes))
         }
         Err(FunctionError::Reply(text)) => Ok((Frame::Error(text), Vec::new(), Vec::new())),
         Err(FunctionError::Transaction(e)) => Err(e),
     }
+}
+
+/// The writes of the slots that have one, each with its key.
+fn keyed<T>(keys: &[Vec<u8>], slots: Vec<Option<T>>) -> Vec<(Vec<u8>, T)> {
+    slots
+        .into_iter()
+        .enumerate()
+        .filter_map(|(slot, w)| w.map(|w| (keys[slot].clone(), w)))
+        .collect()
 }
 
 /// What a function sees of its call: its keys (by position), its arguments,
@@ -513,13 +509,19 @@ impl FunctionCtx<'_> {
         Ok(self.tx.read(&self.call.keys[slot]).await?.map(|e| e.value))
     }
 
-    fn write(&self, key: usize, value: Option<Value>) -> Result<(), FunctionError> {
-        let slot = self.slot(key)?;
+    /// Refuses any write of a `no-writes` function.
+    fn check_writable(&self) -> Result<(), FunctionError> {
         if self.call.function.no_writes {
             return Err(FunctionError::reply(
                 "Write commands are not allowed from read-only scripts.",
             ));
         }
+        Ok(())
+    }
+
+    fn write(&self, key: usize, value: Option<Value>) -> Result<(), FunctionError> {
+        let slot = self.slot(key)?;
+        self.check_writable()?;
         self.written.borrow_mut()[slot] = Some(value);
         Ok(())
     }
@@ -660,11 +662,7 @@ impl FunctionCtx<'_> {
         key: usize,
         delta: i64,
     ) -> Result<i64, FunctionError> {
-        if self.call.function.no_writes {
-            return Err(FunctionError::reply(
-                "Write commands are not allowed from read-only scripts.",
-            ));
-        }
+        self.check_writable()?;
         let (name, row) = self.site_row(key).await?;
         let Some(row) = row else {
             return Err(FunctionError::reply("no such bounded counter"));

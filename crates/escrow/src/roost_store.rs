@@ -16,9 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use roost_bcounter::ReplicaId;
-use roost_reactor::{
-    Database, Deployment, ReactorError, ReactorId, RelationDef, ScanDirection, Schema,
-};
+use roost_reactor::{Database, Deployment, ReactorId, RelationDef, ScanDirection, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{Flag, Op, Outcome};
@@ -32,33 +30,23 @@ pub const REACTORS: usize = 16;
 /// Executors of the embedded database.
 const EXECUTORS: usize = 2;
 
-/// A counter's replica at this site: its state (the same versioned JSON as
-/// over Redis) and the token of its last writer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Row {
-    state: String,
-    token: String,
-}
-
-/// Ordered (not point-access only): a resync lists every counter by
-/// scanning the reactors' rows.
-static ROWS: RelationDef<String, Row> = RelationDef::new(REACTOR_TYPE, "counters");
-
 /// A boxed future of a [`ReplicaRows`] operation.
 pub type RowFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A counter's replica as a row: its state (versioned JSON, as
-/// [`encode_state`] writes it) and the token of the write that left it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A counter's replica at this site as a row: its state (the same versioned
+/// JSON as over Redis, as [`encode_state`] writes it) and the token of the
+/// write that left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaRow {
     pub state: String,
     pub token: String,
 }
 
-/// Replica rows kept by a Roost database the application already runs (a
-/// node's keyspace), so that its own transactions (procedures) can update a
-/// counter together with other data; the node is then one writer among
-/// others, which its conditional writes already allow for.
+/// Where a site's replica rows live: a Roost database of their own
+/// ([`RoostStore::new`]) or one the application already runs (a node's
+/// keyspace), so that its own transactions (procedures) can update a counter
+/// together with other data; the node is then one writer among others,
+/// which its conditional writes already allow for.
 pub trait ReplicaRows: Send + Sync + 'static {
     /// The row of `key` (`None`: this site does not have the counter).
     fn load(&self, key: &str) -> RowFuture<'_, Result<Option<ReplicaRow>, String>>;
@@ -76,27 +64,94 @@ pub trait ReplicaRows: Send + Sync + 'static {
     fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>>;
 }
 
-/// One site's counters in Roost: an embedded database of their own, or the
-/// application's ([`ReplicaRows`]).
-pub enum RoostStore {
-    Embedded {
-        db: Arc<Database>,
-        reactors: Vec<ReactorId>,
-    },
-    External(Arc<dyn ReplicaRows>),
+/// Ordered (not point-access only): a resync lists every counter by
+/// scanning the reactors' rows.
+static ROWS: RelationDef<String, ReplicaRow> = RelationDef::new(REACTOR_TYPE, "counters");
+
+/// The rows in an embedded database of their own, spread over [`REACTORS`]
+/// reactors by a hash of the key.
+struct EmbeddedRows {
+    db: Database,
+    reactors: Vec<ReactorId>,
 }
 
-fn roost_error(error: ReactorError) -> EscrowError {
-    EscrowError::Roost {
-        reason: error.to_string(),
+impl EmbeddedRows {
+    fn reactor_of(&self, key: &str) -> ReactorId {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        self.reactors[(hasher.finish() % self.reactors.len() as u64) as usize]
     }
 }
 
-fn external_error(reason: String) -> EscrowError {
+impl ReplicaRows for EmbeddedRows {
+    fn load(&self, key: &str) -> RowFuture<'_, Result<Option<ReplicaRow>, String>> {
+        let (reactor, row_key) = (self.reactor_of(key), key.to_owned());
+        Box::pin(async move {
+            self.db
+                .run(reactor, move |ctx| {
+                    let row_key = row_key.clone();
+                    async move { ctx.get(&ROWS, &row_key) }
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn cas(
+        &self,
+        key: &str,
+        expected: Option<&str>,
+        row: ReplicaRow,
+    ) -> RowFuture<'_, Result<bool, String>> {
+        let reactor = self.reactor_of(key);
+        let (row_key, expected) = (key.to_owned(), expected.map(str::to_owned));
+        Box::pin(async move {
+            self.db
+                .run(reactor, move |ctx| {
+                    let (row_key, expected, row) = (row_key.clone(), expected.clone(), row.clone());
+                    async move {
+                        let stored = ctx.get(&ROWS, &row_key)?.map(|r| r.token);
+                        if stored != expected {
+                            return Ok(false);
+                        }
+                        ctx.put(&ROWS, &row_key, &row)?;
+                        Ok(true)
+                    }
+                })
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>> {
+        Box::pin(async move {
+            let mut keys = Vec::new();
+            for &reactor in &self.reactors {
+                let rows = self
+                    .db
+                    .run(reactor, |ctx| async move {
+                        ctx.scan(&ROWS, .., ScanDirection::Forward, usize::MAX)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                keys.extend(rows.into_iter().map(|(key, _)| key));
+            }
+            Ok(keys)
+        })
+    }
+}
+
+/// One site's counters in Roost, as rows ([`ReplicaRows`]).
+pub struct RoostStore {
+    rows: Arc<dyn ReplicaRows>,
+}
+
+fn roost_error(reason: String) -> EscrowError {
     EscrowError::Roost { reason }
 }
 
 impl RoostStore {
+    /// The counters in an embedded Roost database of their own.
     pub fn new() -> Result<RoostStore, EscrowError> {
         let config = |e: String| EscrowError::Config {
             reason: format!("the site's Roost store: {e}"),
@@ -110,15 +165,15 @@ impl RoostStore {
             .map(|i| db.create_reactor(REACTOR_TYPE, &format!("escrow-{i}")))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| config(e.to_string()))?;
-        Ok(RoostStore::Embedded {
-            db: Arc::new(db),
+        Ok(RoostStore::external(Arc::new(EmbeddedRows {
+            db,
             reactors,
-        })
+        })))
     }
 
     /// The counters in the application's database.
     pub fn external(rows: Arc<dyn ReplicaRows>) -> RoostStore {
-        RoostStore::External(rows)
+        RoostStore { rows }
     }
 
     /// Reads a replica (`None` if this site does not have the counter).
@@ -128,23 +183,7 @@ impl RoostStore {
         me: ReplicaId,
         sites: usize,
     ) -> Result<Option<Record>, EscrowError> {
-        let row = match self {
-            RoostStore::Embedded { db, reactors } => {
-                let row_key = key.to_owned();
-                db.run(reactor_of(reactors, key), move |ctx| {
-                    let row_key = row_key.clone();
-                    async move { ctx.get(&ROWS, &row_key) }
-                })
-                .await
-                .map_err(roost_error)?
-                .map(|row| ReplicaRow {
-                    state: row.state,
-                    token: row.token,
-                })
-            }
-            RoostStore::External(rows) => rows.load(key).await.map_err(external_error)?,
-        };
-        match row {
+        match self.rows.load(key).await.map_err(roost_error)? {
             None => Ok(None),
             Some(row) => Ok(Some(Record {
                 counter: decode_state(key, row.state.as_bytes(), me, sites)?,
@@ -167,31 +206,11 @@ impl RoostStore {
             state: encode_state(key, counter)?,
             token: token.to_owned(),
         };
-        let landed = match self {
-            RoostStore::Embedded { db, reactors } => {
-                let row = Row {
-                    state: row.state,
-                    token: row.token,
-                };
-                let (row_key, expected) = (key.to_owned(), expected.map(str::to_owned));
-                db.run(reactor_of(reactors, key), move |ctx| {
-                    let (row_key, expected, row) = (row_key.clone(), expected.clone(), row.clone());
-                    async move {
-                        let stored = ctx.get(&ROWS, &row_key)?.map(|r| r.token);
-                        if stored != expected {
-                            return Ok(false);
-                        }
-                        ctx.put(&ROWS, &row_key, &row)?;
-                        Ok(true)
-                    }
-                })
-                .await
-                .map_err(roost_error)?
-            }
-            RoostStore::External(rows) => {
-                rows.cas(key, expected, row).await.map_err(external_error)?
-            }
-        };
+        let landed = self
+            .rows
+            .cas(key, expected, row)
+            .await
+            .map_err(roost_error)?;
         Ok(if landed {
             CasOutcome::Landed
         } else {
@@ -201,21 +220,7 @@ impl RoostStore {
 
     /// The counters this site has.
     pub async fn known_keys(&self) -> Result<Vec<String>, EscrowError> {
-        let (db, reactors) = match self {
-            RoostStore::Embedded { db, reactors } => (db, reactors),
-            RoostStore::External(rows) => return rows.keys().await.map_err(external_error),
-        };
-        let mut keys = Vec::new();
-        for &reactor in reactors {
-            let rows = db
-                .run(reactor, |ctx| async move {
-                    ctx.scan(&ROWS, .., ScanDirection::Forward, usize::MAX)
-                })
-                .await
-                .map_err(roost_error)?;
-            keys.extend(rows.into_iter().map(|(key, _)| key));
-        }
-        Ok(keys)
+        self.rows.keys().await.map_err(roost_error)
     }
 }
 
@@ -263,12 +268,6 @@ pub fn state_value(
     decode_state(key, state.as_bytes(), me, sites)?
         .value()
         .map_err(|e| EscrowError::counter(key, e))
-}
-
-fn reactor_of(reactors: &[ReactorId], key: &str) -> ReactorId {
-    let mut hasher = DefaultHasher::new();
-    key.hash(&mut hasher);
-    reactors[(hasher.finish() % reactors.len() as u64) as usize]
 }
 
 #[cfg(test)]

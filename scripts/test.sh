@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Roost's test command (the README's second command; `.ci/run` runs exactly this).
-# Formatting, lints, every crate's tests, and the loom model checks of the commit core.
+# Installs the Debian packages the tests need when they are missing, then runs
+# formatting, lints, every crate's tests and the loom model checks of the commit core.
+# A test whose peer (redis-server, redis-cli, redis-py, etcd) is missing fails.
 # ROOST_STRESS_MS bounds each concurrent stress scenario (default 1500 ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "scripts/install-deps.sh (Debian packages the tests need, when missing)"
+scripts/install-deps.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -11,7 +11,7 @@ use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
 use roost_cluster::config::{ClusterConfig, SecurityConfig, DEFAULT_ADMIN_PORT};
 use roost_cluster::coordinated::CoordinatorConfig;
-use roost_cluster::local_etcd::{LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
+use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
 use roost_cluster::membership::MembershipBugs;
 use roost_cluster::register::{Register, RegisterBugs};
 use roost_cluster::runtime::{admin_get, start_node, StatusReport};
@@ -210,6 +210,9 @@ pub struct UpArgs {
     /// With --sites: site i serves RESP on this port + i.
     #[arg(long, default_value_t = DEFAULT_RESP_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
     pub site_resp_port: u16,
+    /// Node i serves RESP clients on this port + i.
+    #[arg(long, default_value_t = DEFAULT_RESP_PORT, value_parser = clap::value_parser!(u16).range(1..65000), conflicts_with = "sites")]
+    pub resp_port: u16,
 }
 
 #[derive(Debug, Args)]
@@ -383,10 +386,19 @@ struct Supervised {
     restart_at: Option<Instant>,
 }
 
-fn spawn_node(exe: &std::path::Path, id: u32, flags: &[String]) -> anyhow::Result<Child> {
+/// Starts `roost node --id id` serving RESP on `resp_base + id`.
+fn spawn_node(
+    exe: &std::path::Path,
+    id: u32,
+    resp_base: u16,
+    flags: &[String],
+) -> anyhow::Result<Child> {
+    let resp_port = u16::try_from(u32::from(resp_base) + id)
+        .with_context(|| format!("--resp-port {resp_base} + node id {id} is not a port"))?;
     Command::new(exe)
         .arg("node")
         .args(["--id", &id.to_string()])
+        .args(["--resp-port", &resp_port.to_string()])
         .args(flags)
         .stdin(Stdio::null())
         .spawn()
@@ -420,14 +432,6 @@ fn write_fresh_secret(data_dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(path.canonicalize().unwrap_or(path))
 }
 
-impl UpArgs {
-    /// Whether the nodes serve RESP on the default ports (always, for now:
-    /// `roost up` passes no RESP flags to its nodes).
-    fn cluster_resp_hint(&self) -> bool {
-        true
-    }
-}
-
 /// Starts the local etcd `roost up` runs when no --etcd endpoint is given.
 fn start_local_etcd(args: &UpArgs) -> anyhow::Result<LocalEtcd> {
     let client = SocketAddr::from(([127, 0, 0, 1], args.etcd_port));
@@ -435,31 +439,94 @@ fn start_local_etcd(args: &UpArgs) -> anyhow::Result<LocalEtcd> {
     let data_dir = args.data_dir.join("etcd");
     let etcd = LocalEtcd::start(&args.etcd_bin, &data_dir, client, peer)?;
     println!(
-        "roost up: etcd at {} (data in {}) holds the membership",
+        "roost up: membership: etcd at {} started by roost up (data in {})",
         etcd.endpoint,
         data_dir.display()
     );
     Ok(etcd)
 }
 
+/// Where `roost up`'s membership comes from, decided before a node starts.
+enum MembershipPlan {
+    /// The built-in peer-to-peer lease membership; the reason it was chosen.
+    Peer(String),
+    /// etcd at endpoints given by --etcd or the configuration.
+    GivenEtcd,
+    /// An etcd that already answers on --etcd-port.
+    RunningEtcd(String),
+    /// An etcd `roost up` starts from --etcd-bin and supervises.
+    LocalEtcd,
+}
+
+impl MembershipPlan {
+    /// An etcd when one is given, running or installed; otherwise the
+    /// built-in membership (so `roost up` works on a machine without etcd).
+    fn choose(
+        args: &UpArgs,
+        asked: Option<MembershipSource>,
+        given: &ClusterConfig,
+    ) -> MembershipPlan {
+        if asked == Some(MembershipSource::Peer) {
+            return MembershipPlan::Peer("asked for with --membership peer".to_owned());
+        }
+        if given.coordinator.is_some() {
+            return MembershipPlan::GivenEtcd;
+        }
+        let endpoint = format!("127.0.0.1:{}", args.etcd_port);
+        if local_etcd::answers(&endpoint, ETCD_PROBE_TIMEOUT_MS) {
+            return MembershipPlan::RunningEtcd(endpoint);
+        }
+        if asked == Some(MembershipSource::Etcd) || local_etcd::binary_found(&args.etcd_bin) {
+            return MembershipPlan::LocalEtcd;
+        }
+        MembershipPlan::Peer(format!(
+            "no etcd answers at {endpoint} and `{}` is not installed (Debian's etcd-server: \
+             scripts/install-deps.sh installs it; --membership etcd --etcd HOST:PORT names one)",
+            args.etcd_bin
+        ))
+    }
+}
+
+/// How long `roost up` waits for an etcd on --etcd-port to answer.
+const ETCD_PROBE_TIMEOUT_MS: u64 = 300;
+
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     if let Some(sites) = args.sites {
         return up_sites(args, sites);
     }
     let mut cluster_args = args.cluster.clone();
-    if cluster_args.membership.is_none() {
-        cluster_args.membership = Some(MembershipSource::Etcd);
-    }
-    let mut etcd = None;
     let given = ClusterArgs {
         membership: None,
         ..cluster_args.clone()
     }
     .cluster()?;
-    if cluster_args.membership == Some(MembershipSource::Etcd) && given.coordinator.is_none() {
-        let local = start_local_etcd(args)?;
-        cluster_args.etcd = Some(local.endpoint.clone());
-        etcd = Some(local);
+    let mut etcd = None;
+    match MembershipPlan::choose(args, cluster_args.membership, &given) {
+        MembershipPlan::Peer(why) => {
+            println!("roost up: membership: built-in (peer-to-peer leases among the nodes): {why}");
+            cluster_args.membership = Some(MembershipSource::Peer);
+            cluster_args.etcd = None;
+        }
+        MembershipPlan::GivenEtcd => {
+            let endpoints = given
+                .coordinator
+                .as_ref()
+                .map(|c| c.etcd_endpoints.join(","))
+                .unwrap_or_default();
+            println!("roost up: membership: etcd at {endpoints} (given)");
+            cluster_args.membership = Some(MembershipSource::Etcd);
+        }
+        MembershipPlan::RunningEtcd(endpoint) => {
+            println!("roost up: membership: etcd already running at {endpoint}");
+            cluster_args.membership = Some(MembershipSource::Etcd);
+            cluster_args.etcd = Some(endpoint);
+        }
+        MembershipPlan::LocalEtcd => {
+            let local = start_local_etcd(args)?;
+            cluster_args.membership = Some(MembershipSource::Etcd);
+            cluster_args.etcd = Some(local.endpoint.clone());
+            etcd = Some(local);
+        }
     }
     if cluster_args.secret_file.is_none() && given.security.is_none() {
         cluster_args.secret_file = Some(write_fresh_secret(&args.data_dir)?);
@@ -471,21 +538,15 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     for node in &config.nodes {
         nodes.push(Supervised {
             id: node.id,
-            child: Some(spawn_node(&exe, node.id, &flags)?),
+            child: Some(spawn_node(&exe, node.id, args.resp_port, &flags)?),
             restarts: 0,
             restart_at: None,
         });
     }
-    let resp_ports = match (args.cluster_resp_hint(), config.nodes.len()) {
-        (true, n) => format!(
-            "; RESP clients: redis-cli -p {} .. {}",
-            DEFAULT_RESP_PORT,
-            u32::from(DEFAULT_RESP_PORT) + n as u32 - 1
-        ),
-        _ => String::new(),
-    };
+    let last_resp = u32::from(args.resp_port) + config.nodes.len() as u32 - 1;
     println!(
-        "roost up: {} nodes, membership {} (admin {}){resp_ports}; `roost status` shows them; Ctrl-C stops them",
+        "roost up: {} nodes, membership {} (admin {}); RESP clients: redis-cli -p {} .. {last_resp}; \
+         `roost status` shows them; Ctrl-C stops them",
         nodes.len(),
         if config.coordinator.is_some() { "etcd" } else { "peer" },
         config
@@ -493,12 +554,13 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
             .iter()
             .map(|n| n.admin_addr.to_string())
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        args.resp_port,
     );
     let mut etcd_restarts = 0;
     let outcome = supervise_until_stopped(|| {
         supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
-        supervise_nodes(&exe, &flags, args.max_restarts, &mut nodes);
+        supervise_nodes(&exe, args.resp_port, &flags, args.max_restarts, &mut nodes);
         if nodes
             .iter()
             .all(|n| n.child.is_none() && n.restart_at.is_none())
@@ -588,6 +650,7 @@ fn supervise_until_stopped(mut tick: impl FnMut() -> anyhow::Result<()>) -> anyh
 /// Restarts a node that exited (with backoff) until it used up its restarts.
 fn supervise_nodes(
     exe: &std::path::Path,
+    resp_base: u16,
     flags: &[String],
     max_restarts: u32,
     nodes: &mut [Supervised],
@@ -616,7 +679,7 @@ fn supervise_nodes(
         if node.restart_at.is_some_and(|at| at <= now) {
             node.restart_at = None;
             node.restarts += 1;
-            match spawn_node(exe, node.id, flags) {
+            match spawn_node(exe, node.id, resp_base, flags) {
                 Ok(child) => node.child = Some(child),
                 Err(error) => eprintln!("roost up: {error:#}"),
             }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::etcd_or_skip;
+use common::require_etcd;
 use roost_cluster::local_cluster::{LocalCluster, LocalClusterConfig};
 use roost_cluster::runtime::StatusReport;
 
@@ -54,7 +54,7 @@ impl Cluster {
              lease_duration_ms = {LEASE_MS}\nclock_drift_margin_ms = {DRIFT_MS}\nproposal_timeout_ms = 800\n"
         );
         let inner = LocalCluster::start(config).expect(
-            "the cluster starts (etcd mode needs Debian's etcd-server; .ci/run installs it)",
+            "the cluster starts (etcd mode needs Debian's etcd-server; scripts/install-deps.sh installs it)",
         );
         Cluster { inner }
     }
@@ -277,9 +277,7 @@ fn removal_follows_lapse(
 
 #[test]
 fn etcd_killed_node_is_removed_after_its_lease_and_rejoins_in_a_newer_epoch() {
-    if !etcd_or_skip("etcd_killed_node_is_removed_after_its_lease_and_rejoins_in_a_newer_epoch") {
-        return;
-    }
+    require_etcd();
     let mut cluster = Cluster::start("etcd-kill", 3, Membership::Etcd);
     let (formed, _) = cluster.wait_for(0, "all three members", |s| all_members(s, 3));
     assert_eq!(formed.membership, "etcd");
@@ -359,9 +357,7 @@ fn etcd_killed_node_is_removed_after_its_lease_and_rejoins_in_a_newer_epoch() {
 
 #[test]
 fn etcd_partitioned_node_stops_serving_before_it_is_removed_and_rejoins() {
-    if !etcd_or_skip("etcd_partitioned_node_stops_serving_before_it_is_removed_and_rejoins") {
-        return;
-    }
+    require_etcd();
     let cluster = Cluster::start("etcd-cut", 3, Membership::Etcd);
     let (formed, _) = cluster.wait_for(0, "all three members", |s| all_members(s, 3));
     cluster.wait_for(2, "serving", |s| s.epoch >= formed.epoch && s.serving);
@@ -395,9 +391,7 @@ fn etcd_partitioned_node_stops_serving_before_it_is_removed_and_rejoins() {
 
 #[test]
 fn etcd_membership_survives_an_etcd_restart() {
-    if !etcd_or_skip("etcd_membership_survives_an_etcd_restart") {
-        return;
-    }
+    require_etcd();
     let mut cluster = Cluster::start("etcd-restart", 2, Membership::Etcd);
     cluster.wait_for(0, "both members", |s| all_members(s, 2));
     cluster.sigkill(1);

@@ -9,7 +9,7 @@ use std::process::Command;
 
 mod common;
 
-use common::etcd_or_skip;
+use common::require_etcd;
 
 fn check_cluster(name: &str, extra: &[&str]) -> (bool, String) {
     let dir = std::env::temp_dir().join(format!("roost-nemesis-{name}-{}", std::process::id()));
@@ -43,9 +43,7 @@ fn check_cluster(name: &str, extra: &[&str]) -> (bool, String) {
 
 #[test]
 fn the_register_stays_linearizable_under_the_nemesis() {
-    if !etcd_or_skip("the_register_stays_linearizable_under_the_nemesis") {
-        return;
-    }
+    require_etcd();
     let (ok, text) = check_cluster("valid", &[]);
     assert!(ok, "{text}");
     assert!(text.contains("VALID"), "{text}");
@@ -63,9 +61,7 @@ fn the_register_stays_linearizable_under_the_nemesis() {
 
 #[test]
 fn the_nemesis_and_checker_catch_quorums_one_short() {
-    if !etcd_or_skip("the_nemesis_and_checker_catch_quorums_one_short") {
-        return;
-    }
+    require_etcd();
     let (ok, text) = check_cluster("planted", &["--planted-quorum-minus-one"]);
     assert!(!ok, "a register with quorums one short passed: {text}");
     assert!(text.contains("not strictly serializable"), "{text}");

@@ -20,8 +20,8 @@ pub const DEFAULT_ETCD_CLIENT_PORT: u16 = 2379;
 #[derive(Debug, Error)]
 pub enum LocalEtcdError {
     #[error(
-        "cannot run `{bin}`: {source}. Install Debian's etcd-server (`apt-get install \
-         etcd-server`, or scripts/install-deps.sh), point --etcd at a running etcd, or use \
+        "cannot run `{bin}`: {source}. Install Debian's etcd-server (scripts/install-deps.sh \
+         or `apt-get install etcd-server`), point --etcd at a running etcd, or use \
          --membership peer"
     )]
     Spawn { bin: String, source: std::io::Error },
@@ -38,6 +38,35 @@ pub enum LocalEtcdError {
     },
     #[error("etcd exited at start ({status}); its log: {log}")]
     Exited { status: String, log: String },
+}
+
+/// Whether an etcd answers at `endpoint` (host:port) within `timeout_ms`.
+pub fn answers(endpoint: &str, timeout_ms: u64) -> bool {
+    let Ok(client) = EtcdClient::new(&[endpoint.to_owned()], timeout_ms) else {
+        return false;
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return false;
+    };
+    runtime.block_on(client.range_prefix(b"/")).is_ok()
+}
+
+/// Whether `bin` names an executable file: a path as given, or a name
+/// looked up on `PATH` as `Command` would.
+pub fn binary_found(bin: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| {
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if bin.contains('/') {
+        return executable(Path::new(bin));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(bin))))
 }
 
 /// A running single-member etcd; killed when dropped.

@@ -14,8 +14,8 @@ pub const DEFAULT_REDIS_SERVER: &str = "redis-server";
 #[derive(Debug, Error)]
 pub enum LocalRedisError {
     #[error(
-        "cannot run `{bin}`: {source}. Install Debian's redis-server (`apt-get install \
-         redis-server`; .ci/run does) or set ROOST_REDIS_SERVER"
+        "cannot run `{bin}`: {source}. Install Debian's redis-server (scripts/install-deps.sh \
+         or `apt-get install redis-server`) or set ROOST_REDIS_SERVER"
     )]
     Spawn { bin: String, source: std::io::Error },
     #[error("cannot find a free port: {0}")]

@@ -117,18 +117,14 @@ async fn middleware_keeps_the_bound(design: Design) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_based_never_exceeds_the_bound() {
-    if !common::redis_or_skip("client_based_never_exceeds_the_bound") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     middleware_keeps_the_bound(Design::ClientBased).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_based_never_exceeds_the_bound() {
-    if !common::redis_or_skip("server_based_never_exceeds_the_bound") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     middleware_keeps_the_bound(Design::ServerBased).await;
 }
@@ -137,9 +133,7 @@ async fn server_based_never_exceeds_the_bound() {
 /// above can fail). Retried with more clients, boundedly, until it does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weak_baseline_exceeds_the_bound() {
-    if !common::redis_or_skip("weak_baseline_exceeds_the_bound") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     let deployment = Deployment::start(common::fast_config(Design::Weak))
         .await

@@ -153,18 +153,14 @@ async fn partitioned_site_keeps_its_rights(design: Design) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_based_partitioned_site_keeps_its_rights() {
-    if !common::redis_or_skip("server_based_partitioned_site_keeps_its_rights") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     partitioned_site_keeps_its_rights(Design::ServerBased).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_based_partitioned_site_keeps_its_rights() {
-    if !common::redis_or_skip("client_based_partitioned_site_keeps_its_rights") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     partitioned_site_keeps_its_rights(Design::ClientBased).await;
 }

@@ -114,9 +114,7 @@ async fn corrupt_state_is_a_clear_error(design: Design) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_state_in_redis_is_a_clear_error() {
-    if !common::redis_or_skip("corrupt_state_in_redis_is_a_clear_error") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     corrupt_state_is_a_clear_error(Design::ServerBased).await;
     corrupt_state_is_a_clear_error(Design::ClientBased).await;
@@ -124,9 +122,7 @@ async fn corrupt_state_in_redis_is_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weak_corrupt_value_is_a_clear_error() {
-    if !common::redis_or_skip("weak_corrupt_value_is_a_clear_error") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     let deployment = Deployment::start(common::fast_config(Design::Weak))
         .await
@@ -174,9 +170,7 @@ async fn closed(stream: &mut TcpStream) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_forged_peer_messages_are_refused() {
-    if !common::redis_or_skip("malformed_and_forged_peer_messages_are_refused") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     // No proactive transfers: site 0 keeps exactly the rights it creates.
     let mut config = common::fast_config(Design::ServerBased);
@@ -354,9 +348,7 @@ async fn store_failure_is_an_error(design: Design) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_store_gives_errors_and_other_sites_go_on() {
-    if !common::redis_or_skip("a_failed_store_gives_errors_and_other_sites_go_on") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     store_failure_is_an_error(Design::ServerBased).await;
     store_failure_is_an_error(Design::ClientBased).await;

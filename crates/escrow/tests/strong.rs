@@ -16,9 +16,7 @@ const CLIENTS_PER_SITE: usize = 4;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn strong_never_exceeds_the_bound() {
-    if !common::redis_or_skip("strong_never_exceeds_the_bound") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     let deployment = StrongDeployment::three_regions(common::rtt_scale())
         .await

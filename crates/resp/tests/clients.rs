@@ -770,19 +770,14 @@ async fn one_pipeline_mixes_fast_and_general_paths() {
 
 /// `scripts/resp-redis-cli.sh` (redis-cli against `roost resp`),
 /// `scripts/resp_transfers.py` (redis-py MULTI/EXEC transfers) and
-/// `scripts/resp_functions.py` (redis-py FCALL/FCALL_RO) when their
-/// tools are installed; skipped with a notice otherwise.
-/// A notice, or a failure where CI promised the clients
-/// (`ROOST_REQUIRE_PEERS=1`, set by `.ci/run`).
-fn skip(why: &str) {
-    if std::env::var("ROOST_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
-        panic!("{why}, but ROOST_REQUIRE_PEERS=1");
-    }
-    println!("notice: {why}");
+/// `scripts/resp_functions.py` (redis-py FCALL/FCALL_RO). A missing client
+/// fails the test, saying what to install (`scripts/test.sh` installs them).
+fn missing(why: &str) -> ! {
+    panic!("{why}: run scripts/install-deps.sh (or apt-get install redis-tools python3-redis)");
 }
 
 #[test]
-fn external_clients_when_installed() {
+fn external_clients() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let have = |cmd: &str, args: &[&str]| {
         std::process::Command::new(cmd)
@@ -805,7 +800,7 @@ fn external_clients_when_installed() {
             String::from_utf8_lossy(&out.stderr)
         );
     } else {
-        skip("redis-cli not installed; skipping scripts/resp-redis-cli.sh");
+        missing("redis-cli is not installed");
     }
     let python = ["python3", "/usr/bin/python3"]
         .into_iter()
@@ -826,9 +821,7 @@ fn external_clients_when_installed() {
                 );
             }
         }
-        None => skip(
-            "python3 with redis-py not installed; skipping scripts/resp_transfers.py and resp_functions.py",
-        ),
+        None => missing("python3 with redis-py is not installed"),
     }
 }
 

@@ -2,22 +2,18 @@
 
 use std::process::{Command, Stdio};
 
-/// Is Debian's etcd-server installed? Without it the etcd tests are skipped
-/// with a notice, unless `ROOST_REQUIRE_PEERS=1` (which `.ci/run` sets, after
-/// installing it) makes its absence a failure.
-pub fn etcd_or_skip(test: &str) -> bool {
+/// Fails the test, saying what to install, when Debian's etcd-server is
+/// missing (`scripts/test.sh` installs it first): a missing peer is never a
+/// silent pass.
+pub fn require_etcd() {
     let found = Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var("ROOST_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "etcd is not installed (apt-get install etcd-server) and ROOST_REQUIRE_PEERS=1"
-        );
-        println!("notice: etcd not installed (Debian's etcd-server); skipping {test}");
-    }
-    found
+    assert!(
+        found,
+        "etcd is not installed: run scripts/install-deps.sh (or apt-get install etcd-server)"
+    );
 }

@@ -31,18 +31,13 @@ pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().await
 }
 
-/// Whether redis-server is installed; without it the test is skipped, unless
-/// `ROOST_REQUIRE_PEERS=1` (CI), where it fails.
-pub fn redis_or_skip(test: &str) -> bool {
-    let found = redis_server_available();
-    if !found {
-        assert!(
-            std::env::var("ROOST_REQUIRE_PEERS").as_deref() != Ok("1"),
-            "redis-server is not installed (apt-get install redis-server) and ROOST_REQUIRE_PEERS=1"
-        );
-        println!("notice: redis-server not installed (Debian's redis-server); skipping {test}");
-    }
-    found
+/// Fails the test, saying what to install, when redis-server is missing
+/// (`scripts/test.sh` installs it first): a missing peer is never a silent pass.
+pub fn require_redis() {
+    assert!(
+        redis_server_available(),
+        "redis-server is not installed: run scripts/install-deps.sh (or apt-get install redis-server)"
+    );
 }
 
 pub fn fast_timing() -> Timing {

@@ -1,0 +1,232 @@
+//! `roost up --nodes 3` as a new user runs it: with no etcd on the machine it
+//! says so and uses the built-in membership; with etcd installed it starts
+//! one; with an etcd already running it uses that. Each time `roost status`
+//! shows three live members. Real processes on loopback ports of their own.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use roost_cluster::local_cluster::free_ports;
+use roost_cluster::local_etcd::LocalEtcd;
+use roost_cluster::membership::Health;
+use roost_cluster::runtime::StatusReport;
+
+const NODES: u32 = 3;
+/// Bound on every wait in these tests.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A scratch directory holding the cluster file, the data directory and a
+/// `bin/` that stands in for `PATH`.
+struct Scratch {
+    dir: PathBuf,
+    config: PathBuf,
+    resp_base: u16,
+    /// An etcd's client port (its peer port is the next one), free at start.
+    etcd_port: u16,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("roost-up-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        // One run of consecutive free ports, so none of them collide: RESP
+        // ports first (node i on base + i), then cluster and admin ports, then
+        // two for an etcd (client, peer).
+        let n = NODES as u16;
+        let base = free_run(3 * n + 2);
+        let mut toml = String::new();
+        for i in 0..n {
+            toml.push_str(&format!(
+                "[[node]]\nid = {i}\naddr = \"127.0.0.1:{}\"\nadmin_addr = \"127.0.0.1:{}\"\n",
+                base + n + i,
+                base + 2 * n + i
+            ));
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, toml).unwrap();
+        Scratch {
+            dir,
+            config,
+            resp_base: base,
+            etcd_port: base + 3 * n,
+        }
+    }
+
+    /// `roost up` with this scratch's configuration; `path` becomes its
+    /// `PATH`. Returns the child and its stdout lines as they come.
+    fn up(&self, path: &Path, extra: &[&str]) -> (Child, mpsc::Receiver<String>) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_roost"))
+            .arg("up")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--resp-port", &self.resp_base.to_string()])
+            .args(extra)
+            .env("PATH", path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("roost up starts");
+        let stdout = child.stdout.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, lines)
+    }
+
+    /// `roost status --json --config ..` until every node is a live member
+    /// and serving; returns that report.
+    fn wait_for_three_live(&self) -> StatusReport {
+        let deadline = Instant::now() + PATIENCE;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let out = Command::new(env!("CARGO_BIN_EXE_roost"))
+                .args(["status", "--json", "--config"])
+                .arg(&self.config)
+                .output()
+                .unwrap();
+            last = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            if let Ok(status) = serde_json::from_slice::<StatusReport>(&out.stdout) {
+                let live = status
+                    .nodes
+                    .iter()
+                    .filter(|n| n.member && n.state == Health::Live)
+                    .count();
+                if status.serving && status.members == [0, 1, 2] && live == NODES as usize {
+                    return status;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("roost status never showed {NODES} live members; last: {last}");
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `n` consecutive free ports (their first).
+fn free_run(n: u16) -> u16 {
+    for _ in 0..100 {
+        let first = free_ports(1).unwrap()[0];
+        if first < 60000 && (0..n).all(|i| TcpListener::bind(("127.0.0.1", first + i)).is_ok()) {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// The first stdout lines of `roost up`, up to the one that lists the nodes.
+fn first_lines(lines: &mpsc::Receiver<String>) -> Vec<String> {
+    let deadline = Instant::now() + PATIENCE;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
+            let done = line.contains(" nodes, membership ");
+            seen.push(line);
+            if done {
+                return seen;
+            }
+        }
+    }
+    panic!("roost up never listed its nodes; printed {seen:?}");
+}
+
+/// SIGTERM to `roost up`; it stops its nodes (and its etcd) and exits 0.
+fn stop(mut up: Child) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+    let status = up.wait().unwrap();
+    assert!(status.success(), "roost up exited {status}");
+}
+
+#[test]
+fn without_etcd_roost_up_says_so_and_uses_the_built_in_membership() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("peer");
+    let etcd_port = scratch.etcd_port.to_string();
+    // PATH is an empty directory: no etcd to find, none running on that port.
+    let (up, lines) = scratch.up(&scratch.dir.join("bin"), &["--etcd-port", &etcd_port]);
+    let first = first_lines(&lines);
+    assert!(
+        first[0].contains("membership: built-in") && first[0].contains("scripts/install-deps.sh"),
+        "{first:?}"
+    );
+    assert!(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/install-deps.sh")
+            .exists(),
+        "the message names a script that exists"
+    );
+    let status = scratch.wait_for_three_live();
+    assert_eq!(status.membership, "peer");
+    stop(up);
+}
+
+#[test]
+fn with_etcd_installed_roost_up_starts_one() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::require_etcd();
+    let scratch = Scratch::new("local-etcd");
+    let etcd_port = scratch.etcd_port.to_string();
+    let path = std::env::var_os("PATH").unwrap();
+    let (up, lines) = scratch.up(Path::new(&path), &["--etcd-port", &etcd_port]);
+    let first = first_lines(&lines);
+    assert!(
+        first[0].contains("membership: etcd at") && first[0].contains("started by roost up"),
+        "{first:?}"
+    );
+    let status = scratch.wait_for_three_live();
+    assert_eq!(status.membership, "etcd");
+    stop(up);
+}
+
+#[test]
+fn with_etcd_running_roost_up_uses_it() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    common::require_etcd();
+    let scratch = Scratch::new("running-etcd");
+    let port = scratch.etcd_port;
+    let etcd = LocalEtcd::start(
+        "etcd",
+        &scratch.dir.join("etcd"),
+        ([127, 0, 0, 1], port).into(),
+        ([127, 0, 0, 1], port + 1).into(),
+    )
+    .expect("etcd starts");
+    // Even with no etcd on PATH, the running one is found by its port.
+    let (up, lines) = scratch.up(
+        &scratch.dir.join("bin"),
+        &["--etcd-port", &port.to_string()],
+    );
+    let first = first_lines(&lines);
+    assert!(
+        first[0].contains(&format!(
+            "membership: etcd already running at 127.0.0.1:{port}"
+        )),
+        "{first:?}"
+    );
+    let status = scratch.wait_for_three_live();
+    assert_eq!(status.membership, "etcd");
+    stop(up);
+    drop(etcd);
+}

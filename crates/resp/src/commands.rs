@@ -584,16 +584,139 @@ mod tests {
         parse_op(spec, args, &Functions::examples())
     }
 
+    /// Every data command, given valid arguments, parses into the operation
+    /// it names, with its arguments in place (not an error reply); a data
+    /// command missing from this table fails the test.
     #[test]
     fn every_data_command_parses() {
+        let cases: Vec<(&str, fn(&Op) -> bool)> = vec![
+            ("get k", |op| matches!(op, Op::Get(key) if key == b"k")),
+            (
+                "set k v",
+                |op| matches!(op, Op::Set { key, value, cond: SetCond::Always, get: false } if key == b"k" && value == b"v"),
+            ),
+            (
+                "del k j",
+                |op| matches!(op, Op::Del(keys) if keys.len() == 2),
+            ),
+            (
+                "exists k",
+                |op| matches!(op, Op::Exists(keys) if keys.len() == 1),
+            ),
+            (
+                "incr k",
+                |op| matches!(op, Op::IncrBy(key, 1) if key == b"k"),
+            ),
+            (
+                "decr k",
+                |op| matches!(op, Op::IncrBy(key, -1) if key == b"k"),
+            ),
+            (
+                "incrby k 5",
+                |op| matches!(op, Op::IncrBy(key, 5) if key == b"k"),
+            ),
+            (
+                "decrby k 5",
+                |op| matches!(op, Op::IncrBy(key, -5) if key == b"k"),
+            ),
+            (
+                "mget k j",
+                |op| matches!(op, Op::MGet(keys) if keys.len() == 2),
+            ),
+            (
+                "mset k v j w",
+                |op| matches!(op, Op::MSet(pairs) if pairs.len() == 2 && pairs[1].1 == b"w"),
+            ),
+            (
+                "rpush k a b",
+                |op| matches!(op, Op::Push { left: false, values, .. } if values.len() == 2),
+            ),
+            (
+                "lpush k a",
+                |op| matches!(op, Op::Push { left: true, values, .. } if values.len() == 1),
+            ),
+            ("lrange k 0 -1", |op| {
+                matches!(
+                    op,
+                    Op::LRange {
+                        start: 0,
+                        stop: -1,
+                        ..
+                    }
+                )
+            }),
+            ("llen k", |op| matches!(op, Op::LLen(key) if key == b"k")),
+            (
+                "hget k f",
+                |op| matches!(op, Op::HGet(key, field) if key == b"k" && field == b"f"),
+            ),
+            (
+                "hset k f v g w",
+                |op| matches!(op, Op::HSet(key, pairs) if key == b"k" && pairs.len() == 2),
+            ),
+            (
+                "hgetall k",
+                |op| matches!(op, Op::HGetAll(key) if key == b"k"),
+            ),
+            (
+                "hdel k f g",
+                |op| matches!(op, Op::HDel(key, fields) if key == b"k" && fields.len() == 2),
+            ),
+            ("bc.create k lower 0 10", |op| {
+                matches!(
+                    op,
+                    Op::BcCreate {
+                        bound: Bound::Lower,
+                        k: 0,
+                        initial: 10,
+                        ..
+                    }
+                )
+            }),
+            ("bc.inc k 3", |op| {
+                matches!(
+                    op,
+                    Op::BcAdd {
+                        up: true,
+                        delta: 3,
+                        global: true,
+                        ..
+                    }
+                )
+            }),
+            ("bc.dec k 3 local", |op| {
+                matches!(
+                    op,
+                    Op::BcAdd {
+                        up: false,
+                        delta: 3,
+                        global: false,
+                        ..
+                    }
+                )
+            }),
+            ("bc.get k", |op| matches!(op, Op::BcGet(key) if key == b"k")),
+            ("bc.fence 2", |op| matches!(op, Op::BcFence(2))),
+            (
+                "bc.adopt 1 k r1 r2",
+                |op| matches!(op, Op::BcAdopt { failed: 1, reports, .. } if reports.len() == 2),
+            ),
+            (
+                "fcall sum 1 k",
+                |op| matches!(op, Op::FCall(call) if call.first_key() == Some(&b"k"[..])),
+            ),
+            (
+                "fcall_ro sum 1 k",
+                |op| matches!(op, Op::FCall(call) if call.first_key() == Some(&b"k"[..])),
+            ),
+        ];
         for spec in COMMANDS.iter().filter(|s| s.kind == Kind::Data) {
-            let argc = spec.arity.unsigned_abs() as usize;
-            let mut a = vec![spec.name.as_bytes().to_vec()];
-            a.extend((1..argc).map(|_| b"1".to_vec()));
-            if spec.name == "bc.create" {
-                a[2] = b"lower".to_vec();
-            }
-            let _ = parse_op(spec, a, &Functions::examples());
+            let (line, expected) = cases
+                .iter()
+                .find(|(line, _)| line.split(' ').next() == Some(spec.name))
+                .unwrap_or_else(|| panic!("no case for data command {}", spec.name));
+            let op = parse_op_examples(spec, args(line));
+            assert!(expected(&op), "{line}: parsed as {op:?}");
         }
     }
 

@@ -63,7 +63,7 @@ impl Scratch {
 
     /// `roost up` with this scratch's configuration; `path` becomes its
     /// `PATH`. Returns the child and its stdout lines as they come.
-    fn up(&self, path: &Path, extra: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    fn up(&self, path: &Path, extra: &[&str]) -> (Up, mpsc::Receiver<String>) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_roost"))
             .arg("up")
             .arg("--config")
@@ -86,7 +86,7 @@ impl Scratch {
                 }
             }
         });
-        (child, lines)
+        (Up(Some(child)), lines)
     }
 
     /// `roost status --json --config ..` until every node is a live member
@@ -151,12 +151,28 @@ fn first_lines(lines: &mpsc::Receiver<String>) -> Vec<String> {
     panic!("roost up never listed its nodes; printed {seen:?}");
 }
 
-/// SIGTERM to `roost up`; it stops its nodes (and its etcd) and exits 0.
-fn stop(mut up: Child) {
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
-    let status = up.wait().unwrap();
-    assert!(status.success(), "roost up exited {status}");
+/// A running `roost up`: a failing test still stops it (and so its nodes).
+struct Up(Option<Child>);
+
+impl Up {
+    /// SIGTERM; `roost up` stops its nodes (and its etcd) and exits 0.
+    fn stop(mut self) {
+        let mut up = self.0.take().unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+        let status = up.wait().unwrap();
+        assert!(status.success(), "roost up exited {status}");
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(mut up) = self.0.take() {
+            // SAFETY: as above; roost up forwards SIGTERM to its nodes.
+            unsafe { libc::kill(up.id() as i32, libc::SIGTERM) };
+            let _ = up.wait();
+        }
+    }
 }
 
 #[test]
@@ -179,7 +195,7 @@ fn without_etcd_roost_up_says_so_and_uses_the_built_in_membership() {
     );
     let status = scratch.wait_for_three_live();
     assert_eq!(status.membership, "peer");
-    stop(up);
+    up.stop();
 }
 
 #[test]
@@ -197,7 +213,7 @@ fn with_etcd_installed_roost_up_starts_one() {
     );
     let status = scratch.wait_for_three_live();
     assert_eq!(status.membership, "etcd");
-    stop(up);
+    up.stop();
 }
 
 #[test]
@@ -227,6 +243,6 @@ fn with_etcd_running_roost_up_uses_it() {
     );
     let status = scratch.wait_for_three_live();
     assert_eq!(status.membership, "etcd");
-    stop(up);
+    up.stop();
     drop(etcd);
 }

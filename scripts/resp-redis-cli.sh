@@ -2,15 +2,17 @@
 # redis-cli and redis-benchmark against `roost resp`: commands, errors,
 # MULTI/EXEC, a pipe, and a pipelined benchmark that must lose no INCR.
 # With ROOST_RESP_PORT set, uses the server already listening there (the
-# cargo test `external_clients_when_installed` does this); otherwise starts
+# cargo test `external_clients` does this); otherwise starts
 # `target/release/roost resp` on a free port and stops it at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-cli >/dev/null; then
-  echo "notice: redis-cli not installed (Debian: redis-tools); skipping" >&2
-  exit 0
-fi
+for tool in redis-cli redis-benchmark; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "FAIL: $tool is not installed (Debian: redis-tools; scripts/install-deps.sh installs it)" >&2
+    exit 1
+  fi
+done
 
 server_pid=""
 if [ -z "${ROOST_RESP_PORT:-}" ]; then
@@ -69,17 +71,13 @@ expect 1000 GET cli:pipe:1000
 
 # redis-benchmark (pipelined, 20 clients) drives it too; its INCRs all hit one
 # key (no -r), so the counter must equal the number of requests: none lost.
-if command -v redis-benchmark >/dev/null; then
-  cli DEL counter:__rand_int__ >/dev/null
-  out=$(redis-benchmark -p "$ROOST_RESP_PORT" -t set,get,incr -n 20000 -P 16 -c 20 -q --csv 2>/dev/null)
-  for cmd in SET GET INCR; do
-    echo "$out" | grep -q "^\"$cmd\",\"[1-9]" || { echo "FAIL: redis-benchmark $cmd: [$out]"; failures=$((failures + 1)); }
-  done
-  expect 20000 GET counter:__rand_int__
-  expect 1 EXISTS key:__rand_int__
-else
-  echo "notice: redis-benchmark not installed (Debian: redis-tools); skipping its check" >&2
-fi
+cli DEL counter:__rand_int__ >/dev/null
+out=$(redis-benchmark -p "$ROOST_RESP_PORT" -t set,get,incr -n 20000 -P 16 -c 20 -q --csv 2>/dev/null)
+for cmd in SET GET INCR; do
+  echo "$out" | grep -q "^\"$cmd\",\"[1-9]" || { echo "FAIL: redis-benchmark $cmd: [$out]"; failures=$((failures + 1)); }
+done
+expect 20000 GET counter:__rand_int__
+expect 1 EXISTS key:__rand_int__
 
 # INFO is readable by redis-cli.
 cli INFO stats | grep -q '^total_commands_processed:' || { echo "FAIL: INFO stats"; failures=$((failures + 1)); }

@@ -44,8 +44,9 @@ if [int(v) for v in setup.mget(keys[0], keys[1])] != before:
 try:
     setup.fcall_ro("transfer", 2, keys[0], keys[1], 1)
     errors.append("FCALL_RO ran a function with writes")
-except redis.ResponseError:
-    pass
+except redis.ResponseError as e:
+    if "write flag" not in str(e):
+        errors.append(f"FCALL_RO refusal text: {e}")
 
 
 def worker(r, n):

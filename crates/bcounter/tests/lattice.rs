@@ -219,6 +219,7 @@ proptest! {
             .filter(|state| state.0.me() != id(0))
             .filter_map(|state| state.0.rights().delta_for(id(0)).ok())
             .collect();
+        prop_assume!(!deltas.is_empty());
         let base = replicas[0].0.rights().clone();
         let mut forward = base.clone();
         for delta in &deltas {

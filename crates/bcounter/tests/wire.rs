@@ -262,7 +262,15 @@ proptest! {
             let mut receiver = c0.clone();
             if receiver.merge(&delta).is_err() {
                 prop_assert_eq!(&receiver, &c0, "a rejected merge changed the state");
+            } else {
+                // An accepted merge only moves up the lattice, and merging
+                // the same delta again changes nothing.
+                prop_assert!(c0.le(&receiver), "a merge went down the lattice");
+                let once = receiver.clone();
+                prop_assert!(receiver.merge(&delta).is_ok());
+                prop_assert_eq!(&receiver, &once, "a second merge changed the state");
             }
+            // Reading the result is an answer or a clear overflow, never a panic.
             let _ = receiver.local_rights();
             let _ = receiver.value();
         }

@@ -41,7 +41,7 @@ async fn recv_within(inbox: &mut Inbox<Msg>, ms: u64) -> Option<Envelope<Msg>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_arrive_in_order_and_in_batches() {
-    let ((a, _a_in), (b, mut b_in)) = pair(TransportConfig::default()).await;
+    let ((a, mut a_in), (b, mut b_in)) = pair(TransportConfig::default()).await;
     const N: u64 = 20_000;
     for i in 0..N {
         // Waits for room rather than dropping when the queue is full.
@@ -67,6 +67,8 @@ async fn messages_arrive_in_order_and_in_batches() {
     // And back, plus a message to oneself.
     b.send(NodeId(0), Epoch(3), (7, "back".into())).unwrap();
     b.send(NodeId(1), Epoch(3), (8, "self".into())).unwrap();
+    let back = recv_within(&mut a_in, 1_000).await.unwrap();
+    assert_eq!((back.from, back.msg.0), (NodeId(1), 7));
     assert_eq!(recv_within(&mut b_in, 1_000).await.unwrap().msg.0, 8);
     assert!(matches!(
         a.send(NodeId(9), Epoch(0), (0, String::new())),

@@ -113,10 +113,19 @@ async fn metrics_move_and_agree_with_info() {
     assert_eq!(c.call(&["GET", "a"]).await, Frame::bulk("1"));
     assert_eq!(c.call(&["INCR", "n"]).await, Frame::Integer(1));
     assert_eq!(c.call(&["INCR", "n"]).await, Frame::Integer(2));
-    c.call(&["MULTI"]).await;
-    c.call(&["SET", "b", "2"]).await;
-    c.call(&["EXEC"]).await;
-    c.call(&["NOSUCHCOMMAND"]).await;
+    assert_eq!(c.call(&["MULTI"]).await, Frame::Simple("OK".into()));
+    assert_eq!(
+        c.call(&["SET", "b", "2"]).await,
+        Frame::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        c.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::Simple("OK".into())])
+    );
+    assert!(matches!(
+        c.call(&["NOSUCHCOMMAND"]).await,
+        Frame::Error(e) if e.contains("unknown command")
+    ));
 
     let after = scrape(metrics).await;
     assert_eq!(after["roost_resp_commands_processed_total"], 8.0);

@@ -142,4 +142,12 @@ fn cross_context_transfers_conserve_the_total() {
         0,
         "an audit saw a partial transfer"
     );
+    // Afterwards, one audit over both relations: the total is conserved.
+    let guard = Guard::new();
+    let (mut ca, mut cb) = (TxContext::new(&engine), TxContext::new(&engine));
+    let total: i64 = (0..ACCOUNTS)
+        .map(|k| read(&mut ca, &guard, &a, k).unwrap() + read(&mut cb, &guard, &b, k).unwrap())
+        .sum();
+    unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard) }.unwrap();
+    assert_eq!(total, (2 * ACCOUNTS * 100) as i64, "the total moved");
 }

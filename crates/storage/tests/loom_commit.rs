@@ -90,7 +90,7 @@ fn validated_increments_lose_nothing() {
 }
 
 #[test]
-#[should_panic]
+#[should_panic(expected = "lost update")]
 fn without_validation_loom_finds_the_lost_update() {
     loom::model(|| {
         let record = Record::new();
@@ -102,7 +102,8 @@ fn without_validation_loom_finds_the_lost_update() {
         let theirs = other.join().unwrap();
         assert_eq!(
             record.value.load(Ordering::Relaxed),
-            u64::from(mine) + u64::from(theirs)
+            u64::from(mine) + u64::from(theirs),
+            "lost update"
         );
     });
 }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Regenerates every file under bench/results/ at the current commit, one benchmark
+# at a time (run it on an otherwise idle machine; each writes its JSON, Markdown and
+# PNG with the git rev, the machine and the exact command). About an hour on 2 cores.
+#   scripts/bench-all.sh                 # all of them
+#   scripts/bench-all.sh escrow resp     # only these
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo build --release --bin roost
+all=(engine smartmart smartmart-goals transport resp escrow bcounter commit_path)
+chosen=("$@")
+[ "${#chosen[@]}" -gt 0 ] || chosen=("${all[@]}")
+for b in "${chosen[@]}"; do
+  printf '\n==> %s (%s)\n' "$b" "$(date -u +%FT%TZ)"
+  case "$b" in
+    engine) target/release/roost bench engine ;;
+    smartmart) target/release/roost bench smartmart --out bench/results ;;
+    smartmart-goals) target/release/roost bench smartmart --goals --out bench/results/smartmart-goals ;;
+    transport) target/release/roost bench transport --reps 5 ;;
+    resp) target/release/roost bench resp --reps 41 ;;
+    escrow) target/release/roost bench escrow ;;
+    bcounter) scripts/bcounter-bench.sh ;;
+    commit_path)
+      echo "commit_path: cargo bench -p roost-storage --bench commit_path -- --quick;" \
+        "copy criterion's estimates into bench/results/commit_path.md by hand"
+      cargo bench -p roost-storage --bench commit_path -- --quick ;;
+    *) echo "unknown benchmark $b (one of: ${all[*]})" >&2; exit 2 ;;
+  esac
+done

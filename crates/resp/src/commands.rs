@@ -589,7 +589,8 @@ mod tests {
     /// command missing from this table fails the test.
     #[test]
     fn every_data_command_parses() {
-        let cases: Vec<(&str, fn(&Op) -> bool)> = vec![
+        type Case = (&'static str, fn(&Op) -> bool);
+        let cases: Vec<Case> = vec![
             ("get k", |op| matches!(op, Op::Get(key) if key == b"k")),
             (
                 "set k v",

@@ -618,3 +618,28 @@ fn roost_up_sites_runs_and_stops_a_local_deployment() {
     );
     let _ = std::fs::remove_dir_all(&data_dir);
 }
+
+/// A site needs the deployment's secret: without `--secret-file` (or with a
+/// file that is not a secret) `roost resp --site` refuses to start, saying
+/// why, instead of running unauthenticated links.
+#[test]
+fn a_site_without_the_secret_refuses_to_start() {
+    let ports = free_ports(3);
+    let peers = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let bad = secret_file();
+    std::fs::write(&bad, "not hex").expect("write");
+    for secret in [None, Some(&bad)] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_roost"));
+        command
+            .args(["resp", "--port", &ports[2].to_string()])
+            .args(["--site", "0", "--site-peers", &peers]);
+        if let Some(path) = secret {
+            command.arg("--secret-file").arg(path);
+        }
+        let output = command.output().expect("roost resp runs");
+        assert!(!output.status.success(), "{secret:?}: started");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("secret"), "{secret:?}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&bad);
+}

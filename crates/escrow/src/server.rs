@@ -453,7 +453,9 @@ impl ServerMiddleware {
     /// Another writer at this site (a procedure's transaction over the
     /// site's store) changed `key`'s replica: the node reads it again and
     /// ships it to the other sites. Its own next conditional write would
-    /// also notice (the token changed), but might not come soon.
+    /// also notice (the token changed), but might not come soon. Does not
+    /// wait: a full command queue is [`EscrowError::QueueFull`] (the queued
+    /// commands' writes will notice the new token).
     pub fn reload(&self, key: &str) -> Result<(), EscrowError> {
         check_key(key)?;
         self.node()?.try_tell(key, Command::Reload)

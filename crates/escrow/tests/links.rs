@@ -435,3 +435,149 @@ async fn a_flood_of_frames_keeps_the_site_bounded() {
         "the planted fault must be caught"
     );
 }
+
+/// What connections to a client-based agent's client port achieved: the
+/// agent's synchronous requests to donors, and its refused handshakes.
+async fn attack_the_client_port(planted: PlantedSiteBugs) -> (u64, u64) {
+    let mut config = common::fast_config(Design::ClientBased);
+    config.policy.threshold_rights = 0;
+    config.planted = planted;
+    let deployment = Deployment::start(config).await.expect("deployment starts");
+    let agent = deployment.site(0).client_addr().expect("a client port");
+    let secret = deployment.secret().clone();
+    let (n0, c0) = (site_node(0), client_node(0));
+    let ask = |requester| Frame::AskDonor {
+        id: 1,
+        key: KEY.to_owned(),
+        request: TransferRequest {
+            requester: ReplicaId(requester),
+            donor: ReplicaId(1),
+            amount: 5,
+            seen_transferred: 0,
+            mode: RequestMode::Sync,
+        },
+    };
+    // No handshake, another secret, another site's client identity, a site.
+    let mut bare = common::impostor(agent, c0, n0, None)
+        .await
+        .expect("tcp connects");
+    common::send_frame(&mut bare, c0, n0, &ask(0)).await;
+    if !planted.no_auth {
+        assert!(common::closed(&mut bare).await, "no handshake: closed");
+        let other = ClusterSecret::random();
+        for (who, with) in [
+            (c0, &other),
+            (client_node(1), &secret),
+            (site_node(1), &secret),
+        ] {
+            let refused = common::impostor(agent, who, n0, Some(with)).await;
+            assert!(refused.is_err(), "{who} is refused");
+        }
+        // A client of site 0 (with the secret) may ask only for site 0.
+        let mut client = common::impostor(agent, c0, n0, Some(&secret))
+            .await
+            .expect("site 0's client authenticates");
+        common::send_frame(&mut client, c0, n0, &ask(2)).await;
+        let reply = tokio::time::timeout(
+            Duration::from_secs(2),
+            roost_escrow::peer::read_message(&mut client),
+        )
+        .await
+        .expect("a reply")
+        .expect("readable")
+        .expect("not closed");
+        match roost_escrow::wire::decode(&reply.msg.body) {
+            Ok(Frame::TransferReply {
+                result: roost_escrow::wire::TransferResult::Error { .. },
+                ..
+            }) => {}
+            other => panic!("expected an error reply, got {other:?}"),
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = deployment.site(0).stats();
+    (stats.sync_requests, stats.client_auth_failures)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_libraries_must_prove_the_secret_to_their_agent() {
+    if !common::redis_or_skip("client_libraries_must_prove_the_secret_to_their_agent") {
+        return;
+    }
+    let _one = common::exclusive().await;
+    let (asked, refused) = attack_the_client_port(PlantedSiteBugs::default()).await;
+    assert_eq!(asked, 0, "no request reached a donor");
+    assert!(refused >= 4, "{refused} refused handshakes");
+    // An agent that skips the handshake relays the bare request.
+    let (asked, _) = attack_the_client_port(PlantedSiteBugs {
+        no_auth: true,
+        ..PlantedSiteBugs::default()
+    })
+    .await;
+    assert!(asked >= 1, "the planted fault must be caught");
+}
+
+/// The links' fault layer reaches the sites: a partition set with
+/// `Site::chaos` takes the links down both ways and healing brings them
+/// back; with a third of messages dropped and a third duplicated, updates
+/// still reach every site (resends, idempotent merges).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_links_fault_layer_partitions_drops_and_duplicates() {
+    let _one = common::exclusive().await;
+    let deployment = deployment(PlantedSiteBugs::default()).await;
+    let wait = |up: bool| {
+        let deployment = &deployment;
+        async move {
+            let started = Instant::now();
+            while (0..2)
+                .any(|p| deployment.site(2).link_up(p) != up || deployment.site(p).link_up(2) != up)
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(3),
+                    "links to site 2 not {}",
+                    if up { "up" } else { "down" }
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let cut = roost_net::ChaosSettings {
+        partitioned: [site_node(0), site_node(1)].into(),
+        ..Default::default()
+    };
+    deployment.site(2).chaos().set(cut).expect("valid settings");
+    wait(false).await;
+    deployment
+        .site(2)
+        .chaos()
+        .set(Default::default())
+        .expect("valid settings");
+    wait(true).await;
+    let lossy = roost_net::ChaosSettings {
+        drop_probability: 0.33,
+        duplicate_probability: 0.33,
+        ..Default::default()
+    };
+    for site in 0..3 {
+        deployment
+            .site(site)
+            .chaos()
+            .set(lossy.clone())
+            .expect("valid");
+    }
+    let mut client = deployment.client(1).await.expect("client");
+    for _ in 0..5 {
+        assert_eq!(
+            client.inc(KEY, 10, Flag::StrictLocal).await.expect("inc"),
+            Outcome::Ok
+        );
+    }
+    assert!(
+        deployment
+            .wait_value_everywhere(KEY, HELD as i64 + 50, Duration::from_secs(10))
+            .await,
+        "{:?}",
+        deployment.values(KEY).await
+    );
+    assert!(deployment.site(1).link_metrics().dropped_chaos > 0);
+}

@@ -585,6 +585,12 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
 fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the roost binary")?;
     let n = u16::try_from(sites).context("too many sites")?;
+    // Every site-to-site link proves this secret: --secret-file, or a fresh
+    // one in the data directory.
+    let secret_file = match &args.cluster.secret_file {
+        Some(path) => path.clone(),
+        None => write_fresh_secret(&args.data_dir)?,
+    };
     let peers = (0..n)
         .map(|i| format!("127.0.0.1:{}", args.site_port + i))
         .collect::<Vec<_>>()
@@ -595,6 +601,8 @@ fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
             .arg("resp")
             .args(["--port", &(args.site_resp_port + i).to_string()])
             .args(["--site", &i.to_string(), "--site-peers", &peers])
+            .arg("--secret-file")
+            .arg(&secret_file)
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting site {i}"));
@@ -607,9 +615,10 @@ fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
         }
     }
     println!(
-        "roost up: {sites} sites; RESP clients: redis-cli -p {} .. {} (BC.CREATE, BC.INC, BC.DEC key n LOCAL|GLOBAL, BC.GET); sites talk on {peers}; Ctrl-C stops them",
+        "roost up: {sites} sites; RESP clients: redis-cli -p {} .. {} (BC.CREATE, BC.INC, BC.DEC key n LOCAL|GLOBAL, BC.GET); sites talk on {peers}, authenticated with {}; Ctrl-C stops them",
         args.site_resp_port,
-        args.site_resp_port + n - 1
+        args.site_resp_port + n - 1,
+        secret_file.display()
     );
     let outcome = supervise_until_stopped(|| {
         // One wait per child: a site that exited is said and dropped.

@@ -45,6 +45,12 @@ pub struct RespArgs {
     /// (comma-separated host:port; this site listens on its own entry).
     #[arg(long, value_delimiter = ',', requires = "site")]
     pub site_peers: Vec<SocketAddr>,
+    /// With --site: the file holding the deployment's shared secret in hex
+    /// (at least 16 bytes, the format of `roost up`'s cluster.secret); every
+    /// site-to-site link proves it, so a connection without it changes
+    /// nothing. Required with --site.
+    #[arg(long, value_name = "FILE", requires = "site")]
+    pub secret_file: Option<PathBuf>,
     /// Test-only fault (the sites test must catch it): a procedure writes a
     /// site counter's row under the token it found, not a fresh one.
     #[arg(long, hide = true)]
@@ -84,7 +90,15 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
             let rows = Arc::new(KeyspaceRows {
                 keyspace: keyspace.clone(),
             });
-            let site = SiteNode::start(index, &args.site_peers, rows)?;
+            let path = args
+                .secret_file
+                .as_ref()
+                .context("--site needs --secret-file (the deployment's shared secret)")?;
+            let secret = roost_cluster::config::SecurityConfig {
+                secret_file: path.clone(),
+            }
+            .load_secret()?;
+            let site = SiteNode::start(index, &args.site_peers, rows, secret)?;
             println!(
                 "roost resp: site {index} of {}, sites reach it on {}",
                 args.site_peers.len(),
@@ -119,6 +133,7 @@ impl SiteNode {
         index: usize,
         peers: &[SocketAddr],
         rows: Arc<dyn ReplicaRows>,
+        secret: roost_net::ClusterSecret,
     ) -> anyhow::Result<SiteNode> {
         if index >= peers.len() {
             bail!(
@@ -144,6 +159,9 @@ impl SiteNode {
                 .collect(),
             timing: Timing::default(),
             policy: default_policy(),
+            secret,
+            client_listen: None,
+            planted: Default::default(),
         };
         let site = runtime.block_on(async {
             let listener = tokio::net::TcpListener::bind(peers[index])
@@ -409,6 +427,7 @@ mod tests {
             metrics_port: None,
             site: None,
             site_peers: Vec::new(),
+            secret_file: None,
             plant_bug_keep_site_token: false,
         };
         let config = args.config().unwrap();
@@ -425,6 +444,7 @@ mod tests {
             metrics_port: Some(9121),
             site: None,
             site_peers: Vec::new(),
+            secret_file: None,
             plant_bug_keep_site_token: false,
         };
         let config = args.config().unwrap();

@@ -98,6 +98,22 @@ impl Client {
 struct Sites {
     children: Vec<Option<Child>>,
     resp_ports: Vec<u16>,
+    secret_file: std::path::PathBuf,
+}
+
+/// A fresh deployment secret (32 random bytes in hex), in a file of its own.
+fn secret_file() -> std::path::PathBuf {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let path =
+        std::env::temp_dir().join(format!("roost-sites-{}-{nanos}.secret", std::process::id()));
+    let hex: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    std::fs::write(&path, hex).expect("write the secret file");
+    path
 }
 
 impl Sites {
@@ -118,12 +134,15 @@ impl Sites {
             .collect::<Vec<_>>()
             .join(",");
         let resp_ports = ports[n..].to_vec();
+        let secret_file = secret_file();
         let children = (0..n)
             .map(|i| {
                 Some(
                     Command::new(env!("CARGO_BIN_EXE_roost"))
                         .args(["resp", "--port", &resp_ports[i].to_string()])
                         .args(["--site", &i.to_string(), "--site-peers", &peers])
+                        .arg("--secret-file")
+                        .arg(&secret_file)
                         .args(extra)
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
@@ -135,6 +154,7 @@ impl Sites {
         Sites {
             children,
             resp_ports,
+            secret_file,
         }
     }
 
@@ -176,6 +196,7 @@ impl Drop for Sites {
         for site in 0..self.children.len() {
             self.sigkill(site);
         }
+        let _ = std::fs::remove_file(&self.secret_file);
     }
 }
 
@@ -556,8 +577,14 @@ fn refuses(port: u16) -> bool {
 fn roost_up_sites_runs_and_stops_a_local_deployment() {
     let _one = exclusive();
     let (site_port, resp_port) = (free_pair(), free_pair());
+    // Where `roost up` writes the sites' fresh secret.
+    let unused = secret_file();
+    let _ = std::fs::remove_file(&unused);
+    let data_dir = unused.with_extension("d");
     let mut up = Command::new(env!("CARGO_BIN_EXE_roost"))
         .args(["up", "--sites", "2"])
+        .arg("--data-dir")
+        .arg(&data_dir)
         .args(["--site-port", &site_port.to_string()])
         .args(["--site-resp-port", &resp_port.to_string()])
         .stdout(Stdio::null())
@@ -585,4 +612,34 @@ fn roost_up_sites_runs_and_stops_a_local_deployment() {
         assert!(Instant::now() < deadline, "the sites outlived roost up");
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(
+        data_dir.join("cluster.secret").exists(),
+        "roost up wrote the sites' secret"
+    );
+    let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+/// A site needs the deployment's secret: without `--secret-file` (or with a
+/// file that is not a secret) `roost resp --site` refuses to start, saying
+/// why, instead of running unauthenticated links.
+#[test]
+fn a_site_without_the_secret_refuses_to_start() {
+    let ports = free_ports(3);
+    let peers = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let bad = secret_file();
+    std::fs::write(&bad, "not hex").expect("write");
+    for secret in [None, Some(&bad)] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_roost"));
+        command
+            .args(["resp", "--port", &ports[2].to_string()])
+            .args(["--site", "0", "--site-peers", &peers]);
+        if let Some(path) = secret {
+            command.arg("--secret-file").arg(path);
+        }
+        let output = command.output().expect("roost resp runs");
+        assert!(!output.status.success(), "{secret:?}: started");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("secret"), "{secret:?}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&bad);
 }

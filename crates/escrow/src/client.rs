@@ -3,8 +3,12 @@
 //! `roost-bcounter`, and writes it back with WATCH/MULTI/EXEC, retrying when
 //! another client got in between; so concurrent clients at one site never
 //! spend the same rights twice. A global operation short of rights asks
-//! another site's agent for them directly and merges the answer the same
-//! way.
+//! its own site's agent, over one connection authenticated with the
+//! deployment's secret as the site's client identity
+//! ([`client_node`](crate::peer::client_node)), to request them from the
+//! donor over the site links, and merges the donor's answer the same way.
+//! (The agent relays rather than the library dialing the donor: the donor
+//! then only ever hears from sites, over links that prove who they are.)
 //!
 //! Each site also runs an agent ([`crate::site::Site`] with
 //! [`Design::ClientBased`](crate::Design::ClientBased), whose backend is
@@ -17,16 +21,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use roost_net::ClusterSecret;
+use tokio::net::TcpStream;
+
 use redis::aio::MultiplexedConnection;
 use roost_bcounter::{ProactivePolicy, ReplicaId, RequestOutcome, TransferRequest};
 
 use crate::api::{Bound, EscrowCounters, Flag, Op, Outcome};
 use crate::error::{check_key, EscrowError};
 use crate::logic::{self, Counter, Step};
-use crate::peer::{LinkConfig, PeerLink};
+use crate::peer::{client_node, read_message, site_node, write_message, LinkConfig, LinkError};
 use crate::site::{SiteInner, Stats};
 use crate::store::{self, watch_update, Decision, Tokens, Writer};
-use crate::wire::{Delta, TransferResult};
+use crate::wire::{Delta, Frame, TransferResult};
 
 /// Merges `message` into `current` (creating the counter from the message
 /// if this site does not have it). `Keep` when nothing changed.
@@ -241,8 +248,11 @@ pub struct ClientConfig {
     pub sites: usize,
     /// The site's Redis.
     pub redis_url: String,
-    /// How to reach each other site's agent (for rights); `None` at `site`.
-    pub peers: Vec<Option<SocketAddr>>,
+    /// The site's agent (`Site::client_addr`), which asks other sites for
+    /// rights on the library's behalf; `None`: global operations find none.
+    pub agent: Option<SocketAddr>,
+    /// The deployment's shared secret, proven to the agent.
+    pub secret: ClusterSecret,
     pub transfer_timeout: Duration,
     pub link: LinkConfig,
 }
@@ -254,7 +264,9 @@ pub struct ClientMiddleware {
     me: ReplicaId,
     con: Option<MultiplexedConnection>,
     tokens: Tokens,
-    links: Vec<Option<PeerLink>>,
+    /// The authenticated connection to the agent, opened on first need.
+    agent: Option<TcpStream>,
+    next_id: u64,
     conflicts: AtomicU64,
 }
 
@@ -262,23 +274,18 @@ impl ClientMiddleware {
     /// Connects to the site's Redis.
     pub async fn connect(config: ClientConfig) -> Result<ClientMiddleware, EscrowError> {
         let me = ReplicaId::from_index(config.site)
-            .filter(|_| config.site < config.sites && config.peers.len() == config.sites)
+            .filter(|_| config.site < config.sites)
             .ok_or_else(|| EscrowError::Config {
-                reason: format!(
-                    "client of site {} of {} with {} peer addresses",
-                    config.site,
-                    config.sites,
-                    config.peers.len()
-                ),
+                reason: format!("client of site {} of {}", config.site, config.sites),
             })?;
         let con = store::connect(&config.redis_url).await?;
-        let links = (0..config.sites).map(|_| None).collect();
         Ok(ClientMiddleware {
             config,
             me,
             con: Some(con),
             tokens: Tokens::new(),
-            links,
+            agent: None,
+            next_id: 1,
             conflicts: AtomicU64::new(0),
         })
     }
@@ -311,25 +318,77 @@ impl ClientMiddleware {
         result
     }
 
-    fn link(&mut self, peer: usize) -> Option<&PeerLink> {
-        if self.links.get(peer)?.is_none() {
-            let addr = self.config.peers.get(peer).copied().flatten()?;
-            self.links[peer] = Some(PeerLink::spawn(
-                self.config.site,
-                self.config.sites,
-                peer,
-                addr,
-                self.config.link,
-                None,
-            ));
+    /// The connection to the agent, authenticated (opened if needed).
+    async fn agent(&mut self) -> Result<&mut TcpStream, LinkError> {
+        if self.agent.is_none() {
+            let addr = self
+                .config
+                .agent
+                .ok_or(LinkError::NoSuchPeer(self.config.site))?;
+            let timeout = self.config.link.handshake_timeout;
+            let timeout_ms = u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+                .await
+                .map_err(|_| LinkError::Io(format!("connecting to the agent at {addr} timed out")))?
+                .map_err(|e| LinkError::Io(e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            let (me, site) = (client_node(self.config.site), site_node(self.config.site));
+            roost_net::auth::dial(&mut stream, &self.config.secret, me, site, timeout_ms)
+                .await
+                .map_err(|e| LinkError::Auth(e.to_string()))?;
+            self.agent = Some(stream);
         }
-        self.links.get(peer)?.as_ref()
+        self.agent
+            .as_mut()
+            .ok_or(LinkError::Closed(self.config.site))
     }
 
+    /// Asks the agent to request rights from the donor; `None` if no answer
+    /// came (the connection is then dropped, and opened anew next time).
     async fn ask(&mut self, key: &str, request: TransferRequest) -> Option<TransferResult> {
-        let timeout = self.config.transfer_timeout;
-        let link = self.link(request.donor.index())?;
-        link.transfer(key, request, timeout).await.ok()
+        let id = self.next_id;
+        self.next_id += 1;
+        let (me, site) = (client_node(self.config.site), site_node(self.config.site));
+        let patience = self.config.transfer_timeout + self.config.link.handshake_timeout;
+        let frame = Frame::AskDonor {
+            id,
+            key: key.to_owned(),
+            request,
+        };
+        let site_index = self.config.site;
+        let exchange = async {
+            let stream = self.agent().await?;
+            write_message(stream, me, site, &frame).await?;
+            let envelope = read_message(stream)
+                .await?
+                .ok_or(LinkError::Closed(site_index))?;
+            if envelope.from != site || envelope.to != me {
+                return Err(LinkError::Wire(format!(
+                    "reply from {} to {}",
+                    envelope.from, envelope.to
+                )));
+            }
+            match crate::wire::decode(&envelope.msg.body) {
+                Ok(Frame::TransferReply {
+                    id: got, result, ..
+                }) if got == id => Ok(result),
+                other => Err(LinkError::Wire(format!("unexpected reply {other:?}"))),
+            }
+        };
+        match tokio::time::timeout(patience, exchange).await {
+            Ok(Ok(result)) => Some(result),
+            Ok(Err(error)) => {
+                tracing::debug!(site = self.config.site, %error, "escrow: asking the agent failed");
+                self.agent = None;
+                None
+            }
+            Err(_) => {
+                self.agent = None;
+                None
+            }
+        }
     }
 
     async fn op(&mut self, key: &str, op: Op, flag: Flag) -> Result<Outcome, EscrowError> {

@@ -36,6 +36,8 @@ pub enum EscrowError {
     Config { reason: String },
     #[error("the middleware node of this site is gone")]
     NodeGone,
+    #[error("counter `{key}`: its command queue is full ({capacity} commands); retry later")]
+    QueueFull { key: String, capacity: usize },
 }
 
 impl EscrowError {

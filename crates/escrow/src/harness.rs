@@ -3,9 +3,11 @@
 //! [`DelayProxy`] on every link between sites (and between a client library
 //! and a remote site) with Table I's round trips, optionally scaled.
 //!
-//! `proxies[i][j]` carries everything site `i` (its agent or node, and its
-//! client libraries) sends to site `j`; [`Deployment::partition`] cuts every
-//! proxy to and from a site.
+//! `proxies[i][j]` carries everything site `i` sends to site `j` (its
+//! `roost-net` link; client libraries reach other sites through their own
+//! site's agent); [`Deployment::partition`] cuts every proxy to and from a
+//! site. The deployment makes a fresh shared secret ([`Deployment::secret`]):
+//! every link proves it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roost_bcounter::{ProactiveConfig, ReplicaId};
+use roost_net::ClusterSecret;
 use thiserror::Error;
 use tokio::net::TcpListener;
 
@@ -22,7 +25,7 @@ use crate::error::EscrowError;
 use crate::proxy::{DelayProxy, Region};
 use crate::redis_server::{LocalRedis, LocalRedisError};
 use crate::server::ServerMiddleware;
-use crate::site::{default_policy, Design, Site, SiteConfig, SiteStats, Timing};
+use crate::site::{default_policy, Design, PlantedSiteBugs, Site, SiteConfig, SiteStats, Timing};
 use crate::store;
 use crate::weak::{weak_value_key, WeakClient};
 
@@ -46,6 +49,9 @@ pub struct DeploymentConfig {
     pub rtt_scale: f64,
     pub timing: Timing,
     pub policy: ProactiveConfig,
+    /// Test-only faults planted in every site.
+    #[doc(hidden)]
+    pub planted: PlantedSiteBugs,
 }
 
 impl DeploymentConfig {
@@ -57,13 +63,16 @@ impl DeploymentConfig {
             rtt_scale,
             timing: Timing::default(),
             policy: default_policy(),
+            planted: PlantedSiteBugs::default(),
         }
     }
 }
 
 /// A running local deployment; everything stops when it is dropped.
 pub struct Deployment {
-    config: DeploymentConfig,
+    // Boxed: keeps the handle small next to other deployments in enums.
+    config: Box<DeploymentConfig>,
+    secret: ClusterSecret,
     // Dropped in this order: sites, proxies, then the Redis processes.
     sites: Vec<Site>,
     proxies: Vec<Vec<Option<DelayProxy>>>,
@@ -107,6 +116,7 @@ impl Deployment {
             }
             proxies.push(row);
         }
+        let secret = ClusterSecret::random();
         let mut sites = Vec::with_capacity(n);
         for (index, listener) in listeners.into_iter().enumerate() {
             let site_config = SiteConfig {
@@ -116,11 +126,15 @@ impl Deployment {
                 peers: peers_of(&proxies, index),
                 timing: config.timing,
                 policy: config.policy,
+                secret: secret.clone(),
+                client_listen: None,
+                planted: config.planted,
             };
             sites.push(Site::start(config.design, site_config, listener).await?);
         }
         Ok(Deployment {
-            config,
+            config: Box::new(config),
+            secret,
             sites,
             proxies,
             redis,
@@ -141,6 +155,11 @@ impl Deployment {
 
     pub fn site(&self, site: usize) -> &Site {
         &self.sites[site]
+    }
+
+    /// The secret every link of this deployment proves.
+    pub fn secret(&self) -> &ClusterSecret {
+        &self.secret
     }
 
     /// Site `site`'s redis-server (empty for [`Design::Roost`], which has none).
@@ -175,7 +194,8 @@ impl Deployment {
                     site,
                     sites: self.sites(),
                     redis_url: self.redis_url(site),
-                    peers: peers_of(&self.proxies, site),
+                    agent: self.sites[site].client_addr(),
+                    secret: self.secret.clone(),
                     transfer_timeout: self.config.timing.transfer_timeout,
                     link: self.config.timing.link,
                 })

@@ -15,7 +15,8 @@
 //! * [`site`] + [`propagation`] + [`peer`] + [`wire`]: each site's process,
 //!   with the custom cross-site propagation (batches of deltas every few ms,
 //!   merged entry-wise) and rights transfer (proactive asynchronous requests,
-//!   synchronous requests for global operations, idempotent).
+//!   synchronous requests for global operations, idempotent), over
+//!   `roost-net` links authenticated with the deployment's shared secret.
 //! * [`roost_store`]: the site's store as an embedded Roost database
 //!   ([`Design::Roost`]): the server-based node over bounded counters kept
 //!   in Roost reactors, each write a serializable Roost transaction.

@@ -10,6 +10,14 @@
 //! (pipelined across counters); inside Roost ([`RoostStore`]), a transaction
 //! each. Clients hold a [`ServerMiddleware`] handle (in-process; the node is
 //! the only writer of its site's counters).
+//!
+//! Every queue is bounded: a counter's command queue holds
+//! [`KEY_QUEUE_CAPACITY`] commands, and its task stops taking commands while
+//! its engine holds [`MAX_ENGINE_WAITING`] unanswered ones (an IO is then in
+//! flight, and its end frees room). Senders wait for room (backpressure
+//! reaches the client, or the site link's worker and through it TCP);
+//! [`ServerMiddleware::reload`], which cannot wait, is refused with
+//! [`EscrowError::QueueFull`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,6 +40,13 @@ use crate::wire::TransferResult;
 
 type Ticket = oneshot::Sender<Reply>;
 type Message = (Option<Ticket>, Command);
+
+/// Commands queued per counter before senders wait.
+pub const KEY_QUEUE_CAPACITY: usize = 256;
+
+/// Unanswered commands a counter's engine holds before its task stops taking
+/// more from its queue.
+pub const MAX_ENGINE_WAITING: usize = 1024;
 
 /// What the per-key tasks share.
 struct Shared {
@@ -111,7 +126,7 @@ impl NodeStore {
 /// The middleware node of one site.
 pub(crate) struct NodeCore {
     shared: Arc<Shared>,
-    routes: Mutex<HashMap<String, mpsc::UnboundedSender<Message>>>,
+    routes: Mutex<HashMap<String, mpsc::Sender<Message>>>,
     closed: AtomicBool,
 }
 
@@ -139,41 +154,61 @@ impl NodeCore {
         }
     }
 
-    /// Routes a command to its counter's task, starting the task if needed.
-    fn send(&self, key: &str, ticket: Option<Ticket>, command: Command) -> bool {
+    /// The queue of `key`'s task, starting the task if needed (or again, if
+    /// it is gone: a panic would be a bug).
+    fn queue(&self, key: &str) -> Option<mpsc::Sender<Message>> {
         if self.closed.load(Ordering::SeqCst) {
-            return false;
+            return None;
         }
-        let Ok(mut routes) = self.routes.lock() else {
-            return false;
-        };
+        let mut routes = self.routes.lock().ok()?;
+        if routes.get(key).is_some_and(mpsc::Sender::is_closed) {
+            routes.remove(key);
+        }
+        let sender = routes.entry(key.to_owned()).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(KEY_QUEUE_CAPACITY);
+            tokio::spawn(key_task(Arc::clone(&self.shared), key.to_owned(), rx));
+            tx
+        });
+        Some(sender.clone())
+    }
+
+    /// Routes a command to its counter's task, waiting for room in its queue.
+    async fn send(&self, key: &str, ticket: Option<Ticket>, command: Command) -> bool {
         let mut message = (ticket, command);
         for _ in 0..2 {
-            let sender = routes.entry(key.to_owned()).or_insert_with(|| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(key_task(Arc::clone(&self.shared), key.to_owned(), rx));
-                tx
-            });
-            match sender.send(message) {
+            let Some(queue) = self.queue(key) else {
+                return false;
+            };
+            match queue.send(message).await {
                 Ok(()) => return true,
-                Err(mpsc::error::SendError(back)) => {
-                    // The task is gone (a panic would be a bug): start anew.
-                    routes.remove(key);
-                    message = back;
-                }
+                Err(mpsc::error::SendError(back)) => message = back,
             }
         }
         false
     }
 
-    /// A command whose answer nobody waits for.
-    pub(crate) fn tell(&self, key: &str, command: Command) {
-        self.send(key, None, command);
+    /// A command whose answer nobody waits for; waits for room in the queue.
+    pub(crate) async fn tell(&self, key: &str, command: Command) {
+        self.send(key, None, command).await;
+    }
+
+    /// Like [`NodeCore::tell`] without waiting: a full queue is refused.
+    pub(crate) fn try_tell(&self, key: &str, command: Command) -> Result<(), EscrowError> {
+        let queue = self.queue(key).ok_or(EscrowError::NodeGone)?;
+        queue
+            .try_send((None, command))
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => EscrowError::QueueFull {
+                    key: key.to_owned(),
+                    capacity: KEY_QUEUE_CAPACITY,
+                },
+                mpsc::error::TrySendError::Closed(_) => EscrowError::NodeGone,
+            })
     }
 
     pub(crate) async fn call(&self, key: &str, command: Command) -> Result<Reply, EscrowError> {
         let (tx, rx) = oneshot::channel();
-        if !self.send(key, Some(tx), command) {
+        if !self.send(key, Some(tx), command).await {
             return Err(EscrowError::NodeGone);
         }
         rx.await.map_err(|_| EscrowError::NodeGone)
@@ -235,7 +270,7 @@ impl NodeCore {
         };
         for key in loaded {
             if check_key(&key).is_ok() {
-                self.tell(&key, Command::Read);
+                self.tell(&key, Command::Read).await;
             }
         }
     }
@@ -265,7 +300,7 @@ enum IoDone {
 
 type Io = Pin<Box<dyn Future<Output = IoDone> + Send>>;
 
-async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedReceiver<Message>) {
+async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::Receiver<Message>) {
     let mut engine: KeyEngine<Ticket> =
         KeyEngine::new(key.clone(), shared.me, shared.sites, shared.policy);
     let mut io: Option<Io> = None;
@@ -282,7 +317,9 @@ async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedRecei
                     IoDone::Loaded(result) => engine.loaded(result),
                 }
             }
-            message = rx.recv(), if !closing => match message {
+            // A full engine takes no more until its IO ends (never with no
+            // IO in flight, which would leave nothing to wait for).
+            message = rx.recv(), if !closing && (io.is_none() || engine.waiting() < MAX_ENGINE_WAITING) => match message {
                 Some((ticket, command)) => engine.handle(ticket, command),
                 None => {
                     closing = true;
@@ -416,11 +453,12 @@ impl ServerMiddleware {
     /// Another writer at this site (a procedure's transaction over the
     /// site's store) changed `key`'s replica: the node reads it again and
     /// ships it to the other sites. Its own next conditional write would
-    /// also notice (the token changed), but might not come soon.
+    /// also notice (the token changed), but might not come soon. Does not
+    /// wait: a full command queue is [`EscrowError::QueueFull`] (the queued
+    /// commands' writes will notice the new token).
     pub fn reload(&self, key: &str) -> Result<(), EscrowError> {
         check_key(key)?;
-        self.node()?.tell(key, Command::Reload);
-        Ok(())
+        self.node()?.try_tell(key, Command::Reload)
     }
 
     async fn op(&self, key: &str, op: Op, flag: Flag) -> Result<Outcome, EscrowError> {

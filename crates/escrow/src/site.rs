@@ -2,9 +2,11 @@
 //! with the custom cross-site propagation and rights transfer the paper had
 //! to build (§IV-B/C/D).
 //!
-//! One [`Site`] per site (region). It listens for the other sites (and for
-//! client libraries asking for rights), holds one [`PeerLink`] to each other
-//! site, and runs three loops:
+//! One [`Site`] per site (region). Its [`SiteLinks`] (`roost-net`,
+//! authenticated with the deployment's secret) carry everything between
+//! sites; a client-based site also listens for its own client libraries
+//! (authenticated the same way) and relays their requests for rights. It
+//! runs these loops:
 //!
 //! - **propagation**, every `propagate_every`: ship the deltas of the
 //!   counters changed since the last batch to every reachable site
@@ -13,10 +15,17 @@
 //! - **proactive transfers**, every `proactive_every`: for each counter,
 //!   [`ProactivePolicy`] decides whether to ask the site believed to hold the
 //!   most rights for half the difference (asynchronous, rate-limited);
-//! - **accept**: merge arriving batches (entry-wise max, written back
-//!   conditionally), serve transfer requests as the donor (idempotent:
-//!   `TransferRequest` carries `R[donor][requester]`), answering synchronous
-//!   ones with the donor's delta once the transfer is durable.
+//! - **heartbeat**, every `link.heartbeat_every`: ping the peers, take down
+//!   those silent too long;
+//! - **inbox**: one task takes what the links deliver, decodes it, answers
+//!   pings and replies inline, and hands merges (entry-wise max, written back
+//!   conditionally), donations (idempotent: `TransferRequest` carries
+//!   `R[donor][requester]`; synchronous ones answered with the donor's delta
+//!   once the transfer is durable) and Weak deltas to [`WORKERS`] workers
+//!   through bounded queues (by key, so one counter's work stays in order).
+//!   A full queue stops the inbox, which stops the transport reading, which
+//!   stops the peer's TCP: nothing grows without bound, and no task is
+//!   started per frame.
 //!
 //! The backend is what differs between the designs: the client-based
 //! design's agent reads and writes Redis with WATCH/MULTI/EXEC for each merge
@@ -34,21 +43,38 @@ use roost_bcounter::{
     ProactiveConfig, ProactivePolicy, RateLimit, ReplicaId, RequestMode, TransferPolicy,
     TransferRequest,
 };
-use tokio::io::BufWriter;
+use roost_net::{Chaos, ClusterSecret, Inbox, MetricsSnapshot};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::client::CasBackend;
 use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
-use crate::peer::{LinkConfig, LinkError, LinkEvent, PeerLink};
+use crate::peer::{
+    client_node, read_message, site_node, write_message, LinkConfig, LinkError, SiteLinks,
+};
 use crate::propagation::Propagator;
 use crate::roost_store::{ReplicaRows, RoostStore};
 use crate::server::{NodeCore, NodeStore, ServerMiddleware};
 use crate::store::LazyConnection;
 use crate::weak::WeakBackend;
-use crate::wire::{read_frame, write_frame, Delta, Frame, StateEntry, TransferResult};
+use crate::wire::{Delta, Frame, SiteMessage, StateEntry, TransferResult, WeakDelta};
+
+/// Workers that handle what the other sites send (merges, donations).
+pub const WORKERS: usize = 4;
+
+/// Work items queued per worker before the inbox waits.
+pub const WORK_QUEUE_CAPACITY: usize = 256;
+
+/// The most work items a site holds at once (queued or being handled).
+pub const MAX_WORK_IN_FLIGHT: u64 = (WORKERS * (WORK_QUEUE_CAPACITY + 1)) as u64;
+
+/// Client libraries connected to an agent at once; more wait to be accepted.
+pub const MAX_CLIENT_CONNECTIONS: usize = 256;
+
+/// Proactive transfer requests in flight at once.
+const MAX_PROACTIVE_IN_FLIGHT: usize = 64;
 
 /// Which middleware a site runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -133,6 +159,27 @@ pub struct SiteConfig {
     pub peers: Vec<Option<SocketAddr>>,
     pub timing: Timing,
     pub policy: ProactiveConfig,
+    /// The deployment's shared secret: every link between sites, and from a
+    /// client library to its agent, proves it (HMAC handshake).
+    pub secret: ClusterSecret,
+    /// Where a client-based site's agent listens for its client libraries
+    /// (`None`: 127.0.0.1, any port; see [`Site::client_addr`]).
+    pub client_listen: Option<SocketAddr>,
+    #[doc(hidden)]
+    pub planted: PlantedSiteBugs,
+}
+
+/// Test-only faults the link tests must catch (all off by default).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlantedSiteBugs {
+    /// The links run without authentication.
+    pub no_auth: bool,
+    /// Merges and donations trust the site a message claims to come from
+    /// instead of the one whose link delivered it.
+    pub trust_claimed_sender: bool,
+    /// A task per incoming work item instead of the bounded worker queues.
+    pub task_per_frame: bool,
 }
 
 impl SiteConfig {
@@ -172,6 +219,10 @@ pub(crate) struct Stats {
     pub cas_conflicts: AtomicU64,
     pub weak_deltas_sent: AtomicU64,
     pub weak_deltas_applied: AtomicU64,
+    pub replies_dropped: AtomicU64,
+    pub client_auth_failures: AtomicU64,
+    work_in_flight: AtomicU64,
+    work_in_flight_max: AtomicU64,
 }
 
 /// A snapshot of a site's counters.
@@ -203,6 +254,15 @@ pub struct SiteStats {
     pub cas_conflicts: u64,
     pub weak_deltas_sent: u64,
     pub weak_deltas_applied: u64,
+    /// Replies to other sites dropped because their queue was full.
+    pub replies_dropped: u64,
+    /// Connections to the agent's client port that failed authentication.
+    pub client_auth_failures: u64,
+    /// Work items (merges, donations) from other sites queued or being
+    /// handled now, and the most at any time (at most
+    /// [`MAX_WORK_IN_FLIGHT`]).
+    pub work_in_flight: u64,
+    pub work_in_flight_max: u64,
 }
 
 impl Stats {
@@ -228,6 +288,10 @@ impl Stats {
             cas_conflicts: get(&self.cas_conflicts),
             weak_deltas_sent: get(&self.weak_deltas_sent),
             weak_deltas_applied: get(&self.weak_deltas_applied),
+            replies_dropped: get(&self.replies_dropped),
+            client_auth_failures: get(&self.client_auth_failures),
+            work_in_flight: get(&self.work_in_flight),
+            work_in_flight_max: get(&self.work_in_flight_max),
         }
     }
 }
@@ -242,7 +306,7 @@ pub(crate) enum Backend {
 pub(crate) struct SiteInner {
     pub me: ReplicaId,
     pub config: SiteConfig,
-    pub links: Vec<Option<PeerLink>>,
+    pub links: SiteLinks,
     pub propagator: Arc<Mutex<Propagator>>,
     pub stats: Arc<Stats>,
     pub backend: Backend,
@@ -296,10 +360,6 @@ impl SiteInner {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn link(&self, peer: usize) -> Option<&PeerLink> {
-        self.links.get(peer).and_then(Option::as_ref)
-    }
-
     /// A synchronous request for a global operation.
     pub async fn ask_donor(
         &self,
@@ -308,13 +368,10 @@ impl SiteInner {
     ) -> Result<TransferResult, LinkError> {
         Stats::add(&self.stats.sync_requests, 1);
         let donor = request.donor.index();
-        let result = match self.link(donor) {
-            Some(link) => {
-                link.transfer(key, request, self.config.timing.transfer_timeout)
-                    .await
-            }
-            None => Err(LinkError::Down(donor)),
-        };
+        let result = self
+            .links
+            .transfer(donor, key, request, self.config.timing.transfer_timeout)
+            .await;
         if result.is_err() {
             Stats::add(&self.stats.sync_requests_failed, 1);
         }
@@ -342,7 +399,10 @@ impl SiteInner {
         }
         match &self.backend {
             Backend::Cas(cas) => cas.merge(self, key, message).await,
-            Backend::Node(node) => node.tell(key, crate::engine::Command::Merge { message }),
+            Backend::Node(node) => {
+                node.tell(key, crate::engine::Command::Merge { message })
+                    .await
+            }
             Backend::Weak(_) => {
                 Stats::add(&self.stats.merges_rejected, 1);
             }
@@ -407,6 +467,7 @@ pub struct Site {
     inner: Arc<SiteInner>,
     design: Design,
     addr: SocketAddr,
+    client_addr: Option<SocketAddr>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -440,23 +501,30 @@ impl Site {
         rows: Option<Arc<dyn ReplicaRows>>,
     ) -> Result<Site, EscrowError> {
         let me = config.check()?;
-        let addr = listener.local_addr().map_err(|e| EscrowError::Config {
-            reason: format!("listener: {e}"),
-        })?;
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let links = (0..config.sites)
-            .map(|peer| {
-                let addr = config.peers[peer].filter(|_| peer != config.site)?;
-                Some(PeerLink::spawn(
-                    config.site,
-                    config.sites,
-                    peer,
-                    addr,
-                    config.timing.link,
-                    Some(events_tx.clone()),
-                ))
-            })
-            .collect();
+        let bad = |what: &str, e: &dyn std::fmt::Display| EscrowError::Config {
+            reason: format!("{what}: {e}"),
+        };
+        let addr = listener.local_addr().map_err(|e| bad("listener", &e))?;
+        let client_listener = if design == Design::ClientBased {
+            let at = config
+                .client_listen
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+            Some(
+                TcpListener::bind(at)
+                    .await
+                    .map_err(|e| bad("client listener", &e))?,
+            )
+        } else {
+            None
+        };
+        let client_addr = match &client_listener {
+            Some(listener) => Some(
+                listener
+                    .local_addr()
+                    .map_err(|e| bad("client listener", &e))?,
+            ),
+            None => None,
+        };
         let propagator = Arc::new(Mutex::new(Propagator::new(
             config.site,
             config.sites,
@@ -494,6 +562,15 @@ impl Site {
                 .await
                 .map_err(EscrowError::from)?;
         }
+        let secret = (!config.planted.no_auth).then(|| config.secret.clone());
+        let (links, inbox) = SiteLinks::start(
+            config.site,
+            listener,
+            &config.peers,
+            config.timing.link,
+            config.timing.link.transport(secret),
+        )
+        .map_err(|e| bad("site links", &e))?;
         let inner = Arc::new(SiteInner {
             me,
             config,
@@ -504,16 +581,28 @@ impl Site {
             fenced: Mutex::new(Vec::new()),
             started: Instant::now(),
         });
-        let tasks = vec![
-            tokio::spawn(accept_loop(listener, Arc::clone(&inner))),
-            tokio::spawn(event_loop(events_rx, Arc::clone(&inner))),
-            tokio::spawn(propagate_loop(Arc::clone(&inner))),
-            tokio::spawn(proactive_loop(Arc::clone(&inner))),
-        ];
+        let mut tasks = Vec::with_capacity(WORKERS + 5);
+        let mut queues = Vec::with_capacity(WORKERS);
+        for _ in 0..WORKERS {
+            let (tx, rx) = mpsc::channel(WORK_QUEUE_CAPACITY);
+            queues.push(tx);
+            tasks.push(tokio::spawn(worker_loop(rx, Arc::clone(&inner))));
+        }
+        tasks.push(tokio::spawn(inbox_loop(inbox, queues, Arc::clone(&inner))));
+        tasks.push(tokio::spawn(heartbeat_loop(Arc::clone(&inner))));
+        tasks.push(tokio::spawn(propagate_loop(Arc::clone(&inner))));
+        tasks.push(tokio::spawn(proactive_loop(Arc::clone(&inner))));
+        if let Some(listener) = client_listener {
+            tasks.push(tokio::spawn(client_accept_loop(
+                listener,
+                Arc::clone(&inner),
+            )));
+        }
         Ok(Site {
             inner,
             design,
             addr,
+            client_addr,
             tasks,
         })
     }
@@ -521,6 +610,12 @@ impl Site {
     /// Where other sites (through their proxies) connect.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where this site's client libraries reach its agent (client-based
+    /// design only).
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        self.client_addr
     }
 
     pub fn design(&self) -> Design {
@@ -535,9 +630,20 @@ impl Site {
         self.inner.stats.snapshot()
     }
 
-    /// Whether the link to `peer` is up.
+    /// The links' transport counters (messages, bytes, failed handshakes).
+    pub fn link_metrics(&self) -> MetricsSnapshot {
+        self.inner.links.metrics()
+    }
+
+    /// The links' fault layer: drop, delay, duplicate, partition (of what
+    /// this site sends and receives), switchable at runtime.
+    pub fn chaos(&self) -> &Chaos {
+        self.inner.links.chaos()
+    }
+
+    /// Whether the link to `peer` is up (its pongs come back).
     pub fn link_up(&self, peer: usize) -> bool {
-        self.inner.link(peer).is_some_and(PeerLink::is_up)
+        self.inner.links.is_up(peer)
     }
 
     /// A client of this site's middleware node (server-based design only).
@@ -564,18 +670,191 @@ impl Drop for Site {
         for task in &self.tasks {
             task.abort();
         }
+        self.inner.links.shutdown();
         if let Backend::Node(node) = &self.inner.backend {
             node.shutdown();
         }
     }
 }
 
-async fn event_loop(mut events: mpsc::UnboundedReceiver<LinkEvent>, site: Arc<SiteInner>) {
-    while let Some(event) = events.recv().await {
+async fn heartbeat_loop(site: Arc<SiteInner>) {
+    let mut ticker = tokio::time::interval(site.config.timing.link.heartbeat_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let down = site.links.heartbeat();
+        if down.is_empty() {
+            continue;
+        }
         if let Ok(mut propagator) = site.propagator.lock() {
-            match event {
-                LinkEvent::Up(peer) => propagator.connected(peer),
-                LinkEvent::Down(peer) => propagator.disconnected(peer),
+            for peer in down {
+                propagator.disconnected(peer);
+            }
+        }
+    }
+}
+
+/// What a worker does for another site.
+enum Job {
+    Merge {
+        key: String,
+        message: Delta,
+    },
+    Donate {
+        id: u64,
+        key: String,
+        request: TransferRequest,
+    },
+    Weak(Vec<WeakDelta>),
+}
+
+struct Work {
+    /// The site whose link delivered it.
+    from: usize,
+    job: Job,
+}
+
+fn shard(key: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % WORKERS as u64) as usize
+}
+
+/// Hands `work` to its worker, waiting for room (backpressure to the link).
+async fn dispatch(site: &Arc<SiteInner>, queues: &[mpsc::Sender<Work>], index: usize, work: Work) {
+    let stats = &site.stats;
+    let now = stats.work_in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+    stats.work_in_flight_max.fetch_max(now, Ordering::Relaxed);
+    if site.config.planted.task_per_frame {
+        let site = Arc::clone(site);
+        tokio::spawn(async move { handle(&site, work).await });
+        return;
+    }
+    if queues[index].send(work).await.is_err() {
+        stats.work_in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn worker_loop(mut queue: mpsc::Receiver<Work>, site: Arc<SiteInner>) {
+    while let Some(work) = queue.recv().await {
+        handle(&site, work).await;
+    }
+}
+
+async fn handle(site: &SiteInner, work: Work) {
+    let from = work.from;
+    match work.job {
+        Job::Merge { key, message } => site.merge(from, &key, message).await,
+        Job::Donate { id, key, request } => {
+            let result = site.donate(from, &key, request).await;
+            let reply = Frame::TransferReply { id, key, result };
+            if site.links.send_now(from, &reply).is_err() {
+                // The requester times out and asks again (idempotent).
+                Stats::add(&site.stats.replies_dropped, 1);
+            }
+        }
+        Job::Weak(entries) => {
+            if let Backend::Weak(weak) = &site.backend {
+                weak.apply(site, entries).await;
+            }
+        }
+    }
+    site.stats.work_in_flight.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The one task that takes what the links deliver. The transport has
+/// checked that each envelope comes from a site of the table that proved
+/// the secret, and is `from` that site; everything else is checked here.
+async fn inbox_loop(
+    mut inbox: Inbox<SiteMessage>,
+    queues: Vec<mpsc::Sender<Work>>,
+    site: Arc<SiteInner>,
+) {
+    let planted = site.config.planted;
+    while let Some(envelope) = inbox.recv().await {
+        let from = usize::try_from(envelope.from.0).unwrap_or(usize::MAX);
+        if from >= site.sites() || from == site.site() || envelope.to != site_node(site.site()) {
+            Stats::add(&site.stats.frames_rejected, 1);
+            tracing::warn!(site = site.site(), from = %envelope.from, "escrow: message from no other site; dropped");
+            continue;
+        }
+        let frame = match crate::wire::decode(&envelope.msg.body) {
+            Ok(frame) => frame,
+            Err(error) => {
+                Stats::add(&site.stats.frames_rejected, 1);
+                tracing::warn!(site = site.site(), from, %error, "escrow: bad message; dropped");
+                continue;
+            }
+        };
+        match frame {
+            Frame::Ping { id } => {
+                // Lost if the queue back is full: the peer's heartbeat copes.
+                let _ = site.links.send_now(from, &Frame::Pong { id });
+            }
+            Frame::Pong { .. } => {
+                if site.links.pong(from) {
+                    if let Ok(mut propagator) = site.propagator.lock() {
+                        propagator.connected(from);
+                    }
+                }
+            }
+            Frame::TransferReply { id, result, .. } => site.links.reply(from, id, result),
+            Frame::States { entries } => {
+                for entry in entries {
+                    if let Err(error) = check_key(&entry.key) {
+                        Stats::add(&site.stats.merges_rejected, 1);
+                        tracing::warn!(site = site.site(), from, %error, "escrow: dropped a state");
+                        continue;
+                    }
+                    let sender = if planted.trust_claimed_sender {
+                        entry.message.rights().from().index()
+                    } else {
+                        from
+                    };
+                    let index = shard(&entry.key);
+                    let job = Job::Merge {
+                        key: entry.key,
+                        message: entry.message,
+                    };
+                    dispatch(&site, &queues, index, Work { from: sender, job }).await;
+                }
+            }
+            Frame::Transfer { id, key, request } => {
+                let sender = if planted.trust_claimed_sender {
+                    request.requester.index()
+                } else {
+                    from
+                };
+                let index = shard(&key);
+                let job = Job::Donate { id, key, request };
+                dispatch(&site, &queues, index, Work { from: sender, job }).await;
+            }
+            Frame::WeakDeltas { entries } => match &site.backend {
+                Backend::Weak(_) => {
+                    let index = entries.first().map_or(0, |e| shard(&e.key));
+                    let work = Work {
+                        from,
+                        job: Job::Weak(entries),
+                    };
+                    dispatch(&site, &queues, index, work).await;
+                }
+                _ => {
+                    Stats::add(&site.stats.frames_rejected, 1);
+                    tracing::warn!(
+                        site = site.site(),
+                        from,
+                        "escrow: weak deltas at a bounded-counter site; dropped"
+                    );
+                }
+            },
+            Frame::AskDonor { .. } => {
+                Stats::add(&site.stats.frames_rejected, 1);
+                tracing::warn!(
+                    site = site.site(),
+                    from,
+                    "escrow: a client's request on a site link; dropped"
+                );
             }
         }
     }
@@ -608,7 +887,7 @@ async fn ship_batches(site: &SiteInner) {
     let mut batches: Vec<(usize, Vec<String>)> = Vec::new();
     if let Ok(mut propagator) = site.propagator.lock() {
         for peer in 0..site.sites() {
-            if peer != site.site() && site.link(peer).is_some_and(PeerLink::is_up) {
+            if peer != site.site() && site.links.is_up(peer) {
                 let batch = propagator.take_batch(peer);
                 if !batch.is_empty() {
                     batches.push((peer, batch));
@@ -644,10 +923,7 @@ async fn ship_batches(site: &SiteInner) {
             continue;
         }
         let count = entries.len() as u64;
-        let sent = site
-            .link(peer)
-            .is_some_and(|link| link.send(Frame::States { entries }));
-        if sent {
+        if site.links.send(peer, &Frame::States { entries }) {
             Stats::add(&site.stats.frames_sent, 1);
             Stats::add(&site.stats.states_sent, count);
         } else if let Ok(mut propagator) = site.propagator.lock() {
@@ -660,6 +936,7 @@ async fn proactive_loop(site: Arc<SiteInner>) {
     if matches!(site.backend, Backend::Weak(_)) {
         return;
     }
+    let in_flight = Arc::new(Semaphore::new(MAX_PROACTIVE_IN_FLIGHT));
     let mut policies: HashMap<String, ProactivePolicy> = HashMap::new();
     let mut ticker = tokio::time::interval(site.config.timing.proactive_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -677,17 +954,20 @@ async fn proactive_loop(site: Arc<SiteInner>) {
                 continue;
             };
             let donor = request.donor.index();
-            if !site.link(donor).is_some_and(PeerLink::is_up) {
+            if !site.links.is_up(donor) {
                 continue; // An unreachable site keeps its rights.
             }
+            // Bounded: at most this many requests at once; the policy asks
+            // again on a later tick.
+            let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
+                continue;
+            };
             Stats::add(&site.stats.proactive_requests, 1);
             let site = Arc::clone(&site);
             tokio::spawn(async move {
-                let Some(link) = site.link(donor) else {
-                    return;
-                };
+                let _permit = permit;
                 let timeout = site.config.timing.transfer_timeout;
-                if let Ok(result) = link.transfer(&key, request, timeout).await {
+                if let Ok(result) = site.links.transfer(donor, &key, request, timeout).await {
                     if let Some(message) = result.message() {
                         site.merge(donor, &key, message.clone()).await;
                     }
@@ -697,12 +977,21 @@ async fn proactive_loop(site: Arc<SiteInner>) {
     }
 }
 
-async fn accept_loop(listener: TcpListener, site: Arc<SiteInner>) {
+async fn client_accept_loop(listener: TcpListener, site: Arc<SiteInner>) {
+    let slots = Arc::new(Semaphore::new(MAX_CLIENT_CONNECTIONS));
     loop {
+        // At the limit, stop accepting: the kernel's backlog holds the rest.
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, Arc::clone(&site)));
+                let site = Arc::clone(&site);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    serve_client(stream, site).await;
+                });
             }
             Err(error) => {
                 tracing::warn!(site = site.site(), %error, "escrow: accept failed");
@@ -712,107 +1001,70 @@ async fn accept_loop(listener: TcpListener, site: Arc<SiteInner>) {
     }
 }
 
-/// The acceptor's side of one connection from another site (or from a
-/// client library of another site asking for rights).
-async fn serve_connection(stream: TcpStream, site: Arc<SiteInner>) {
-    let (mut read, write) = stream.into_split();
-    let hello = tokio::time::timeout(Duration::from_secs(5), read_frame(&mut read)).await;
-    let from = match hello {
-        Ok(Ok(Some(Frame::Hello { site: from, sites }))) => {
-            let from = usize::try_from(from).unwrap_or(usize::MAX);
-            let sites = usize::try_from(sites).unwrap_or(usize::MAX);
-            if sites != site.sites() || from >= site.sites() || from == site.site() {
-                Stats::add(&site.stats.frames_rejected, 1);
-                tracing::warn!(
-                    site = site.site(),
-                    "escrow: hello from site {from} of {sites}, this is site {} of {}; closing",
-                    site.site(),
-                    site.sites()
-                );
-                return;
-            }
-            from
-        }
-        Ok(Ok(None)) | Err(_) => return,
-        Ok(Ok(Some(other))) => {
-            Stats::add(&site.stats.frames_rejected, 1);
-            tracing::warn!(site = site.site(), frame = ?other, "escrow: expected hello; closing");
+/// One client library of this site: it proves the secret as this site's
+/// client identity, then asks for rights one request at a time; each is
+/// relayed to the donor over the site links.
+async fn serve_client(mut stream: TcpStream, site: Arc<SiteInner>) {
+    let me = site_node(site.site());
+    let client = client_node(site.site());
+    if !site.config.planted.no_auth {
+        let timeout_ms = u64::try_from(site.config.timing.link.handshake_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let secret = &site.config.secret;
+        if let Err(error) =
+            roost_net::auth::accept(&mut stream, secret, me, &[client], timeout_ms).await
+        {
+            Stats::add(&site.stats.client_auth_failures, 1);
+            tracing::warn!(site = site.site(), %error, "escrow: client handshake failed; closing");
             return;
-        }
-        Ok(Err(error)) => {
-            Stats::add(&site.stats.frames_rejected, 1);
-            tracing::warn!(site = site.site(), %error, "escrow: bad hello; closing");
-            return;
-        }
-    };
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Frame>();
-    let writer = tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt;
-        let mut write = BufWriter::new(write);
-        while let Some(frame) = out_rx.recv().await {
-            if write_frame(&mut write, &frame).await.is_err() {
-                return;
-            }
-            while let Ok(frame) = out_rx.try_recv() {
-                if write_frame(&mut write, &frame).await.is_err() {
-                    return;
-                }
-            }
-            if write.flush().await.is_err() {
-                return;
-            }
-        }
-    });
-    let me = u32::try_from(site.site()).unwrap_or(u32::MAX);
-    let _ = out_tx.send(Frame::HelloAck { site: me });
-    loop {
-        let frame = match read_frame(&mut read).await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(error) => {
-                Stats::add(&site.stats.frames_rejected, 1);
-                tracing::warn!(site = site.site(), from, %error, "escrow: bad frame; closing");
-                break;
-            }
-        };
-        match frame {
-            Frame::States { entries } => {
-                for entry in entries {
-                    if let Err(error) = check_key(&entry.key) {
-                        Stats::add(&site.stats.merges_rejected, 1);
-                        tracing::warn!(site = site.site(), from, %error, "escrow: dropped a state");
-                        continue;
-                    }
-                    site.merge(from, &entry.key, entry.message).await;
-                }
-            }
-            Frame::Transfer { id, key, request } => {
-                let site = Arc::clone(&site);
-                let out = out_tx.clone();
-                tokio::spawn(async move {
-                    let result = site.donate(from, &key, request).await;
-                    let _ = out.send(Frame::TransferReply { id, key, result });
-                });
-            }
-            Frame::WeakDeltas { entries } => match &site.backend {
-                Backend::Weak(weak) => weak.apply(&site, entries).await,
-                _ => {
-                    Stats::add(&site.stats.frames_rejected, 1);
-                    tracing::warn!(
-                        site = site.site(),
-                        from,
-                        "escrow: weak deltas at a bounded-counter site; dropped"
-                    );
-                }
-            },
-            other => {
-                Stats::add(&site.stats.frames_rejected, 1);
-                tracing::warn!(site = site.site(), from, frame = ?other, "escrow: unexpected frame; closing");
-                break;
-            }
         }
     }
-    // The writer ends once the replies still being computed are sent.
-    drop(out_tx);
-    drop(writer);
+    loop {
+        let envelope = match read_message(&mut stream).await {
+            Ok(Some(envelope)) => envelope,
+            Ok(None) => return,
+            Err(error) => {
+                Stats::add(&site.stats.frames_rejected, 1);
+                tracing::warn!(site = site.site(), %error, "escrow: bad client message; closing");
+                return;
+            }
+        };
+        if envelope.from != client || envelope.to != me {
+            Stats::add(&site.stats.frames_rejected, 1);
+            tracing::warn!(site = site.site(), from = %envelope.from, "escrow: client message from another node; closing");
+            return;
+        }
+        let (id, key, request) = match crate::wire::decode(&envelope.msg.body) {
+            Ok(Frame::AskDonor { id, key, request }) => (id, key, request),
+            other => {
+                Stats::add(&site.stats.frames_rejected, 1);
+                tracing::warn!(site = site.site(), frame = ?other, "escrow: unexpected client message; closing");
+                return;
+            }
+        };
+        let result = if request.requester != site.me || check_key(&key).is_err() {
+            TransferResult::Error {
+                reason: format!(
+                    "a client of site {} asked for rights for {} on key {key:?}",
+                    site.site(),
+                    request.requester
+                ),
+            }
+        } else {
+            match site.ask_donor(&key, request).await {
+                Ok(result) => result,
+                Err(error) => TransferResult::Error {
+                    reason: error.to_string(),
+                },
+            }
+        };
+        let reply = Frame::TransferReply { id, key, result };
+        if write_message(&mut stream, me, client, &reply)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
 }

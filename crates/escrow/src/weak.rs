@@ -257,19 +257,18 @@ impl WeakBackend {
                 queue.pop_front();
             }
             while !queue.is_empty() {
-                let Some(link) = site.links.get(peer).and_then(Option::as_ref) else {
-                    queue.clear();
-                    break;
-                };
-                if !link.is_up() {
+                if !site.links.is_up(peer) {
                     break;
                 }
                 let take = queue.len().min(SHIP_BATCH);
                 let entries: Vec<WeakDelta> = queue.drain(..take).collect();
                 let count = entries.len() as u64;
-                if link.send(Frame::WeakDeltas {
-                    entries: entries.clone(),
-                }) {
+                if site.links.send(
+                    peer,
+                    &Frame::WeakDeltas {
+                        entries: entries.clone(),
+                    },
+                ) {
                     Stats::add(&site.stats.frames_sent, 1);
                     Stats::add(&site.stats.weak_deltas_sent, count);
                 } else {

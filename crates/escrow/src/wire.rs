@@ -1,29 +1,46 @@
-//! The protocol between sites (and between a client library and a remote
-//! site): length-prefixed JSON frames, versioned.
+//! The messages between sites (and between a client library and its site's
+//! agent): JSON bodies, versioned, carried as bytes inside `roost-net`'s
+//! postcard envelopes ([`SiteMessage`]).
 //!
-//! A frame is a `u32` big-endian length and a JSON object
-//! `{"version": 1, "body": {...}}`. The length is checked against
-//! [`MAX_FRAME_BYTES`] before anything is buffered and the version before the
-//! body is decoded. The counter states inside use `roost-bcounter`'s own
-//! versioned serde encodings, which check their shape and soundness on the
-//! way in. JSON (not postcard) because those encodings are self-describing:
-//! fields are optional on the wire so that a future layout is reported as an
+//! `roost-net` frames, authenticates and batches; inside each envelope a
+//! [`SiteMessage`] holds one JSON object `{"version": 1, "body": {...}}`,
+//! whose version is checked before the body is decoded ([`decode`]). The
+//! counter states inside use `roost-bcounter`'s own versioned serde
+//! encodings, which check their shape and soundness on the way in. JSON (not
+//! postcard) because those encodings are self-describing: fields are
+//! optional on the wire so that a future layout is reported as an
 //! unsupported version.
 //!
-//! The connection starts with `Hello` (dialer) and `HelloAck` (acceptor);
-//! then the dialer sends `States`, `Transfer` and `WeakDeltas`, and the
-//! acceptor answers each `Transfer` with a `TransferReply` of the same id.
+//! Links are one-way (a site writes to a peer over its own connection and
+//! reads the peer's over the peer's), so requests carry ids and their replies
+//! come back on the other link: `Transfer` is answered by a `TransferReply`,
+//! `Ping` by a `Pong`, each with the request's id. A client library sends
+//! `AskDonor` to its own site's agent (one authenticated connection, replies
+//! on the same connection), which relays it to the donor as a `Transfer`.
 
 use roost_bcounter::{CounterMessage, RightsDelta, TransferRequest};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The version this build writes and reads.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Frames larger than this are refused before being read.
-pub const MAX_FRAME_BYTES: usize = 16 << 20;
+/// A message body larger than this is refused (the transport's frame limit
+/// is this plus room for the envelope), so one frame buffers at most this.
+pub const MAX_FRAME_BYTES: usize = 4 << 20;
+
+/// What travels in a `roost-net` envelope between sites: one encoded
+/// [`Frame`] ([`encode`] / [`decode`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteMessage {
+    pub body: Vec<u8>,
+}
+
+impl SiteMessage {
+    pub fn new(frame: &Frame) -> Result<SiteMessage, WireError> {
+        encode(frame).map(|body| SiteMessage { body })
+    }
+}
 
 /// A counter replica's delta for one other site.
 pub type Delta = CounterMessage<RightsDelta>;
@@ -80,13 +97,18 @@ impl TransferResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Frame {
-    /// The dialer's first frame: who it speaks for, and how many sites it
-    /// believes there are.
-    Hello { site: u32, sites: u32 },
-    /// The acceptor's answer: the connection is up.
-    HelloAck { site: u32 },
+    /// Liveness: a site pings each peer every few ms; the peer's link
+    /// counts as up while `Pong`s with the ids come back.
+    Ping {
+        id: u64,
+    },
+    Pong {
+        id: u64,
+    },
     /// A propagation batch: deltas of counters changed since the last batch.
-    States { entries: Vec<StateEntry> },
+    States {
+        entries: Vec<StateEntry>,
+    },
     /// A request for rights (§IV-D), answered by a `TransferReply`.
     Transfer {
         id: u64,
@@ -99,7 +121,16 @@ pub enum Frame {
         result: TransferResult,
     },
     /// The Weak baseline's replication: increments and decrements to replay.
-    WeakDeltas { entries: Vec<WeakDelta> },
+    WeakDeltas {
+        entries: Vec<WeakDelta>,
+    },
+    /// A client library (client-based design) asks its own site's agent to
+    /// request rights from `request.donor`; answered by a `TransferReply`.
+    AskDonor {
+        id: u64,
+        key: String,
+        request: TransferRequest,
+    },
 }
 
 #[derive(Serialize)]
@@ -119,8 +150,6 @@ struct EnvelopeIn {
 /// What can go wrong reading or writing frames.
 #[derive(Debug, Error)]
 pub enum WireError {
-    #[error("connection: {0}")]
-    Io(#[from] std::io::Error),
     #[error("frame of {len} bytes exceeds the limit of {max}")]
     TooLarge { len: usize, max: usize },
     #[error("unsupported protocol version {found}: this build speaks version {PROTOCOL_VERSION}")]
@@ -129,7 +158,7 @@ pub enum WireError {
     Malformed(String),
 }
 
-/// Encodes one frame (length prefix included).
+/// Encodes one frame's body (what a [`SiteMessage`] carries).
 pub fn encode(frame: &Frame) -> Result<Vec<u8>, WireError> {
     let body = serde_json::to_vec(&EnvelopeOut {
         version: PROTOCOL_VERSION,
@@ -142,18 +171,18 @@ pub fn encode(frame: &Frame) -> Result<Vec<u8>, WireError> {
             max: MAX_FRAME_BYTES,
         });
     }
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
-        len: body.len(),
-        max: MAX_FRAME_BYTES,
-    })?;
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(&body);
-    Ok(out)
+    Ok(body)
 }
 
-/// Decodes one frame's payload (without its length prefix).
+/// Decodes one frame's body (a [`SiteMessage`]'s bytes): the size, then the
+/// version, then the body. The fuzz target's entry point.
 pub fn decode(payload: &[u8]) -> Result<Frame, WireError> {
+    if payload.len() > MAX_FRAME_BYTES {
+        return Err(WireError::TooLarge {
+            len: payload.len(),
+            max: MAX_FRAME_BYTES,
+        });
+    }
     let envelope: EnvelopeIn = serde_json::from_slice(payload)
         .map_err(|e| WireError::Malformed(format!("not an envelope: {e}")))?;
     let version = envelope
@@ -166,37 +195,6 @@ pub fn decode(payload: &[u8]) -> Result<Frame, WireError> {
         .body
         .ok_or_else(|| WireError::Malformed("missing `body`".to_owned()))?;
     serde_json::from_value(body).map_err(|e| WireError::Malformed(e.to_string()))
-}
-
-/// Writes one frame.
-pub async fn write_frame<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    frame: &Frame,
-) -> Result<(), WireError> {
-    let bytes = encode(frame)?;
-    writer.write_all(&bytes).await?;
-    writer.flush().await?;
-    Ok(())
-}
-
-/// Reads one frame; `Ok(None)` at a clean end of stream.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<Frame>, WireError> {
-    let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
-    if len > MAX_FRAME_BYTES {
-        return Err(WireError::TooLarge {
-            len,
-            max: MAX_FRAME_BYTES,
-        });
-    }
-    let mut payload = vec![0u8; len];
-    reader.read_exact(&mut payload).await?;
-    decode(&payload).map(Some)
 }
 
 #[cfg(test)]
@@ -219,8 +217,13 @@ mod tests {
             mode: RequestMode::Sync,
         };
         vec![
-            Frame::Hello { site: 1, sites: 3 },
-            Frame::HelloAck { site: 0 },
+            Frame::Ping { id: 1 },
+            Frame::Pong { id: 1 },
+            Frame::AskDonor {
+                id: 3,
+                key: "stock".to_owned(),
+                request,
+            },
             Frame::States {
                 entries: vec![StateEntry {
                     key: "stock".to_owned(),
@@ -260,7 +263,9 @@ mod tests {
     fn round_trips() {
         for frame in sample_frames() {
             let bytes = encode(&frame).unwrap();
-            assert_eq!(decode(&bytes[4..]).unwrap(), frame);
+            assert_eq!(decode(&bytes).unwrap(), frame);
+            let message = SiteMessage::new(&frame).unwrap();
+            assert_eq!(decode(&message.body).unwrap(), frame);
         }
     }
 
@@ -268,14 +273,14 @@ mod tests {
     fn version_is_checked_first() {
         let err = decode(br#"{"version": 2, "body": {"type": "no_such_frame"}}"#).unwrap_err();
         assert!(matches!(err, WireError::Version { found: 2 }), "{err}");
-        let err = decode(br#"{"body": {"type": "hello_ack", "site": 0}}"#).unwrap_err();
+        let err = decode(br#"{"body": {"type": "ping", "id": 0}}"#).unwrap_err();
         assert!(matches!(err, WireError::Malformed(_)), "{err}");
     }
 
     #[test]
     fn malformed_bodies_are_errors() {
         for bad in [
-            &br#"{"version": 1, "body": {"type": "hello", "site": -1, "sites": 3}}"#[..],
+            &br#"{"version": 1, "body": {"type": "ping", "id": -1}}"#[..],
             br#"{"version": 1, "body": {"type": "states", "entries": [{"key": "x", "message": {"version": 1, "bound": "lower", "k": 0, "rights": {"version": 1, "from": 0, "to": 0, "diagonal": [1], "u": [0], "transferred_from_to": 0}}}]}}"#,
             br#"{"version": 1, "body": {"type": "states", "entries": [{"key": "x", "message": {"version": 1, "bound": "lower", "k": 0, "rights": {"version": 1, "from": 0, "to": 1, "diagonal": [1], "u": [0, 0], "transferred_from_to": 0}}}]}}"#,
             br#"{"version": 1, "body": {"type": "transfer", "id": 1, "key": "x", "request": {"version": 7}}}"#,
@@ -286,23 +291,21 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn oversized_frames_are_refused_before_reading() {
-        let mut input: &[u8] = &u32::MAX.to_be_bytes();
-        let err = read_frame(&mut input).await.unwrap_err();
+    #[test]
+    fn oversized_bodies_are_refused_before_parsing() {
+        let big = vec![b' '; MAX_FRAME_BYTES + 1];
+        let err = decode(&big).unwrap_err();
         assert!(matches!(err, WireError::TooLarge { .. }), "{err}");
-        let mut empty: &[u8] = &[];
-        assert!(read_frame(&mut empty).await.unwrap().is_none());
     }
 
     proptest::proptest! {
         #[test]
         fn damaged_frames_never_panic(
-            index in 0usize..7,
+            index in 0usize..8,
             flips in proptest::collection::vec((0usize..4096, 0u8..=255), 1..8),
         ) {
             let frame = sample_frames().swap_remove(index);
-            let mut bytes = encode(&frame).unwrap().split_off(4);
+            let mut bytes = encode(&frame).unwrap();
             for (at, value) in flips {
                 if !bytes.is_empty() {
                     let at = at % bytes.len();

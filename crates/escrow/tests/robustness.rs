@@ -7,11 +7,12 @@ mod common;
 use std::time::Duration;
 
 use roost_bcounter::{ReplicaId, RequestMode, TransferRequest};
-use roost_escrow::wire::{encode, read_frame, write_frame, Frame, StateEntry, TransferResult};
-use roost_escrow::{
-    Bound, Counter, Deployment, Design, EscrowCounters, EscrowError, Flag, Outcome,
-};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use roost_escrow::peer::site_node;
+use roost_escrow::wire::{encode, Frame, SiteMessage, StateEntry};
+use roost_escrow::{Bound, Deployment, Design, EscrowCounters, EscrowError, Flag, Outcome};
+use roost_net::frame::encode_frame_into;
+use roost_net::Epoch;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 async fn redis(deployment: &Deployment, site: usize) -> redis::aio::MultiplexedConnection {
@@ -146,28 +147,6 @@ async fn weak_corrupt_value_is_a_clear_error() {
     ));
 }
 
-/// Connects to site 0's peer port as site `from` of `sites`; returns the
-/// stream once the site answered (or `None` if it closed the connection).
-async fn hello(addr: std::net::SocketAddr, from: u32, sites: u32) -> Option<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    write_frame(&mut stream, &Frame::Hello { site: from, sites })
-        .await
-        .expect("write");
-    match tokio::time::timeout(Duration::from_secs(2), read_frame(&mut stream)).await {
-        Ok(Ok(Some(Frame::HelloAck { site: 0 }))) => Some(stream),
-        _ => None,
-    }
-}
-
-/// Whether the site closed the connection (EOF within 2 s).
-async fn closed(stream: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 64];
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await,
-        Ok(Ok(0) | Err(_))
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_forged_peer_messages_are_refused() {
     common::require_redis();
@@ -177,72 +156,85 @@ async fn malformed_and_forged_peer_messages_are_refused() {
     config.policy.threshold_rights = 0;
     let deployment = Deployment::start(config).await.expect("deployment starts");
     let addr = deployment.site(0).addr();
+    let secret = deployment.secret().clone();
     let mut client = deployment.client(0).await.expect("client");
     client.create("k", Bound::Lower, 0).await.expect("create");
     assert_eq!(
         client.inc("k", 10, Flag::StrictLocal).await.expect("inc"),
         Outcome::Ok
     );
+    let (n0, n1, n2) = (site_node(0), site_node(1), site_node(2));
 
-    // Garbage instead of a hello.
+    // Garbage instead of a handshake, and an oversized length: the
+    // transport's handshake refuses both.
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
         .write_all(b"\x00\x00\x00\x05hello")
         .await
         .expect("write");
-    assert!(closed(&mut stream).await, "garbage closes the connection");
-    // An oversized frame.
+    assert!(
+        common::closed(&mut stream).await,
+        "garbage closes the connection"
+    );
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
-        .write_all(&u32::MAX.to_be_bytes())
+        .write_all(&u32::MAX.to_le_bytes())
         .await
         .expect("write");
-    assert!(closed(&mut stream).await, "an oversized frame closes it");
-    // Hellos from another deployment, from itself, from nowhere.
-    assert!(hello(addr, 1, 4).await.is_none(), "wrong number of sites");
     assert!(
-        hello(addr, 0, 3).await.is_none(),
-        "site 0 talking to itself"
+        common::closed(&mut stream).await,
+        "an oversized frame closes it"
     );
-    assert!(hello(addr, 7, 3).await.is_none(), "no such site");
-    // A frame of an unknown version after a good hello.
-    let mut stream = hello(addr, 1, 3).await.expect("a good hello is answered");
-    let mut bytes = encode(&Frame::States { entries: vec![] }).expect("encode");
-    let body = String::from_utf8(bytes.split_off(4)).expect("json");
-    let body = body.replace("\"version\":1", "\"version\":2");
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(body.as_bytes());
-    stream.write_all(&frame).await.expect("write");
-    assert!(closed(&mut stream).await, "an unknown version closes it");
+    // Another deployment's secret, a node that is not a site.
+    let other = roost_net::ClusterSecret::random();
+    assert!(common::impostor(addr, n1, n0, Some(&other)).await.is_err());
+    assert!(
+        common::impostor(addr, roost_net::NodeId(7), n0, Some(&secret))
+            .await
+            .is_err()
+    );
 
-    // Forged: a delta built by site 1 arriving on site 2's connection, a
-    // delta addressed to site 1, a request whose requester is not the sender.
-    let mut forged = Counter::new(Bound::Lower, 0, ReplicaId(1), 3).expect("counter");
-    forged.increment(1000).expect("inc");
-    forged.transfer(1000, ReplicaId(0)).expect("transfer");
-    let mut stream = hello(addr, 2, 3).await.expect("hello");
-    write_frame(
-        &mut stream,
-        &Frame::States {
-            entries: vec![StateEntry {
-                key: "k".to_owned(),
-                message: forged.message_for(ReplicaId(0)).expect("delta"),
-            }],
-        },
+    // Authenticated as site 1: a body of an unknown version, and one that
+    // is not JSON, are dropped.
+    let mut stream1 = common::impostor(addr, n1, n0, Some(&secret))
+        .await
+        .expect("site 1 authenticates");
+    let body = String::from_utf8(encode(&Frame::States { entries: vec![] }).expect("encode"))
+        .expect("json")
+        .replace("\"version\":1", "\"version\":2");
+    for body in [body.into_bytes(), b"\xff\xfe".to_vec()] {
+        let mut buf = Vec::new();
+        encode_frame_into(&mut buf, n1, n0, Epoch(0), &SiteMessage { body }, u32::MAX)
+            .expect("frame");
+        stream1.write_all(&buf).await.expect("write");
+    }
+
+    // Forged: a delta built by site 1 arriving on site 2's link, a delta
+    // addressed to site 2 on site 1's, a request whose requester is not the
+    // sender, and one claiming a transfer site 0 never made.
+    let mut stream2 = common::impostor(addr, n2, n0, Some(&secret))
+        .await
+        .expect("site 2 authenticates");
+    let states = |message| Frame::States {
+        entries: vec![StateEntry {
+            key: "k".to_owned(),
+            message,
+        }],
+    };
+    common::send_frame(
+        &mut stream2,
+        n2,
+        n0,
+        &states(common::forged_delta(1, 0, 1000)),
     )
-    .await
-    .expect("write");
-    write_frame(
-        &mut stream,
-        &Frame::States {
-            entries: vec![StateEntry {
-                key: "k".to_owned(),
-                message: forged.message_for(ReplicaId(2)).expect("delta"),
-            }],
-        },
+    .await;
+    common::send_frame(
+        &mut stream1,
+        n1,
+        n0,
+        &states(common::forged_delta(1, 2, 1000)),
     )
-    .await
-    .expect("write");
+    .await;
     let request = TransferRequest {
         requester: ReplicaId(1),
         donor: ReplicaId(0),
@@ -250,49 +242,34 @@ async fn malformed_and_forged_peer_messages_are_refused() {
         seen_transferred: 0,
         mode: RequestMode::Sync,
     };
-    write_frame(
-        &mut stream,
-        &Frame::Transfer {
-            id: 1,
-            key: "k".to_owned(),
-            request,
-        },
-    )
-    .await
-    .expect("write");
-    // The same request as site 1 would send it, but claiming a transfer
-    // site 0 never made.
-    let mut stream1 = hello(addr, 1, 3).await.expect("hello");
-    write_frame(
-        &mut stream1,
-        &Frame::Transfer {
-            id: 2,
-            key: "k".to_owned(),
-            request: TransferRequest {
-                seen_transferred: 99,
-                ..request
-            },
-        },
-    )
-    .await
-    .expect("write");
-    for (stream, id) in [(&mut stream, 1), (&mut stream1, 2)] {
-        match tokio::time::timeout(Duration::from_secs(2), read_frame(stream)).await {
-            Ok(Ok(Some(Frame::TransferReply {
-                id: got,
-                result: TransferResult::Error { reason },
-                ..
-            }))) => {
-                assert_eq!(got, id);
-                assert!(!reason.is_empty());
-            }
-            other => panic!("expected an error reply to request {id}, got {other:?}"),
-        }
-    }
+    let transfer = |id, request| Frame::Transfer {
+        id,
+        key: "k".to_owned(),
+        request,
+    };
+    common::send_frame(&mut stream2, n2, n0, &transfer(1, request)).await;
+    let claimed = TransferRequest {
+        seen_transferred: 99,
+        ..request
+    };
+    common::send_frame(&mut stream1, n1, n0, &transfer(2, claimed)).await;
 
-    let stats = deployment.site(0).stats();
-    assert!(stats.frames_rejected >= 6, "{stats:?}");
-    assert!(stats.merges_rejected >= 2, "{stats:?}");
+    let started = std::time::Instant::now();
+    let stats = loop {
+        let stats = deployment.site(0).stats();
+        if stats.frames_rejected >= 2 && stats.merges_rejected >= 2 {
+            break stats;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{stats:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        deployment.site(0).link_metrics().auth_failures >= 4,
+        "{:?}",
+        deployment.site(0).link_metrics()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(deployment.site(0).stats().donations, 0, "{stats:?}");
     // None of it changed anything: site 0 still holds its 10 rights, the
     // value is 10 everywhere, and the site still serves.
     assert_eq!(deployment.rights("k").await.expect("rights")[0], 10);

@@ -47,6 +47,8 @@ pub fn fast_timing() -> Timing {
         proactive_every: Duration::from_millis(20),
         transfer_timeout: Duration::from_millis(400),
         link: LinkConfig {
+            heartbeat_every: Duration::from_millis(10),
+            down_after: Duration::from_millis(80),
             handshake_timeout: Duration::from_millis(300),
             min_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(100),
@@ -71,6 +73,7 @@ pub fn fast_config(design: Design) -> DeploymentConfig {
         rtt_scale: rtt_scale(),
         timing: fast_timing(),
         policy: fast_policy(),
+        planted: Default::default(),
     }
 }
 
@@ -88,4 +91,60 @@ pub async fn wait_rights_everywhere(deployment: &roost_escrow::Deployment, key: 
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A raw connection to a site's port as node `me`: with `secret`, after
+/// the `roost-net` handshake (`Err` if the site refused it); without, the
+/// bare stream, on which the site expects a handshake first.
+pub async fn impostor(
+    addr: std::net::SocketAddr,
+    me: roost_net::NodeId,
+    site: roost_net::NodeId,
+    secret: Option<&roost_net::ClusterSecret>,
+) -> Result<tokio::net::TcpStream, String> {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Some(secret) = secret {
+        roost_net::auth::dial(&mut stream, secret, me, site, 2_000)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(stream)
+}
+
+/// Writes `frame` on `stream` as an envelope `me` → `site` (errors ignored:
+/// the site may have closed the connection already).
+pub async fn send_frame(
+    stream: &mut tokio::net::TcpStream,
+    me: roost_net::NodeId,
+    site: roost_net::NodeId,
+    frame: &roost_escrow::wire::Frame,
+) {
+    let _ = roost_escrow::peer::write_message(stream, me, site, frame).await;
+}
+
+/// Whether the site closed `stream` (EOF or an error within 2 s).
+pub async fn closed(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A delta from site `from` to site `to` of a 3-site lower-bound counter in
+/// which `from` incremented by `rights` and gave them all to `to`: rights
+/// nobody gave, if `from` did not really do it.
+pub fn forged_delta(from: u32, to: u32, rights: u64) -> roost_escrow::wire::Delta {
+    use roost_bcounter::ReplicaId;
+    let mut forged =
+        roost_escrow::Counter::new(roost_escrow::Bound::Lower, 0, ReplicaId(from), 3).unwrap();
+    forged.increment(rights).unwrap();
+    forged.transfer(rights, ReplicaId(to)).unwrap();
+    forged.message_for(ReplicaId(to)).unwrap()
 }

@@ -501,9 +501,7 @@ async fn attack_the_client_port(planted: PlantedSiteBugs) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_libraries_must_prove_the_secret_to_their_agent() {
-    if !common::redis_or_skip("client_libraries_must_prove_the_secret_to_their_agent") {
-        return;
-    }
+    common::require_redis();
     let _one = common::exclusive().await;
     let (asked, refused) = attack_the_client_port(PlantedSiteBugs::default()).await;
     assert_eq!(asked, 0, "no request reached a donor");

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use crate::api::{Bound, EscrowCounters, Flag, Outcome};
 use crate::client::{ClientConfig, ClientMiddleware};
 use crate::error::EscrowError;
+use crate::front_door::{FrontDoor, FrontDoorClient};
 use crate::proxy::{DelayProxy, Region};
 use crate::redis_server::{LocalRedis, LocalRedisError};
 use crate::server::ServerMiddleware;
@@ -64,7 +65,11 @@ impl DeploymentConfig {
 /// A running local deployment; everything stops when it is dropped.
 pub struct Deployment {
     config: DeploymentConfig,
-    // Dropped in this order: sites, proxies, then the Redis processes.
+    // Dropped in this order: front doors, sites, proxies, then the Redis
+    // processes.
+    /// Server-based designs: each site node's RESP front door, started by
+    /// the first [`Deployment::network_client`].
+    front_doors: tokio::sync::OnceCell<Vec<FrontDoor>>,
     sites: Vec<Site>,
     proxies: Vec<Vec<Option<DelayProxy>>>,
     redis: Vec<LocalRedis>,
@@ -121,6 +126,7 @@ impl Deployment {
         }
         Ok(Deployment {
             config,
+            front_doors: tokio::sync::OnceCell::new(),
             sites,
             proxies,
             redis,
@@ -188,6 +194,37 @@ impl Deployment {
             ),
             Design::Weak => Client::Weak(WeakClient::connect(&self.redis_url(site)).await?),
         })
+    }
+
+    /// A client at `site` that reaches it over a TCP connection of its own,
+    /// as the seed's clients reach their site's middleware: for the
+    /// server-based designs ([`Design::ServerBased`], [`Design::Roost`]) a
+    /// [`FrontDoorClient`] of the site node's RESP front door (BC.*, one
+    /// command per operation; the front doors start on first use), for the
+    /// others what [`client`](Self::client) gives (a library over its own
+    /// connection to the site's Redis).
+    pub async fn network_client(&self, site: usize) -> Result<Client, EscrowError> {
+        if !matches!(self.config.design, Design::ServerBased | Design::Roost) {
+            return self.client(site).await;
+        }
+        let doors = self
+            .front_doors
+            .get_or_try_init(|| async {
+                let mut doors = Vec::with_capacity(self.sites());
+                for site in &self.sites {
+                    let node = site.server_client().ok_or(EscrowError::NodeGone)?;
+                    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                    doors.push(FrontDoor::start(node, self.sites(), bind).await?);
+                }
+                Ok::<_, EscrowError>(doors)
+            })
+            .await?;
+        let door = doors.get(site).ok_or_else(|| EscrowError::Config {
+            reason: format!("no site {site} of {}", self.sites()),
+        })?;
+        Ok(Client::FrontDoor(
+            FrontDoorClient::connect(door.addr()).await?,
+        ))
     }
 
     /// Cuts every link to and from `site`.
@@ -440,7 +477,10 @@ pub fn excess_decrements(rights: u64, successful_decrements: u64) -> u64 {
 /// A client of any design, for code that runs them all.
 pub enum Client {
     ClientBased(ClientMiddleware),
+    /// In-process handle of the site's node.
     ServerBased(ServerMiddleware),
+    /// The site's node over TCP, through its RESP front door.
+    FrontDoor(FrontDoorClient),
     Weak(WeakClient),
 }
 
@@ -449,6 +489,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.create(key, bound, k).await,
             Client::ServerBased(c) => c.create(key, bound, k).await,
+            Client::FrontDoor(c) => c.create(key, bound, k).await,
             Client::Weak(c) => c.create(key, bound, k).await,
         }
     }
@@ -457,6 +498,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.read(key).await,
             Client::ServerBased(c) => c.read(key).await,
+            Client::FrontDoor(c) => c.read(key).await,
             Client::Weak(c) => c.read(key).await,
         }
     }
@@ -465,6 +507,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.inc(key, delta, flag).await,
             Client::ServerBased(c) => c.inc(key, delta, flag).await,
+            Client::FrontDoor(c) => c.inc(key, delta, flag).await,
             Client::Weak(c) => c.inc(key, delta, flag).await,
         }
     }
@@ -473,6 +516,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.dec(key, delta, flag).await,
             Client::ServerBased(c) => c.dec(key, delta, flag).await,
+            Client::FrontDoor(c) => c.dec(key, delta, flag).await,
             Client::Weak(c) => c.dec(key, delta, flag).await,
         }
     }

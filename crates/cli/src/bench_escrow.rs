@@ -879,8 +879,8 @@ fn op_cost_by_design(variant: &str) -> &'static str {
         "bc-srv" => {
             "1 client round trip to its site's node (TCP on loopback: the client's own site, \
              LAN cost), BC.DEC through the node's RESP front door, which calls the node \
-             in-process twice (the decrement, then a read of the value it replies with); the \
-             node's per-key task applies every decrement that arrives while a write is in \
+             in-process once (the decrement; the value it replies with is the node's last \
+             published state, read without another call); the node's per-key task applies every decrement that arrives while a write is in \
              flight to its cached replica and lands them all with the next single Lua \
              compare-and-set on the site's Redis (one shared connection), answering each once \
              that write landed: under load far fewer than 1 Redis command per operation"
@@ -934,6 +934,12 @@ fn sweep_line(all: &[Measured], plan: &Plan, scenario: &str) -> String {
     format!("{scenario} (all regions): {}.", per_variant.join("; "))
 }
 
+/// The 1-minute load average (`/proc/loadavg`), where there is one.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next().map(str::to_owned)
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -948,6 +954,7 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
         "`roost bench escrow` needs redis-server on PATH (Debian: apt-get install redis-server)"
     );
     let plan = Plan::of(args);
+    let load_at_start = load_average();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -972,11 +979,19 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
     }
     drop(runtime);
 
+    let load_at_end = load_average();
     let mut report = BenchReport::new(BENCHMARK, command);
     for m in &all {
         report.rows.extend(m.report_rows(&plan));
     }
     let mut notes = Vec::new();
+    notes.push(format!(
+        "Everything runs on this one machine (clients, proxies, sites, redis-servers) and \
+         shares its cores with whatever else runs: 1-minute load average {} at the start and {} \
+         at the end; numbers move by tens of percent between runs when the machine is shared.",
+        load_at_start.as_deref().unwrap_or("unknown"),
+        load_at_end.as_deref().unwrap_or("unknown")
+    ));
     if args.quick {
         notes.push(format!(
             "--quick: Table I's round trips scaled by {} (8-16 ms), {:?} measured after {:?} \
@@ -1219,6 +1234,20 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
         },
         latency_chart("median latency per client region", 0.5),
         latency_chart("p99 latency per client region", 0.99),
+        BarChart {
+            title: "single counter: Redis commands per decrement (all servers, Lua's inner calls \
+                    included)"
+                .to_owned(),
+            y_label: "commands".to_owned(),
+            categories: singles.iter().map(|m| m.variant.to_owned()).collect(),
+            series: vec![BarSeries {
+                name: "commands/decrement".to_owned(),
+                values: singles
+                    .iter()
+                    .map(|m| m.cost.as_ref().map(OpCost::redis_per_op))
+                    .collect(),
+            }],
+        },
         BarChart {
             title: "exhaust: decrements in excess of the bound".to_owned(),
             y_label: "decrements".to_owned(),

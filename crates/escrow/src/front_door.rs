@@ -224,6 +224,17 @@ impl SiteCounters for EscrowSiteCounters {
         let _ = self.client.reload(key);
     }
 
+    fn value_after_ok(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
+        let (mut client, key) = (self.client.clone(), key.to_owned());
+        Box::pin(async move {
+            match client.value_after_ok(&key).await {
+                Ok(value) => Ok(Some(value)),
+                Err(EscrowError::UnknownCounter { .. }) => Ok(None),
+                Err(e) => Err(text(e)),
+            }
+        })
+    }
+
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
         let (mut client, key) = (self.client.clone(), key.to_owned());
         Box::pin(async move {
@@ -336,7 +347,14 @@ impl FrontDoorClient {
         self.con.failed(sent).map_err(connection_error)
     }
 
-    async fn op(&mut self, key: &str, op: Op, flag: Flag) -> Result<Outcome, EscrowError> {
+    /// BC.INC or BC.DEC: the outcome and, when `Ok`, the value at the site
+    /// after it (the front door's reply).
+    pub async fn apply(
+        &mut self,
+        key: &str,
+        op: Op,
+        flag: Flag,
+    ) -> Result<(Outcome, Option<i64>), EscrowError> {
         check_key(key)?;
         let mut cmd = redis::cmd(match op.direction {
             crate::api::Direction::Inc => "BC.INC",
@@ -348,10 +366,10 @@ impl FrontDoorClient {
         });
         match self.call(&cmd).await? {
             // The value at the site after the operation.
-            Value::Int(_) => Ok(Outcome::Ok),
+            Value::Int(value) => Ok((Outcome::Ok, Some(value))),
             Value::ServerError(error) => {
                 match refusal_of(error.code(), error.details().unwrap_or_default()) {
-                    Some(outcome) => Ok(outcome_of(outcome)),
+                    Some(outcome) => Ok((outcome_of(outcome), None)),
                     None => Err(front_door_error(error)),
                 }
             }
@@ -411,10 +429,10 @@ impl EscrowCounters for FrontDoorClient {
     }
 
     async fn inc(&mut self, key: &str, delta: u64, flag: Flag) -> Result<Outcome, EscrowError> {
-        self.op(key, Op::inc(delta), flag).await
+        Ok(self.apply(key, Op::inc(delta), flag).await?.0)
     }
 
     async fn dec(&mut self, key: &str, delta: u64, flag: Flag) -> Result<Outcome, EscrowError> {
-        self.op(key, Op::dec(delta), flag).await
+        Ok(self.apply(key, Op::dec(delta), flag).await?.0)
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roost_escrow::{
-    excess_decrements, Bound, Client, Deployment, Design, EscrowCounters, EscrowError, Flag,
+    excess_decrements, Bound, Client, Deployment, Design, EscrowCounters, EscrowError, Flag, Op,
     Outcome,
 };
 
@@ -66,8 +66,19 @@ async fn outcomes_and_errors_cross_the_front_door(design: Design) {
         },
         "{name}"
     );
+    // BC.DEC replies with the value after it, this decrement included.
+    let Client::FrontDoor(door) = &mut at_0 else {
+        unreachable!("checked by network_client")
+    };
     assert_eq!(
-        at_0.dec("k", 4, Flag::StrictLocal).await.expect("dec"),
+        door.apply("k", Op::dec(3), Flag::StrictLocal)
+            .await
+            .expect("dec"),
+        (Outcome::Ok, Some(7)),
+        "{name}"
+    );
+    assert_eq!(
+        at_0.dec("k", 1, Flag::StrictLocal).await.expect("dec"),
         Outcome::Ok,
         "{name}"
     );

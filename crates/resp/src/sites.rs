@@ -78,6 +78,13 @@ pub trait SiteCounters: Send + Sync + 'static {
     /// The counter's value at this site (`None`: unknown here).
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>>;
 
+    /// The value BC.INC/BC.DEC reply with after [`add`](Self::add) answered
+    /// `Ok`: [`value`](Self::value) unless the site knows it cheaper (it
+    /// must include that operation).
+    fn value_after_ok(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
+        self.value(key)
+    }
+
     /// A procedure's read: the value of the replica whose stored row state
     /// is `state` (read inside the procedure's transaction).
     fn state_value(&self, key: &str, state: &str) -> Result<i64, String>;

@@ -1046,8 +1046,8 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
     );
     notes.push(format!(
         "Clients: every variant's clients reach their site over a TCP connection of their own \
-         (one per client, redis-rs, one operation in flight, no pipelining), {} per region in \
-         single-counter, the same for every variant; bc-srv's and roost's go to the site \
+         (one per client, redis-rs, one operation in flight, no pipelining; the front doors' \
+         clients AUTH once when they connect), {} per region in single-counter, the same for every variant; bc-srv's and roost's go to the site \
          node's RESP front door (BC.DEC key 1 GLOBAL), the others' to Redis. Only Strong's \
          clients outside US-East cross the emulated wide area; the bounded-counter designs \
          cross it only between sites (propagation, rights transfers).",

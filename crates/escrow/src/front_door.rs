@@ -256,17 +256,26 @@ pub struct FrontDoor {
 }
 
 impl FrontDoor {
-    /// Serves `node` (its site one of `sites`) on `bind` (port 0: any).
-    /// Its keyspace holds nothing (the node keeps its counters elsewhere),
-    /// so it is the smallest one: a reactor, an executor that never spins.
+    /// Serves `node` (its site one of `sites`) on `bind` (port 0: any) to
+    /// clients that authenticate with `password` (AUTH; every link is
+    /// authenticated). Its keyspace holds nothing (the node keeps its
+    /// counters elsewhere), so it is the smallest one: a reactor, an
+    /// executor that never spins.
     pub async fn start(
         node: ServerMiddleware,
         sites: usize,
         bind: SocketAddr,
+        password: &str,
     ) -> Result<FrontDoor, EscrowError> {
+        if password.is_empty() {
+            return Err(EscrowError::Config {
+                reason: "a front door needs a password".to_owned(),
+            });
+        }
         let counters = EscrowSiteCounters::new(node, sites)?;
         let config = Config {
             bind,
+            requirepass: Some(password.to_owned()),
             keyspace_reactors: 1,
             executors: 1,
             spin_before_park_us: Some(0),
@@ -327,9 +336,14 @@ fn connection_error(error: EscrowError) -> EscrowError {
 }
 
 impl FrontDoorClient {
-    /// Connects to the front door at `addr`.
-    pub async fn connect(addr: SocketAddr) -> Result<FrontDoorClient, EscrowError> {
-        let url = format!("redis://{addr}/");
+    /// Connects to the front door at `addr` and authenticates with
+    /// `password` (a wrong one is an error here, not at the first call).
+    pub async fn connect(addr: SocketAddr, password: &str) -> Result<FrontDoorClient, EscrowError> {
+        let mut url = redis::parse_redis_url(&format!("redis://{addr}/"))
+            .ok_or_else(|| front_door_error(format!("no redis URL for {addr}")))?;
+        url.set_password(Some(password))
+            .map_err(|()| front_door_error("the password does not fit a URL"))?;
+        let url = url.to_string();
         let con = crate::store::connect(&url)
             .await
             .map_err(connection_error)?;

@@ -67,9 +67,10 @@ pub struct Deployment {
     config: DeploymentConfig,
     // Dropped in this order: front doors, sites, proxies, then the Redis
     // processes.
-    /// Server-based designs: each site node's RESP front door, started by
-    /// the first [`Deployment::network_client`].
-    front_doors: tokio::sync::OnceCell<Vec<FrontDoor>>,
+    /// Server-based designs: each site node's RESP front door and the
+    /// password its clients authenticate with, started by the first
+    /// [`Deployment::network_client`].
+    front_doors: tokio::sync::OnceCell<(String, Vec<FrontDoor>)>,
     sites: Vec<Site>,
     proxies: Vec<Vec<Option<DelayProxy>>>,
     redis: Vec<LocalRedis>,
@@ -207,23 +208,24 @@ impl Deployment {
         if !matches!(self.config.design, Design::ServerBased | Design::Roost) {
             return self.client(site).await;
         }
-        let doors = self
+        let (password, doors) = self
             .front_doors
             .get_or_try_init(|| async {
+                let password = format!("{:032x}", rand::random::<u128>());
                 let mut doors = Vec::with_capacity(self.sites());
                 for site in &self.sites {
                     let node = site.server_client().ok_or(EscrowError::NodeGone)?;
                     let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-                    doors.push(FrontDoor::start(node, self.sites(), bind).await?);
+                    doors.push(FrontDoor::start(node, self.sites(), bind, &password).await?);
                 }
-                Ok::<_, EscrowError>(doors)
+                Ok::<_, EscrowError>((password, doors))
             })
             .await?;
         let door = doors.get(site).ok_or_else(|| EscrowError::Config {
             reason: format!("no site {site} of {}", self.sites()),
         })?;
         Ok(Client::FrontDoor(
-            FrontDoorClient::connect(door.addr()).await?,
+            FrontDoorClient::connect(door.addr(), password).await?,
         ))
     }
 

@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
 use roost_escrow::{
-    excess_decrements, Bound, Client, Deployment, Design, EscrowCounters, EscrowError, Flag, Op,
-    Outcome,
+    excess_decrements, Bound, Client, Deployment, Design, EscrowCounters, EscrowError, Flag,
+    FrontDoor, FrontDoorClient, Op, Outcome,
 };
 
 const INITIAL: u64 = 600;
@@ -143,6 +145,54 @@ async fn outcomes_and_errors_cross_the_front_door(design: Design) {
     );
     // The connection still serves after all of that.
     assert_eq!(at_0.read("fresh").await.expect("read"), 3, "{name}");
+}
+
+/// A front door serves only clients that know its password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_door_refuses_clients_without_its_password() {
+    let _one = common::exclusive().await;
+    let deployment = Deployment::start(common::fast_config(Design::Roost))
+        .await
+        .expect("deployment starts");
+    let node = deployment.site(0).server_client().expect("a node");
+    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    assert!(matches!(
+        FrontDoor::start(node.clone(), 3, bind, "").await,
+        Err(EscrowError::Config { .. })
+    ));
+    let door = FrontDoor::start(node, 3, bind, "s3cret")
+        .await
+        .expect("front door");
+    match FrontDoorClient::connect(door.addr(), "wrong").await {
+        Err(EscrowError::FrontDoor { reason }) => assert!(
+            reason.to_lowercase().contains("authentication failed"),
+            "{reason}"
+        ),
+        Err(other) => panic!("a wrong password gave {other:?}"),
+        Ok(_) => panic!("a wrong password was accepted"),
+    }
+    // Without AUTH every command is refused (NOAUTH).
+    let mut stream = tokio::net::TcpStream::connect(door.addr())
+        .await
+        .expect("connects");
+    stream
+        .write_all(b"*2\r\n$6\r\nBC.GET\r\n$1\r\nk\r\n")
+        .await
+        .expect("write");
+    let mut reply = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut reply))
+        .await
+        .expect("a reply")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply[..n]);
+    assert!(reply.starts_with("-NOAUTH"), "{reply}");
+    let mut client = FrontDoorClient::connect(door.addr(), "s3cret")
+        .await
+        .expect("the right password");
+    assert!(matches!(
+        client.read("k").await,
+        Err(EscrowError::UnknownCounter { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1049,8 +1049,9 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
          (one per client, redis-rs, one operation in flight, no pipelining; the front doors' \
          clients AUTH once when they connect), {} per region in single-counter, the same for every variant; bc-srv's and roost's go to the site \
          node's RESP front door (BC.DEC key 1 GLOBAL), the others' to Redis. Only Strong's \
-         clients outside US-East cross the emulated wide area; the bounded-counter designs \
-         cross it only between sites (propagation, rights transfers).",
+         clients outside US-East cross the emulated wide area on every operation; the \
+         bounded-counter designs cross it for propagation and rights transfers (bc-clt's \
+         libraries ask the other sites' agents themselves).",
         plan.clients_per_region
     ));
     for variant in VARIANTS {

@@ -21,10 +21,21 @@
 //!   decrementing until `Fail`; one row per time window with its median
 //!   latency.
 //!
-//! Goals (issue 6): bc-srv throughput at least 1.0x Weak's; median latency
-//! of clients in a remote region (for Strong, every region but US-East) with
-//! bc-srv at most 1/10 of Strong's.
+//! Every variant's clients reach their site over a TCP connection of their
+//! own, one operation in flight each, the same number per region: bc-srv's
+//! and roost's through the site node's RESP front door (BC.DEC,
+//! `roost_escrow::FrontDoor`), bc-clt's and Weak's to their site's Redis,
+//! Strong's to the one Redis in US-East (through a `DelayProxy` from the
+//! other regions). What one operation costs each (round trips, Redis
+//! commands, batching) is in the notes, with the Redis commands and the
+//! node's batching measured in `single-counter`.
+//!
+//! Goals (issues 6 and 19): bc-srv throughput at least 1.0x Weak's; no
+//! decrement in excess of the bound for bc-srv, bc-clt, roost and Strong
+//! (Weak's are expected); median latency of clients in a remote region (for
+//! Strong, every region but US-East) with bc-srv at most 1/10 of Strong's.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +48,7 @@ use rand::{Rng as _, SeedableRng as _};
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
 use roost_escrow::redis_server::redis_server_available;
+use roost_escrow::store::{command_calls, reset_command_stats};
 use roost_escrow::{
     excess_decrements, Bound, Client, Deployment, DeploymentConfig, Design, EscrowCounters,
     EscrowError, Flag, Outcome, Region, StrongClient, StrongDeployment,
@@ -168,7 +180,7 @@ impl AnyClient {
 
 /// One variant's deployment.
 enum Target {
-    Middleware(Deployment),
+    Middleware(Box<Deployment>),
     Strong(StrongDeployment),
 }
 
@@ -185,9 +197,9 @@ impl Target {
                 ))
             }
         };
-        Ok(Target::Middleware(
+        Ok(Target::Middleware(Box::new(
             Deployment::start(DeploymentConfig::three_regions(design, plan.rtt_scale)).await?,
-        ))
+        )))
     }
 
     fn sites(&self) -> usize {
@@ -211,11 +223,46 @@ impl Target {
         }
     }
 
+    /// A measured client: over a TCP connection of its own to its site
+    /// (bc-srv, roost: the node's front door; the others: their Redis).
     async fn client(&self, site: usize) -> anyhow::Result<AnyClient> {
+        Ok(match self {
+            Target::Middleware(d) => AnyClient::Middleware(d.network_client(site).await?),
+            Target::Strong(d) => AnyClient::Strong(d.client(site).await?),
+        })
+    }
+
+    /// A client for setting counters up (not measured): bc-srv's and
+    /// roost's in-process, since the front door's BC.CREATE refuses a
+    /// counter that another site's creation already replicated here.
+    async fn setup_client(&self, site: usize) -> anyhow::Result<AnyClient> {
         Ok(match self {
             Target::Middleware(d) => AnyClient::Middleware(d.client(site).await?),
             Target::Strong(d) => AnyClient::Strong(d.client(site).await?),
         })
+    }
+
+    /// Every Redis server of the deployment (none for roost).
+    fn redis_urls(&self) -> Vec<String> {
+        match self {
+            Target::Middleware(d) => (0..d.sites())
+                .map(|site| d.redis_url(site))
+                .filter(|url| !url.is_empty())
+                .collect(),
+            Target::Strong(d) => vec![d.url_for(d.home())],
+        }
+    }
+
+    /// The server-based nodes' conditional writes and operations answered
+    /// `Ok` so far, all sites (zero for the other designs).
+    fn node_writes_and_ops(&self) -> (u64, u64) {
+        match self {
+            Target::Middleware(d) => d
+                .stats()
+                .iter()
+                .fold((0, 0), |(w, o), s| (w + s.writes, o + s.ops_ok)),
+            Target::Strong(_) => (0, 0),
+        }
     }
 
     /// Creates each of `keys` (bound 0) and gives it `start`: split between
@@ -229,7 +276,7 @@ impl Target {
         };
         let mut clients = Vec::new();
         for site in 0..self.sites() {
-            clients.push(self.client(site).await?);
+            clients.push(self.setup_client(site).await?);
         }
         for key in keys {
             for client in clients.iter_mut().take(creators) {
@@ -306,6 +353,9 @@ fn histogram() -> Histogram<u64> {
 /// What the clients of one region did.
 struct RegionResult {
     ok: u64,
+    /// Successful decrements of the whole run, warm-up and tail included
+    /// (what the Redis commands and node writes are divided by).
+    ok_all: u64,
     fails: u64,
     retries: u64,
     errors: u64,
@@ -319,6 +369,7 @@ impl RegionResult {
     fn new() -> RegionResult {
         RegionResult {
             ok: 0,
+            ok_all: 0,
             fails: 0,
             retries: 0,
             errors: 0,
@@ -329,6 +380,7 @@ impl RegionResult {
 
     fn add(&mut self, other: &RegionResult) {
         self.ok += other.ok;
+        self.ok_all += other.ok_all;
         self.fails += other.fails;
         self.retries += other.retries;
         self.errors += other.errors;
@@ -395,6 +447,7 @@ async fn drive(target: &Target, load: &Load) -> anyhow::Result<(Vec<RegionResult
                     op_started.duration_since(started) >= from && started.elapsed() <= until;
                 match outcome {
                     Ok(Outcome::Ok) => {
+                        result.ok_all += 1;
                         if counted {
                             result.ok += 1;
                             let ns =
@@ -447,6 +500,51 @@ async fn drive(target: &Target, load: &Load) -> anyhow::Result<(Vec<RegionResult
 /// it.
 type Window = (Duration, Histogram<u64>);
 
+/// What the operations of one run cost the servers, measured over the
+/// whole run (warm-up and tail included).
+#[derive(Debug, Clone, Default)]
+struct OpCost {
+    /// Commands each Redis server ran, summed over the servers, by name
+    /// (from clients, nodes and agents alike; Lua's inner calls included).
+    redis_calls: BTreeMap<String, u64>,
+    /// The server-based nodes' conditional writes and `Ok` operations.
+    node_writes: u64,
+    node_ops: u64,
+    /// Successful decrements of the run.
+    ok_all: u64,
+}
+
+impl OpCost {
+    fn per_op(&self, n: u64) -> f64 {
+        n as f64 / self.ok_all.max(1) as f64
+    }
+
+    fn redis_per_op(&self) -> f64 {
+        self.per_op(self.redis_calls.values().sum())
+    }
+
+    /// Operations per conditional write of the nodes (the batching
+    /// factor); `None` without a node.
+    fn ops_per_write(&self) -> Option<f64> {
+        (self.node_writes > 0).then(|| self.node_ops as f64 / self.node_writes as f64)
+    }
+
+    /// `3.02 (evalsha 0.01, hget 0.01, ...)`: the commands per operation.
+    fn redis_summary(&self) -> String {
+        if self.redis_calls.is_empty() {
+            return "0 (no Redis)".to_owned();
+        }
+        let mut by_command: Vec<(&String, &u64)> = self.redis_calls.iter().collect();
+        by_command.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = by_command
+            .iter()
+            .take(6)
+            .map(|(name, &n)| format!("{name} {:.3}", self.per_op(n)))
+            .collect();
+        format!("{:.3} ({})", self.redis_per_op(), parts.join(", "))
+    }
+}
+
 /// One scenario of one variant, summarized.
 struct Measured {
     variant: &'static str,
@@ -460,6 +558,8 @@ struct Measured {
     /// How many counters the decrements were spread over.
     counters: usize,
     final_values: Vec<i64>,
+    /// Measured in `single-counter`.
+    cost: Option<OpCost>,
 }
 
 impl Measured {
@@ -604,6 +704,20 @@ impl Measured {
                     .with_extra("errors", result.errors)
                     .with_extra("seconds", round3(self.seconds))
                     .with_extra("final_values", self.final_values.clone());
+                if let Some(cost) = &self.cost {
+                    row = row
+                        .with_extra("redis_commands_per_op", round3(cost.redis_per_op()))
+                        .with_extra(
+                            "redis_commands_per_op_by_command",
+                            serde_json::Value::Object(
+                                cost.redis_calls
+                                    .iter()
+                                    .map(|(name, &n)| (name.clone(), round3(cost.per_op(n)).into()))
+                                    .collect(),
+                            ),
+                        )
+                        .with_extra("ops_per_node_write", cost.ops_per_write().map(round3));
+                }
                 row.throughput_tps = round1(result.ok as f64 / self.seconds.max(1e-9));
                 row.latency_us = LatencyUs::from_histogram_ns(&result.latency_ns);
                 row
@@ -642,6 +756,7 @@ async fn run_variant(variant: &'static str, plan: &Plan) -> anyhow::Result<Vec<M
         clients_per_region: load.clients_per_region,
         counters: load.keys.len(),
         final_values,
+        cost: None,
     };
 
     let hot = vec!["hot".to_owned()];
@@ -654,14 +769,27 @@ async fn run_variant(variant: &'static str, plan: &Plan) -> anyhow::Result<Vec<M
             measure: plan.measure,
         },
     );
+    let urls = target.redis_urls();
+    for url in &urls {
+        reset_command_stats(url).await?;
+    }
+    let (writes_before, ops_before) = target.node_writes_and_ops();
     let result = drive(&target, &load).await?;
-    measured.push(measure(
-        SINGLE,
-        result,
-        plan.single_start,
-        &load,
-        Vec::new(),
-    ));
+    let (writes_after, ops_after) = target.node_writes_and_ops();
+    let mut cost = OpCost {
+        node_writes: writes_after - writes_before,
+        node_ops: ops_after - ops_before,
+        ok_all: result.0.iter().map(|r| r.ok_all).sum(),
+        ..OpCost::default()
+    };
+    for url in &urls {
+        for (name, calls) in command_calls(url).await? {
+            *cost.redis_calls.entry(name).or_default() += calls;
+        }
+    }
+    let mut single = measure(SINGLE, result, plan.single_start, &load, Vec::new());
+    single.cost = Some(cost);
+    measured.push(single);
 
     // Throughput against latency: the single counter (still far from its
     // bound), then 100 counters.
@@ -744,6 +872,42 @@ fn find_point<'a>(
         .find(|m| m.variant == variant && m.scenario == scenario && m.clients_per_region == clients)
 }
 
+/// What one operation costs each variant, by construction (the measured
+/// Redis commands and batching follow in the notes).
+fn op_cost_by_design(variant: &str) -> &'static str {
+    match variant {
+        "bc-srv" => {
+            "1 client round trip to its site's node (TCP on loopback: the client's own site, \
+             LAN cost), BC.DEC through the node's RESP front door, which calls the node \
+             in-process once (the decrement; the value it replies with is the node's last \
+             published state, read without another call); the node's per-key task applies every decrement that arrives while a write is in \
+             flight to its cached replica and lands them all with the next single Lua \
+             compare-and-set on the site's Redis (one shared connection), answering each once \
+             that write landed: under load far fewer than 1 Redis command per operation"
+        }
+        "roost" => {
+            "as bc-srv (1 client round trip to the node's front door, the same node and \
+             batching), but the node's conditional write is one serializable transaction in \
+             the site's embedded Roost database: no Redis"
+        }
+        "bc-clt" => {
+            "3 client round trips to the site's Redis per attempt (WATCH; HMGET of the \
+             replica; MULTI, HSET, SADD, SADD, EXEC), all again from WATCH whenever another \
+             client wrote the counter in between (on one hot counter, most attempts)"
+        }
+        "weak" => {
+            "2 client round trips to the site's Redis (GET, then MULTI, INCRBY, RPUSH to the \
+             replication log, EXEC), the check and the decrement not atomic together; the \
+             site's agent ships the log to the other sites"
+        }
+        _ => {
+            "1 client round trip to the one Redis in US-East (EVAL of a Lua \
+             check-and-decrement: HMGET, HINCRBY inside); clients in US-West and EU go through \
+             a DelayProxy and pay the wide-area round trip"
+        }
+    }
+}
+
 /// A sweep's points of every variant, as one note line.
 fn sweep_line(all: &[Measured], plan: &Plan, scenario: &str) -> String {
     let per_variant: Vec<String> = VARIANTS
@@ -770,6 +934,12 @@ fn sweep_line(all: &[Measured], plan: &Plan, scenario: &str) -> String {
     format!("{scenario} (all regions): {}.", per_variant.join("; "))
 }
 
+/// The 1-minute load average (`/proc/loadavg`), where there is one.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next().map(str::to_owned)
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -784,6 +954,7 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
         "`roost bench escrow` needs redis-server on PATH (Debian: apt-get install redis-server)"
     );
     let plan = Plan::of(args);
+    let load_at_start = load_average();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -808,11 +979,19 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
     }
     drop(runtime);
 
+    let load_at_end = load_average();
     let mut report = BenchReport::new(BENCHMARK, command);
     for m in &all {
         report.rows.extend(m.report_rows(&plan));
     }
     let mut notes = Vec::new();
+    notes.push(format!(
+        "Everything runs on this one machine (clients, proxies, sites, redis-servers) and \
+         shares its cores with whatever else runs: 1-minute load average {} at the start and {} \
+         at the end; numbers move by tens of percent between runs when the machine is shared.",
+        load_at_start.as_deref().unwrap_or("unknown"),
+        load_at_end.as_deref().unwrap_or("unknown")
+    ));
     if args.quick {
         notes.push(format!(
             "--quick: Table I's round trips scaled by {} (8-16 ms), {:?} measured after {:?} \
@@ -865,6 +1044,41 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
          a Lua check-and-decrement makes each update one conditional round trip."
             .to_owned(),
     );
+    notes.push(format!(
+        "Clients: every variant's clients reach their site over a TCP connection of their own \
+         (one per client, redis-rs, one operation in flight, no pipelining; the front doors' \
+         clients AUTH once when they connect), {} per region in single-counter, the same for every variant; bc-srv's and roost's go to the site \
+         node's RESP front door (BC.DEC key 1 GLOBAL), the others' to Redis. Only Strong's \
+         clients outside US-East cross the emulated wide area on every operation; the \
+         bounded-counter designs cross it for propagation and rights transfers (bc-clt's \
+         libraries ask the other sites' agents themselves).",
+        plan.clients_per_region
+    ));
+    for variant in VARIANTS {
+        let measured = find(&all, variant, SINGLE)
+            .and_then(|m| m.cost.as_ref())
+            .map(|cost| {
+                let batching = cost.ops_per_write().map_or(String::new(), |b| {
+                    format!(
+                        "; {b:.1} decrements per node write ({} writes for {} decrements)",
+                        cost.node_writes, cost.node_ops
+                    )
+                });
+                format!(
+                    " Measured in {SINGLE} (whole run, {} decrements): Redis commands per \
+                     decrement, all servers, Lua's inner calls included: {}{batching}.",
+                    cost.ok_all,
+                    cost.redis_summary()
+                )
+            })
+            .unwrap_or_default();
+        let line = format!(
+            "Cost of one operation, {variant}: {}.{measured}",
+            op_cost_by_design(variant)
+        );
+        println!("{line}");
+        notes.push(line);
+    }
 
     let mut goals_met = true;
     match (find(&all, "bc-srv", SINGLE), find(&all, "weak", SINGLE)) {
@@ -933,10 +1147,12 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
         .flat_map(|v| all.iter().filter(move |m| m.variant == *v))
         .all(|m| m.excess() == 0);
     let weak_violates = find(&all, "weak", EXHAUST).is_some_and(|m| m.excess() > 0);
+    goals_met &= invariant_ok;
     let line = format!(
-        "No invariant violation for bc-srv, bc-clt, roost, strong (every scenario): {}; Weak violates \
-         in the same run (exhaust): {}.",
+        "Goal 3: 0 excess decrements for bc-srv, bc-clt, roost, strong in every scenario: {} \
+         ({}); Weak exceeds the bound in the same run (exhaust; expected): {}.",
         if invariant_ok { "yes" } else { "NO" },
+        verdict(invariant_ok),
         if weak_violates { "yes" } else { "no" }
     );
     println!("{line}");
@@ -1019,6 +1235,20 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
         },
         latency_chart("median latency per client region", 0.5),
         latency_chart("p99 latency per client region", 0.99),
+        BarChart {
+            title: "single counter: Redis commands per decrement (all servers, Lua's inner calls \
+                    included)"
+                .to_owned(),
+            y_label: "commands".to_owned(),
+            categories: singles.iter().map(|m| m.variant.to_owned()).collect(),
+            series: vec![BarSeries {
+                name: "commands/decrement".to_owned(),
+                values: singles
+                    .iter()
+                    .map(|m| m.cost.as_ref().map(OpCost::redis_per_op))
+                    .collect(),
+            }],
+        },
         BarChart {
             title: "exhaust: decrements in excess of the bound".to_owned(),
             y_label: "decrements".to_owned(),

@@ -9,17 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use roost_bcounter::ReplicaId;
 use roost_escrow::roost_store::RowFuture;
-use roost_escrow::store::Tokens;
 use roost_escrow::{
-    apply_strictly_local, default_policy, state_value, EscrowCounters, EscrowError, Flag,
-    LocalStep, Op, Outcome, ReplicaRow, ReplicaRows, ServerMiddleware, Site, SiteConfig, Timing,
+    default_policy, EscrowSiteCounters, ReplicaRow, ReplicaRows, Site, SiteConfig, Timing,
 };
-use roost_resp::sites::{Bound, SiteFuture};
-use roost_resp::{
-    Config, Keyspace, LocalApplied, Server, Services, SiteCounters, SiteOutcome, SiteRow,
-};
+use roost_resp::{Config, Keyspace, Server, Services, SiteRow};
 
 #[derive(Debug, Args)]
 pub struct RespArgs {
@@ -104,7 +98,7 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
                 args.site_peers.len(),
                 args.site_peers[index]
             );
-            services.site_counters = Some(Arc::new(site.counters(index, args.site_peers.len())?));
+            services.site_counters = Some(Arc::new(site.counters(args.site_peers.len())?));
             services.keyspace = Some(keyspace);
             Some(site)
         }
@@ -177,17 +171,12 @@ impl SiteNode {
         })
     }
 
-    fn counters(&self, index: usize, sites: usize) -> anyhow::Result<EscrowSiteCounters> {
+    fn counters(&self, sites: usize) -> anyhow::Result<EscrowSiteCounters> {
         let client = self
             .site
             .server_client()
             .context("the site has no middleware node")?;
-        Ok(EscrowSiteCounters {
-            client,
-            me: ReplicaId::from_index(index).context("site index")?,
-            sites,
-            tokens: Tokens::new(),
-        })
+        Ok(EscrowSiteCounters::new(client, sites)?)
     }
 }
 
@@ -228,189 +217,6 @@ impl ReplicaRows for KeyspaceRows {
 
     fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>> {
         Box::pin(self.keyspace.site_row_keys())
-    }
-}
-
-fn site_outcome(outcome: Outcome) -> SiteOutcome {
-    match outcome {
-        Outcome::Ok => SiteOutcome::Ok,
-        Outcome::Fail => SiteOutcome::Fail,
-        Outcome::Retry { global_may_succeed } => SiteOutcome::Retry { global_may_succeed },
-    }
-}
-
-/// The version of the reports BC.FENCE gives and BC.ADOPT takes.
-const REPORT_VERSION: u32 = 1;
-
-/// A §IV-E report on the wire (JSON inside RESP): versioned, as every
-/// serialized bounded-counter type.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct VersionedReport {
-    version: u32,
-    report: roost_escrow::FailedReplicaReport,
-}
-
-/// The RESP front door's BC.* over an escrow site's node, and procedures'
-/// strictly-local operations on its rows.
-struct EscrowSiteCounters {
-    client: ServerMiddleware,
-    me: ReplicaId,
-    sites: usize,
-    /// Tokens of procedures' writes (a writer of their own).
-    tokens: Tokens,
-}
-
-fn text(error: EscrowError) -> String {
-    error.to_string()
-}
-
-impl SiteCounters for EscrowSiteCounters {
-    fn create(
-        &self,
-        key: &str,
-        bound: Bound,
-        k: i64,
-        initial: i64,
-    ) -> SiteFuture<'_, Result<(), String>> {
-        let (mut client, key) = (self.client.clone(), key.to_owned());
-        Box::pin(async move {
-            // The initial value's distance to the bound is rights, added by
-            // the operation that needs none (an increment of a lower bound).
-            let rights = match bound {
-                Bound::Lower => i128::from(initial) - i128::from(k),
-                Bound::Upper => i128::from(k) - i128::from(initial),
-            };
-            let rights = u64::try_from(rights)
-                .map_err(|_| format!("the initial value {initial} is beyond the bound {k}"))?;
-            if client.read(&key).await.is_ok() {
-                return Err("key already exists".to_owned());
-            }
-            // One type: both crates re-export roost-bcounter's `Bound`.
-            client.create(&key, bound, k).await.map_err(text)?;
-            if rights > 0 {
-                let outcome = match bound {
-                    Bound::Lower => client.inc(&key, rights, Flag::StrictLocal).await,
-                    Bound::Upper => client.dec(&key, rights, Flag::StrictLocal).await,
-                }
-                .map_err(text)?;
-                if outcome != Outcome::Ok {
-                    return Err(format!("setting the initial value: {outcome:?}"));
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn add(
-        &self,
-        key: &str,
-        up: bool,
-        delta: u64,
-        global: bool,
-    ) -> SiteFuture<'_, Result<SiteOutcome, String>> {
-        let (mut client, key) = (self.client.clone(), key.to_owned());
-        Box::pin(async move {
-            let flag = if global {
-                Flag::Global
-            } else {
-                Flag::StrictLocal
-            };
-            let outcome = if up {
-                client.inc(&key, delta, flag).await
-            } else {
-                client.dec(&key, delta, flag).await
-            }
-            .map_err(text)?;
-            Ok(site_outcome(outcome))
-        })
-    }
-
-    fn fence_and_report(
-        &self,
-        failed: usize,
-    ) -> SiteFuture<'_, Result<Vec<(String, String)>, String>> {
-        let client = self.client.clone();
-        Box::pin(async move {
-            let reports = client.fence_and_report(failed).await.map_err(text)?;
-            reports
-                .into_iter()
-                .map(|(key, report)| {
-                    let versioned = VersionedReport {
-                        version: REPORT_VERSION,
-                        report,
-                    };
-                    serde_json::to_string(&versioned)
-                        .map(|json| (key, json))
-                        .map_err(|e| e.to_string())
-                })
-                .collect()
-        })
-    }
-
-    fn adopt(
-        &self,
-        failed: usize,
-        key: &str,
-        reports: Vec<String>,
-    ) -> SiteFuture<'_, Result<u64, String>> {
-        let (client, key) = (self.client.clone(), key.to_owned());
-        Box::pin(async move {
-            let reports = reports
-                .iter()
-                .map(|json| {
-                    let versioned: VersionedReport = serde_json::from_str(json)
-                        .map_err(|e| format!("a report is not a report: {e}"))?;
-                    if versioned.version != REPORT_VERSION {
-                        return Err(format!(
-                            "report version {} is not supported (this node reads {REPORT_VERSION})",
-                            versioned.version
-                        ));
-                    }
-                    Ok(versioned.report)
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            client.adopt(failed, &key, reports).await.map_err(text)
-        })
-    }
-
-    fn state_value(&self, key: &str, state: &str) -> Result<i64, String> {
-        state_value(key, state, self.me, self.sites).map_err(text)
-    }
-
-    fn apply_local(
-        &self,
-        key: &str,
-        state: &str,
-        up: bool,
-        delta: u64,
-    ) -> Result<LocalApplied, String> {
-        let op = if up { Op::inc(delta) } else { Op::dec(delta) };
-        Ok(
-            match apply_strictly_local(key, state, self.me, self.sites, op).map_err(text)? {
-                LocalStep::Applied { state, value } => LocalApplied::Applied {
-                    state,
-                    token: self.tokens.next(),
-                    value,
-                },
-                LocalStep::Refused(outcome) => LocalApplied::Refused(site_outcome(outcome)),
-            },
-        )
-    }
-
-    fn changed(&self, key: &str) {
-        // A key the site refuses cannot have a row; nothing to ship.
-        let _ = self.client.reload(key);
-    }
-
-    fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
-        let (mut client, key) = (self.client.clone(), key.to_owned());
-        Box::pin(async move {
-            match client.read(&key).await {
-                Ok(value) => Ok(Some(value)),
-                Err(EscrowError::UnknownCounter { .. }) => Ok(None),
-                Err(e) => Err(text(e)),
-            }
-        })
     }
 }
 

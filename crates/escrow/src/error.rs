@@ -34,6 +34,8 @@ pub enum EscrowError {
     Contention { key: String, attempts: u32 },
     #[error("bad configuration: {reason}")]
     Config { reason: String },
+    #[error("the site's front door (RESP) failed or refused: {reason}")]
+    FrontDoor { reason: String },
     #[error("the middleware node of this site is gone")]
     NodeGone,
     #[error("counter `{key}`: its command queue is full ({capacity} commands); retry later")]

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use crate::api::{Bound, EscrowCounters, Flag, Outcome};
 use crate::client::{ClientConfig, ClientMiddleware};
 use crate::error::EscrowError;
+use crate::front_door::{FrontDoor, FrontDoorClient};
 use crate::proxy::{DelayProxy, Region};
 use crate::redis_server::{LocalRedis, LocalRedisError};
 use crate::server::ServerMiddleware;
@@ -73,7 +74,12 @@ pub struct Deployment {
     // Boxed: keeps the handle small next to other deployments in enums.
     config: Box<DeploymentConfig>,
     secret: ClusterSecret,
-    // Dropped in this order: sites, proxies, then the Redis processes.
+    // Dropped in this order: front doors, sites, proxies, then the Redis
+    // processes.
+    /// Server-based designs: each site node's RESP front door and the
+    /// password its clients authenticate with, started by the first
+    /// [`Deployment::network_client`].
+    front_doors: tokio::sync::OnceCell<(String, Vec<FrontDoor>)>,
     sites: Vec<Site>,
     proxies: Vec<Vec<Option<DelayProxy>>>,
     redis: Vec<LocalRedis>,
@@ -135,6 +141,7 @@ impl Deployment {
         Ok(Deployment {
             config: Box::new(config),
             secret,
+            front_doors: tokio::sync::OnceCell::new(),
             sites,
             proxies,
             redis,
@@ -208,6 +215,38 @@ impl Deployment {
             ),
             Design::Weak => Client::Weak(WeakClient::connect(&self.redis_url(site)).await?),
         })
+    }
+
+    /// A client at `site` that reaches it over a TCP connection of its own,
+    /// as the seed's clients reach their site's middleware: for the
+    /// server-based designs ([`Design::ServerBased`], [`Design::Roost`]) a
+    /// [`FrontDoorClient`] of the site node's RESP front door (BC.*, one
+    /// command per operation; the front doors start on first use), for the
+    /// others what [`client`](Self::client) gives (a library over its own
+    /// connection to the site's Redis).
+    pub async fn network_client(&self, site: usize) -> Result<Client, EscrowError> {
+        if !matches!(self.config.design, Design::ServerBased | Design::Roost) {
+            return self.client(site).await;
+        }
+        let (password, doors) = self
+            .front_doors
+            .get_or_try_init(|| async {
+                let password = format!("{:032x}", rand::random::<u128>());
+                let mut doors = Vec::with_capacity(self.sites());
+                for site in &self.sites {
+                    let node = site.server_client().ok_or(EscrowError::NodeGone)?;
+                    let bind = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                    doors.push(FrontDoor::start(node, self.sites(), bind, &password).await?);
+                }
+                Ok::<_, EscrowError>((password, doors))
+            })
+            .await?;
+        let door = doors.get(site).ok_or_else(|| EscrowError::Config {
+            reason: format!("no site {site} of {}", self.sites()),
+        })?;
+        Ok(Client::FrontDoor(
+            FrontDoorClient::connect(door.addr(), password).await?,
+        ))
     }
 
     /// Cuts every link to and from `site`.
@@ -460,7 +499,10 @@ pub fn excess_decrements(rights: u64, successful_decrements: u64) -> u64 {
 /// A client of any design, for code that runs them all.
 pub enum Client {
     ClientBased(ClientMiddleware),
+    /// In-process handle of the site's node.
     ServerBased(ServerMiddleware),
+    /// The site's node over TCP, through its RESP front door.
+    FrontDoor(FrontDoorClient),
     Weak(WeakClient),
 }
 
@@ -469,6 +511,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.create(key, bound, k).await,
             Client::ServerBased(c) => c.create(key, bound, k).await,
+            Client::FrontDoor(c) => c.create(key, bound, k).await,
             Client::Weak(c) => c.create(key, bound, k).await,
         }
     }
@@ -477,6 +520,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.read(key).await,
             Client::ServerBased(c) => c.read(key).await,
+            Client::FrontDoor(c) => c.read(key).await,
             Client::Weak(c) => c.read(key).await,
         }
     }
@@ -485,6 +529,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.inc(key, delta, flag).await,
             Client::ServerBased(c) => c.inc(key, delta, flag).await,
+            Client::FrontDoor(c) => c.inc(key, delta, flag).await,
             Client::Weak(c) => c.inc(key, delta, flag).await,
         }
     }
@@ -493,6 +538,7 @@ impl EscrowCounters for Client {
         match self {
             Client::ClientBased(c) => c.dec(key, delta, flag).await,
             Client::ServerBased(c) => c.dec(key, delta, flag).await,
+            Client::FrontDoor(c) => c.dec(key, delta, flag).await,
             Client::Weak(c) => c.dec(key, delta, flag).await,
         }
     }

@@ -20,6 +20,10 @@
 //! * [`roost_store`]: the site's store as an embedded Roost database
 //!   ([`Design::Roost`]): the server-based node over bounded counters kept
 //!   in Roost reactors, each write a serializable Roost transaction.
+//! * [`front_door`]: a site's node over the network: the RESP front door
+//!   serving BC.* from its [`ServerMiddleware`] ([`FrontDoor`],
+//!   [`EscrowSiteCounters`]) and [`FrontDoorClient`], one TCP connection to
+//!   it.
 //! * [`weak`]: the Weak baseline (read-check-then-decrement, replicated
 //!   asynchronously), which can break the bound.
 //! * [`strong`]: the Strong baseline (one Redis site, remote clients through
@@ -34,6 +38,7 @@ pub mod api;
 pub mod client;
 pub mod engine;
 pub mod error;
+pub mod front_door;
 pub mod harness;
 pub mod logic;
 pub mod peer;
@@ -51,6 +56,7 @@ pub mod wire;
 pub use api::{Bound, Direction, EscrowCounters, Flag, Op, Outcome};
 pub use client::{ClientConfig, ClientMiddleware};
 pub use error::EscrowError;
+pub use front_door::{EscrowSiteCounters, FrontDoor, FrontDoorClient};
 pub use harness::{excess_decrements, Client, Deployment, DeploymentConfig, DrainReport};
 pub use logic::Counter;
 pub use proxy::{DelayProxy, Region, TABLE_I_RTT_MS};

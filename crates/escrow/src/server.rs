@@ -238,6 +238,14 @@ impl NodeCore {
             .collect()
     }
 
+    /// The value of `key`'s last published (durable) state, without asking
+    /// its task; `None` if none was published yet.
+    fn published_value(&self, key: &str) -> Option<Result<i64, EscrowError>> {
+        let durable = self.shared.durable.lock().ok()?;
+        let counter = durable.get(key)?;
+        Some(counter.value().map_err(|e| EscrowError::counter(key, e)))
+    }
+
     pub(crate) fn all_states(&self) -> Vec<(String, Counter)> {
         let Ok(durable) = self.shared.durable.lock() else {
             return Vec::new();
@@ -447,6 +455,19 @@ impl ServerMiddleware {
         match node.call(key, Command::Adopt { failed, reports }).await? {
             Reply::Adopted(n) => Ok(n),
             other => Err(unexpected(key, other)),
+        }
+    }
+
+    /// The value of `key` after an operation of this handle was answered
+    /// `Ok`: the node's last published state, which already holds that
+    /// operation (a counter's task publishes a write before it answers the
+    /// operations in it), read without a round trip to the counter's task;
+    /// as [`read`](EscrowCounters::read) if nothing was published.
+    pub async fn value_after_ok(&mut self, key: &str) -> Result<i64, EscrowError> {
+        check_key(key)?;
+        match self.node()?.published_value(key) {
+            Some(value) => value,
+            None => self.read(key).await,
         }
     }
 

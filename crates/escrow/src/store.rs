@@ -147,6 +147,47 @@ pub async fn connect(url: &str) -> Result<MultiplexedConnection, EscrowError> {
         .map_err(|e| EscrowError::redis(&e))
 }
 
+/// Zeroes the Redis server's per-command statistics (`CONFIG RESETSTAT`),
+/// so that [`command_calls`] counts from now.
+pub async fn reset_command_stats(url: &str) -> Result<(), EscrowError> {
+    let mut con = connect(url).await?;
+    Ok(redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut con)
+        .await?)
+}
+
+/// Calls of each command the Redis server ran since its statistics were
+/// reset (`INFO commandstats`: lowercase names, `config|resetstat` style
+/// for subcommands; commands a Lua script called are counted too, under
+/// their own names). The `info` and `config` calls that measure are left
+/// out.
+pub async fn command_calls(
+    url: &str,
+) -> Result<std::collections::BTreeMap<String, u64>, EscrowError> {
+    let mut con = connect(url).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await?;
+    Ok(parse_command_calls(&info))
+}
+
+fn parse_command_calls(info: &str) -> std::collections::BTreeMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = fields
+                .split(',')
+                .find_map(|field| field.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            let measuring = name == "info" || name.starts_with("config");
+            (!measuring).then(|| (name.to_owned(), calls))
+        })
+        .collect()
+}
+
 /// A Redis connection opened on first use and dropped after an error, so the
 /// next use reconnects (one connect at a time).
 #[derive(Debug)]
@@ -427,6 +468,21 @@ pub async fn load_many(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_calls_are_read_from_commandstats() {
+        let info = "# Commandstats\r\n\
+                    cmdstat_get:calls=12,usec=30,usec_per_call=2.50,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_info:calls=3,usec=1\r\n\
+                    cmdstat_config|resetstat:calls=1,usec=1\r\n\
+                    cmdstat_evalsha:calls=7,usec=9\r\n\
+                    garbage line\r\n";
+        let calls = parse_command_calls(info);
+        assert_eq!(
+            calls.into_iter().collect::<Vec<_>>(),
+            vec![("evalsha".to_owned(), 7), ("get".to_owned(), 12)]
+        );
+    }
     use roost_bcounter::Bound;
 
     #[test]

@@ -388,7 +388,7 @@ impl Connection<'_> {
                 Ok(key) => match sites.add(&key, up, delta, global).await {
                     Ok(outcome) => {
                         let value = match outcome {
-                            crate::sites::SiteOutcome::Ok => sites.value(&key).await,
+                            crate::sites::SiteOutcome::Ok => sites.value_after_ok(&key).await,
                             _ => Ok(None),
                         };
                         crate::sites::outcome_reply(outcome, value)

@@ -78,6 +78,13 @@ pub trait SiteCounters: Send + Sync + 'static {
     /// The counter's value at this site (`None`: unknown here).
     fn value(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>>;
 
+    /// The value BC.INC/BC.DEC reply with after [`add`](Self::add) answered
+    /// `Ok`: [`value`](Self::value) unless the site knows it cheaper (it
+    /// must include that operation).
+    fn value_after_ok(&self, key: &str) -> SiteFuture<'_, Result<Option<i64>, String>> {
+        self.value(key)
+    }
+
     /// A procedure's read: the value of the replica whose stored row state
     /// is `state` (read inside the procedure's transaction).
     fn state_value(&self, key: &str, state: &str) -> Result<i64, String>;
@@ -125,6 +132,29 @@ pub(crate) fn refusal_text(outcome: SiteOutcome) -> Option<String> {
     }
 }
 
+/// What a client makes of a refused BC.INC/BC.DEC: the error reply's code
+/// (`BOUND`, `RETRY`) and the rest of its line, as this server sends them
+/// (the inverse of the replies to [`SiteOutcome::Fail`] and
+/// [`SiteOutcome::Retry`]); `None` for any other error.
+pub fn refusal_of(code: &str, detail: &str) -> Option<SiteOutcome> {
+    [
+        SiteOutcome::Fail,
+        SiteOutcome::Retry {
+            global_may_succeed: true,
+        },
+        SiteOutcome::Retry {
+            global_may_succeed: false,
+        },
+    ]
+    .into_iter()
+    .find(|&outcome| {
+        refusal_text(outcome).is_some_and(|text| {
+            text.split_once(' ')
+                .is_some_and(|(c, d)| c == code && d == detail)
+        })
+    })
+}
+
 /// The reply to an operation's outcome, `value` being read after it.
 pub(crate) fn outcome_reply(outcome: SiteOutcome, value: Result<Option<i64>, String>) -> Frame {
     match outcome {
@@ -144,5 +174,30 @@ pub(crate) fn outcome_reply(outcome: SiteOutcome, value: Result<Option<i64>, Str
         } => Frame::error(
             "RETRY not enough rights at this site, and the other sites are not believed to hold them either; retry later",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_reads_every_refusal_back() {
+        for outcome in [
+            SiteOutcome::Fail,
+            SiteOutcome::Retry {
+                global_may_succeed: true,
+            },
+            SiteOutcome::Retry {
+                global_may_succeed: false,
+            },
+        ] {
+            let text = refusal_text(outcome).expect("a refusal has a text");
+            let (code, detail) = text.split_once(' ').expect("code, then detail");
+            assert_eq!(refusal_of(code, detail), Some(outcome), "{text}");
+        }
+        assert_eq!(refusal_text(SiteOutcome::Ok), None);
+        assert_eq!(refusal_of("ERR", "no such bounded counter"), None);
+        assert_eq!(refusal_of("RETRY", "something else"), None);
     }
 }

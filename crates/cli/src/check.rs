@@ -259,7 +259,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::{Cli, Command};
+    use crate::args::{Cli, Command};
 
     fn check_args(args: &[&str]) -> Result<CheckArgs, clap::Error> {
         let cli = Cli::try_parse_from(["roost", "check"].iter().chain(args))?;

@@ -921,7 +921,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
 mod tests {
     use clap::Parser;
 
-    use crate::{Cli, Command};
+    use crate::args::{Cli, Command};
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("roost").chain(args.iter().copied()))

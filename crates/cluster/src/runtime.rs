@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use roost_net::{ChaosSettings, Epoch, Inbox, MetricsSnapshot, NodeId, Transport, TransportConfig};
@@ -487,6 +488,13 @@ where
 /// Bytes of an admin request head we read at most.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Admin requests served at once: each holds a task and up to
+/// `MAX_REQUEST_BYTES` for up to `ADMIN_TIMEOUT`, so without a bound a
+/// client opening connections faster than they time out grows them without
+/// limit. Beyond it a connection is answered 503 at once and closed.
+pub const MAX_ADMIN_CONNECTIONS: usize = 64;
+const BUSY_RESPONSE: &[u8] = b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+Content-Length: 34\r\nConnection: close\r\n\r\ntoo many admin connections, retry\n";
 
 async fn admin_loop<P>(
     listener: TcpListener,
@@ -498,9 +506,16 @@ async fn admin_loop<P>(
     P::Cmd: Send,
     P::Out: Send,
 {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_ADMIN_CONNECTIONS));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Non-blocking: a client that does not read cannot hold the
+            // accept loop (the answer fits any socket buffer).
+            let _ = stream.try_write(BUSY_RESPONSE);
             continue;
         };
         let driver = driver.clone();
@@ -509,6 +524,7 @@ async fn admin_loop<P>(
         tokio::spawn(async move {
             let serve = serve_admin::<P>(stream, driver, transport, coordinator);
             let _ = tokio::time::timeout(ADMIN_TIMEOUT, serve).await;
+            drop(slot);
         });
     }
 }
@@ -858,6 +874,48 @@ pub fn epoch_of(status: &StatusReport) -> Epoch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn admin_connections_are_bounded_and_refused_clearly() {
+        use crate::config::{ClusterConfig, NodeAddr};
+        use crate::register::{Register, RegisterBugs};
+        let ports = crate::local_cluster::free_ports(2).unwrap();
+        let config = ClusterConfig {
+            nodes: vec![NodeAddr {
+                id: 0,
+                addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
+                admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+            }],
+            ..ClusterConfig::local(1)
+        };
+        let app = Register::new(config.register.clone(), RegisterBugs::default());
+        let node = start_node(&config, 0, app).await.unwrap();
+        let admin = node.admin_addr;
+        let timeout = Duration::from_secs(5);
+        assert_eq!(admin_get(admin, "/status", timeout).await.unwrap().0, 200);
+        // Connections that send nothing hold every slot...
+        let mut idle = Vec::new();
+        for _ in 0..MAX_ADMIN_CONNECTIONS {
+            idle.push(TcpStream::connect(admin).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // ...so the next is refused at once with a clear answer.
+        let (code, body) = admin_get(admin, "/status", timeout).await.unwrap();
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("too many admin connections"), "{body}");
+        // Once they go, requests are served again.
+        drop(idle);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let (code, _) = admin_get(admin, "/status", timeout).await.unwrap();
+            if code == 200 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "still refused");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        node.stop().await;
+    }
 
     #[test]
     fn prometheus_text_has_every_metric_once_with_help_and_type() {

@@ -14,13 +14,12 @@
 //!
 //! # Fuzzing the decoder
 //!
-//! `crates/net/fuzz` is a cargo-fuzz project (not a workspace member). On
-//! stable Rust, without sanitizers:
+//! The fuzz targets `net_frame` and `net_handshake` (`fuzz/`, checks in the
+//! `roost-fuzz` crate) feed arbitrary bytes to the frame and handshake
+//! decoders and to both sides of the handshake, on stable Rust:
 //!
 //! ```sh
-//! cargo install cargo-fuzz
-//! cd crates/net && cargo fuzz run decode -s none
-//! cd crates/net && cargo fuzz run handshake -s none
+//! scripts/fuzz.sh net_frame net_handshake
 //! ```
 
 pub mod auth;

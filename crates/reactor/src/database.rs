@@ -199,6 +199,7 @@ impl Database {
                     executors.len(),
                     engine.clone(),
                     deployment.max_active_transactions,
+                    deployment.mailbox_capacity,
                     spin,
                 );
                 executors.push(handle);
@@ -321,11 +322,9 @@ impl Database {
         // of racing it: under steady load a long move would otherwise keep
         // losing validation to short transactions (OCC starves long writers).
         self.set_moving(reactor, true);
-        let moved = self
-            .submit(reactor, Some(reactor), move |ctx| {
-                crate::relocate::move_out(ctx, target)
-            })
-            .and_then(|reply| reply.blocking_recv().unwrap_or(Err(ReactorError::Shutdown)));
+        let moved = self.run_blocking_with(reactor, Some(reactor), move |ctx| {
+            crate::relocate::move_out(ctx, target)
+        });
         let _directory = self.shared.directory.write().expect("directory lock");
         if moved.is_ok() {
             self.shared.placements.set_container(reactor, target as u16);
@@ -349,19 +348,25 @@ impl Database {
     }
 
     /// Runs `procedure` on `reactor` as a root transaction, retrying it on
-    /// conflicts; every call it makes, awaited or not, is part of it.
+    /// conflicts; every call it makes, awaited or not, is part of it. With
+    /// the executor's mailbox full (`Deployment::mailbox_capacity`) it
+    /// first waits for room: backpressure on whoever submits.
     pub async fn run<T, F, Fut>(&self, reactor: ReactorId, procedure: F) -> Result<T, ReactorError>
     where
         T: Send + 'static,
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        self.submit(reactor, None, procedure)?
-            .await
-            .unwrap_or(Err(ReactorError::Shutdown))
+        let (executor, job, result) = self.prepare(reactor, None, procedure)?;
+        if !self.shared.executors[executor].submit(job).await {
+            return Err(ReactorError::Shutdown);
+        }
+        result.await.unwrap_or(Err(ReactorError::Shutdown))
     }
 
-    /// The blocking facade of [`Database::run`], for callers that are not async.
+    /// The blocking facade of [`Database::run`], for callers that are not
+    /// async (it panics inside an async runtime). With the executor's
+    /// mailbox full it blocks until there is room.
     pub fn run_blocking<T, F, Fut>(
         &self,
         reactor: ReactorId,
@@ -372,17 +377,51 @@ impl Database {
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        self.submit(reactor, None, procedure)?
-            .blocking_recv()
-            .unwrap_or(Err(ReactorError::Shutdown))
+        self.run_blocking_with(reactor, None, procedure)
     }
 
-    fn submit<T, F, Fut>(
+    fn run_blocking_with<T, F, Fut>(
         &self,
         reactor: ReactorId,
         moving: Option<ReactorId>,
         procedure: F,
-    ) -> Result<oneshot::Receiver<Result<T, ReactorError>>, ReactorError>
+    ) -> Result<T, ReactorError>
+    where
+        T: Send + 'static,
+        F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, ReactorError>> + 'static,
+    {
+        let (executor, job, result) = self.prepare(reactor, moving, procedure)?;
+        if !self.shared.executors[executor].submit_blocking(job) {
+            return Err(ReactorError::Shutdown);
+        }
+        result
+            .blocking_recv()
+            .unwrap_or(Err(ReactorError::Shutdown))
+    }
+
+    /// Jobs waiting in each executor's mailbox now (at most the
+    /// deployment's `mailbox_capacity` each), in executor order.
+    pub fn mailbox_lengths(&self) -> Vec<usize> {
+        self.shared.executors.iter().map(|e| e.queued()).collect()
+    }
+
+    /// The executor a root transaction on `reactor` goes to, the job that
+    /// runs it there, and where its outcome will arrive.
+    #[allow(clippy::type_complexity)]
+    fn prepare<T, F, Fut>(
+        &self,
+        reactor: ReactorId,
+        moving: Option<ReactorId>,
+        procedure: F,
+    ) -> Result<
+        (
+            usize,
+            crate::executor::RunJob,
+            oneshot::Receiver<Result<T, ReactorError>>,
+        ),
+        ReactorError,
+    >
     where
         T: Send + 'static,
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
@@ -393,7 +432,7 @@ impl Database {
         let (reply, result) = oneshot::channel();
         let shared = Arc::clone(&self.shared);
         let procedure = Arc::new(procedure);
-        let sent = self.shared.executors[executor].send(move || {
+        let job: crate::executor::RunJob = Box::new(move || {
             // Polled at once, and spawned as a task only if it must wait: a
             // transaction whose reactors all live in this container commits
             // within its first poll.
@@ -402,10 +441,7 @@ impl Database {
                 let _ = reply.send(outcome);
             });
         });
-        if !sent {
-            return Err(ReactorError::Shutdown);
-        }
-        Ok(result)
+        Ok((executor, job, result))
     }
 }
 
@@ -419,7 +455,7 @@ impl Drop for Database {
             }
         } else {
             for executor in &self.shared.executors {
-                let _ = executor.sender.send(crate::executor::Job::Stop);
+                executor.request_stop();
             }
         }
     }

@@ -8,6 +8,7 @@
 //! spin_before_park_us = 50          # an idle executor's spin before it parks
 //! spin_while_active_us = 1000       # the same while a transaction is in flight here
 //! router = "round-robin"            # or "affinity"
+//! mailbox_capacity = 1024           # jobs queued per executor before senders wait
 //!
 //! [[containers]]
 //! name = "carts"
@@ -36,6 +37,13 @@ const MAX_ACTIVE_TRANSACTIONS: usize = 65_536;
 const DEFAULT_SPIN_BEFORE_PARK_US: u64 = 50;
 const DEFAULT_SPIN_WHILE_ACTIVE_US: u64 = 1_000;
 const MAX_SPIN_BEFORE_PARK_US: u64 = 10_000;
+/// Jobs (root transactions, calls from other containers, context releases)
+/// an executor's mailbox holds before their senders wait: enough for every
+/// admitted transaction of a few executors to have calls queued, small
+/// enough that a flood of clients queues in their own tasks (and sockets),
+/// not in the executor.
+pub const DEFAULT_MAILBOX_CAPACITY: usize = 1024;
+const MAX_MAILBOX_CAPACITY: usize = 1 << 20;
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +59,10 @@ fn one() -> usize {
 
 fn default_active() -> usize {
     64
+}
+
+fn default_mailbox() -> usize {
+    DEFAULT_MAILBOX_CAPACITY
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -87,6 +99,13 @@ pub struct Deployment {
     /// Root transactions an executor runs at once (admission control).
     #[serde(default = "default_active")]
     pub max_active_transactions: usize,
+    /// Jobs an executor's mailbox holds (1..=1048576, default
+    /// [`DEFAULT_MAILBOX_CAPACITY`]). A full mailbox makes its senders wait:
+    /// [`Database::run`](crate::Database::run) awaits room (and
+    /// `run_blocking` blocks), and a call or release from another executor
+    /// waits in a task of the sending executor, never in the mailbox.
+    #[serde(default = "default_mailbox")]
+    pub mailbox_capacity: usize,
     /// How long an idle executor spins looking for work before it parks its
     /// thread (waking a parked thread costs tens of microseconds). Default
     /// 50 us. With more executors than cores the spin yields the core between
@@ -116,6 +135,7 @@ impl Deployment {
             placement: PlacementSpec::default(),
             router: RouterPolicy::RoundRobin,
             max_active_transactions: default_active(),
+            mailbox_capacity: default_mailbox(),
             spin_before_park_us: None,
             spin_while_active_us: None,
         }
@@ -143,7 +163,10 @@ impl Deployment {
         executors > cores
     }
 
-    pub(crate) fn validate(&self, schema: &Schema) -> Result<(), DeploymentError> {
+    /// Checks the deployment against `schema` ([`crate::Database::new`] runs
+    /// it): containers, executor counts, limits, and that placement names
+    /// only known containers and reactor types.
+    pub fn validate(&self, schema: &Schema) -> Result<(), DeploymentError> {
         if self.containers.is_empty() {
             return Err(DeploymentError::NoContainers);
         }
@@ -164,6 +187,9 @@ impl Deployment {
             return Err(DeploymentError::BadActiveLimit(
                 self.max_active_transactions,
             ));
+        }
+        if self.mailbox_capacity == 0 || self.mailbox_capacity > MAX_MAILBOX_CAPACITY {
+            return Err(DeploymentError::BadMailbox(self.mailbox_capacity));
         }
         if let Some(us) = [self.spin_before_park_us, self.spin_while_active_us]
             .into_iter()
@@ -204,7 +230,8 @@ impl Deployment {
 
     /// The container a reactor is placed in: by name, else by hash of its
     /// name over its type's list, else by type, else the default (or the first).
-    pub(crate) fn place(&self, reactor_name: &str, reactor_type: &str) -> usize {
+    /// Only for a deployment that passed [`validate`](Self::validate).
+    pub fn place(&self, reactor_name: &str, reactor_type: &str) -> usize {
         let p = &self.placement;
         let pick = |name: &String| self.container_index(name).expect("validated");
         if let Some(c) = p.by_name.get(reactor_name) {

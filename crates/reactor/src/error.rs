@@ -55,6 +55,8 @@ pub enum DeploymentError {
     BadActiveLimit(usize),
     #[error("spin_before_park_us must be at most 10000, got {0}")]
     BadSpin(u64),
+    #[error("mailbox_capacity must be 1..=1048576, got {0}")]
+    BadMailbox(usize),
 }
 
 /// Errors of the reactor directory.

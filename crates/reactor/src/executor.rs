@@ -5,6 +5,13 @@
 //! ((sub-)transactions dispatched to it) and admits at most
 //! `max_active_transactions` root transactions at once.
 //!
+//! The mailbox is bounded (`Deployment::mailbox_capacity`). A full mailbox
+//! makes the sender wait, and never an executor's own loop: a root
+//! submission from a client awaits room (or blocks, from `run_blocking`); a
+//! call or context release sent by another executor, when it finds no room,
+//! waits in a task of the sending executor, so that executor keeps draining
+//! its own mailbox and two executors sending to each other cannot deadlock.
+//!
 //! Per executor, the thread-local [`ExecutorLocal`] holds the database context
 //! of every root transaction that touched this executor's container here, with
 //! the epoch guard that keeps the context's record pointers valid.
@@ -18,13 +25,17 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use roost_storage::{Engine, Guard, TxContext};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, Semaphore};
 
 /// Work sent to an executor.
 pub(crate) enum Job {
-    Run(Box<dyn FnOnce() + Send>),
+    Run(RunJob),
     Stop,
 }
+
+/// A job's body: runs on the executor's thread.
+pub(crate) type RunJob = Box<dyn FnOnce() + Send>;
 
 /// One root transaction's context in one container, on the executor serving it.
 pub(crate) struct Participant {
@@ -182,7 +193,7 @@ impl SpinBudget {
 }
 
 pub(crate) struct ExecutorHandle {
-    pub(crate) sender: mpsc::UnboundedSender<Job>,
+    sender: mpsc::Sender<Job>,
     /// Bumped by everything that gives this executor work (a job, a reply to
     /// one of its calls), so its park hook can stop spinning at once.
     incoming: Arc<AtomicU64>,
@@ -194,9 +205,10 @@ impl ExecutorHandle {
         executor: usize,
         engine: Engine,
         max_active: usize,
+        mailbox_capacity: usize,
         spin: SpinBudget,
     ) -> Self {
-        let (sender, mut receiver) = mpsc::unbounded_channel::<Job>();
+        let (sender, mut receiver) = mpsc::channel::<Job>(mailbox_capacity);
         let incoming = Arc::new(AtomicU64::new(0));
         let hook = Arc::clone(&incoming);
         let thread = std::thread::Builder::new()
@@ -242,11 +254,60 @@ impl ExecutorHandle {
         }
     }
 
-    /// Sends a job; false if the executor has stopped.
-    pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
-        let sent = self.sender.send(Job::Run(Box::new(job))).is_ok();
+    /// Enqueues a root transaction's job, waiting while the mailbox is full;
+    /// false if the executor has stopped.
+    pub(crate) async fn submit(&self, job: RunJob) -> bool {
+        let sent = self.sender.send(Job::Run(job)).await.is_ok();
         self.notify_incoming();
         sent
+    }
+
+    /// [`submit`](Self::submit) for callers outside any async runtime.
+    pub(crate) fn submit_blocking(&self, job: RunJob) -> bool {
+        let sent = self.sender.blocking_send(Job::Run(job)).is_ok();
+        self.notify_incoming();
+        sent
+    }
+
+    /// Sends a job from an executor thread (a call, a context release);
+    /// false if the executor has stopped. With the mailbox full, a task of
+    /// the calling executor waits for room and sends it: the caller never
+    /// blocks its own thread, whose mailbox others may be waiting on.
+    pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
+        match self.sender.try_send(Job::Run(Box::new(job))) {
+            Ok(()) => {
+                self.notify_incoming();
+                true
+            }
+            Err(TrySendError::Full(job)) => {
+                let sender = self.sender.clone();
+                let incoming = Arc::clone(&self.incoming);
+                tokio::task::spawn_local(async move {
+                    if sender.send(job).await.is_ok() {
+                        incoming.fetch_add(1, Ordering::Release);
+                    }
+                });
+                true
+            }
+            Err(TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// Jobs waiting in the mailbox now.
+    pub(crate) fn queued(&self) -> usize {
+        self.sender.max_capacity() - self.sender.capacity()
+    }
+
+    /// Asks the executor to stop once it has run what is queued before.
+    pub(crate) fn request_stop(&self) {
+        if let Err(TrySendError::Full(stop)) = self.sender.try_send(Job::Stop) {
+            // Rare (dropping a database under full load): wait for room on
+            // a thread of its own, since this one may be inside a runtime.
+            let sender = self.sender.clone();
+            std::thread::spawn(move || {
+                let _ = sender.blocking_send(stop);
+            });
+        }
     }
 
     /// Tells a spinning executor that work (or a reply) is on its way.
@@ -255,7 +316,7 @@ impl ExecutorHandle {
     }
 
     pub(crate) fn stop(&mut self) {
-        let _ = self.sender.send(Job::Stop);
+        self.request_stop();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

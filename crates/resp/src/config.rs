@@ -12,6 +12,9 @@
 //! max_request_bytes = 268435456   # all arguments of one request
 //! max_pipeline_depth = 1024       # commands parsed ahead of their replies, per connection
 //! max_multi_commands = 10000      # commands queued between MULTI and EXEC
+//! max_multi_bytes = 268435456     # their keys' and values' bytes
+//! max_watched_keys = 10000        # keys one connection WATCHes at once
+//! max_reply_buffer_bytes = 1048576 # replies buffered before the connection writes them
 //! max_batch_commands = 64         # pipelined commands run as one root transaction
 //! keyspace_reactors = 64          # K: a key hashes to one of K reactors
 //! executors = 2                   # reactor executors (threads)
@@ -78,6 +81,17 @@ pub struct Config {
     pub max_request_bytes: usize,
     pub max_pipeline_depth: usize,
     pub max_multi_commands: usize,
+    /// The keys' and values' bytes of the commands queued between MULTI and
+    /// EXEC (a queued command beyond it is refused and dooms the EXEC).
+    pub max_multi_bytes: usize,
+    /// Distinct keys one connection WATCHes at once (a WATCH beyond it is
+    /// refused and watches none of its keys).
+    pub max_watched_keys: usize,
+    /// Replies a connection buffers before it writes them out and waits
+    /// for the client to read: a client that pipelines without reading is
+    /// held by TCP flow control, not by the server's memory. A buffer may
+    /// pass it by the replies of one command or one pipeline batch.
+    pub max_reply_buffer_bytes: usize,
     pub max_batch_commands: usize,
     pub keyspace_reactors: usize,
     pub executors: usize,
@@ -103,6 +117,9 @@ impl Default for Config {
             max_request_bytes: limits.max_request_bytes,
             max_pipeline_depth: 1024,
             max_multi_commands: 10_000,
+            max_multi_bytes: limits.max_request_bytes,
+            max_watched_keys: 10_000,
+            max_reply_buffer_bytes: 1 << 20,
             max_batch_commands: 64,
             keyspace_reactors: 64,
             executors: 2,
@@ -154,6 +171,13 @@ impl Config {
         range("max_request_bytes", self.max_request_bytes, 4 << 30)?;
         range("max_pipeline_depth", self.max_pipeline_depth, 1 << 20)?;
         range("max_multi_commands", self.max_multi_commands, 1 << 20)?;
+        range("max_multi_bytes", self.max_multi_bytes, 4 << 30)?;
+        range("max_watched_keys", self.max_watched_keys, 1 << 20)?;
+        range(
+            "max_reply_buffer_bytes",
+            self.max_reply_buffer_bytes,
+            1 << 30,
+        )?;
         range("max_batch_commands", self.max_batch_commands, 1 << 16)?;
         range(
             "keyspace_reactors",

@@ -14,6 +14,7 @@
 //! whole (retries exhausted, too large) is re-run one command per
 //! transaction, so only the command at fault gets the error.
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -46,6 +47,8 @@ const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is dis
 /// Commands queued between MULTI and EXEC.
 struct Multi {
     ops: Vec<Op>,
+    /// Their keys' and values' bytes (`Op::payload_bytes`).
+    bytes: usize,
     /// A queued command was rejected: EXEC answers EXECABORT.
     dirty: bool,
 }
@@ -83,6 +86,7 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
     };
     conn.update_limits();
     let depth = config.max_pipeline_depth;
+    let reply_limit = config.max_reply_buffer_bytes;
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut out: Vec<u8> = Vec::new();
     let mut spans: Vec<Range<usize>> = Vec::new();
@@ -117,15 +121,17 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
             };
             handled += 1;
             conn.dispatch(step, &mut batch, &mut out).await;
+            if out.len() >= reply_limit && !write_replies(&mut stream, &mut out, shared).await {
+                // A client that pipelines without reading its replies waits
+                // here, on the socket, before more of its commands run.
+                return;
+            }
         }
         conn.flush(&mut batch, &mut out).await;
         conn.flush_tally();
         input.drain(..consumed);
-        if !out.is_empty() {
-            if stream.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+        if !out.is_empty() && !write_replies(&mut stream, &mut out, shared).await {
+            return;
         }
         if conn.close {
             return;
@@ -148,6 +154,16 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
             Ok(_) => {}
         }
     }
+}
+
+/// Writes the buffered replies (false if the client is gone); a buffer grown
+/// past the limit by one large reply is given back.
+async fn write_replies(stream: &mut TcpStream, out: &mut Vec<u8>, shared: &ServerShared) -> bool {
+    shared.stats.note_reply_buffer(out.len());
+    let written = stream.write_all(out).await.is_ok();
+    out.clear();
+    out.shrink_to(shared.config.max_reply_buffer_bytes);
+    written
 }
 
 /// Data commands waiting to run as one transaction.
@@ -436,7 +452,8 @@ impl Connection<'_> {
     }
 
     fn queue(&mut self, op: Op) -> Frame {
-        let limit = self.shared.config.max_multi_commands;
+        let config = &self.shared.config;
+        let (limit, byte_limit) = (config.max_multi_commands, config.max_multi_bytes);
         let multi = self.multi.as_mut().expect("queueing inside MULTI");
         if multi.ops.len() >= limit {
             multi.dirty = true;
@@ -444,6 +461,14 @@ impl Connection<'_> {
                 "ERR MULTI holds at most {limit} commands (max_multi_commands)"
             ));
         }
+        let bytes = multi.bytes + op.payload_bytes();
+        if bytes > byte_limit {
+            multi.dirty = true;
+            return Frame::error(format!(
+                "ERR MULTI holds at most {byte_limit} bytes of keys and values (max_multi_bytes)"
+            ));
+        }
+        multi.bytes = bytes;
         multi.ops.push(op);
         Frame::Simple("QUEUED".into())
     }
@@ -455,6 +480,7 @@ impl Connection<'_> {
             "multi" => {
                 self.multi = Some(Multi {
                     ops: Vec::new(),
+                    bytes: 0,
                     dirty: false,
                 });
                 Frame::ok()
@@ -541,18 +567,32 @@ impl Connection<'_> {
         if let Err(error) = commands::check_keys(keys) {
             return error;
         }
-        let op = Op::Stamps(keys.to_vec());
+        // The first WATCH of a key is what EXEC compares with: only keys not
+        // watched yet (once each) are read and added.
+        let mut seen: HashSet<&[u8]> = self.watched.iter().map(|(k, _)| k.as_slice()).collect();
+        let new: Vec<Vec<u8>> = keys
+            .iter()
+            .filter(|key| seen.insert(key.as_slice()))
+            .cloned()
+            .collect();
+        let limit = self.shared.config.max_watched_keys;
+        if self.watched.len() + new.len() > limit {
+            return Frame::error(format!(
+                "ERR WATCH holds at most {limit} keys per connection (max_watched_keys)"
+            ));
+        }
+        if new.is_empty() {
+            return Frame::ok();
+        }
+        let op = Op::Stamps(new.clone());
         match single_reply(self.shared.store.run(Arc::new(vec![op]), None).await) {
             Frame::Array(stamps) => {
-                for (key, stamp) in keys.iter().zip(stamps) {
+                for (key, stamp) in new.into_iter().zip(stamps) {
                     let stamp = match stamp {
                         Frame::Integer(s) => Some(s as u64),
                         _ => None,
                     };
-                    // The first WATCH of a key is what EXEC compares with.
-                    if !self.watched.iter().any(|(k, _)| k == key) {
-                        self.watched.push((key.clone(), stamp));
-                    }
+                    self.watched.push((key, stamp));
                 }
                 Frame::ok()
             }
@@ -787,6 +827,10 @@ impl Connection<'_> {
                     field("connected_clients", snap.connected_clients.to_string()),
                     field("maxclients", shared.config.max_clients.to_string()),
                     field("blocked_clients", "0".into()),
+                    field(
+                        "max_reply_buffer_bytes",
+                        snap.max_reply_buffer_bytes.to_string(),
+                    ),
                 ],
             );
         }

@@ -35,3 +35,84 @@ pub use store::{keyspace_index, SiteRow, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick
 /// features; Roost speaks the RESP2/RESP3 of Redis 7.
 pub const REDIS_VERSION: &str = "7.0.0";
+
+/// Entry points for the fuzz targets (`fuzz/`, the `roost-fuzz` crate): the
+/// command layer and the store behind it without a socket. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::sync::Arc;
+
+    use crate::commands::{self, Kind};
+    use crate::functions::Functions;
+    use crate::protocol::Frame;
+    use crate::stats::Stats;
+    use crate::store::{Op, Store};
+    use crate::Config;
+
+    /// The `Op` a data command's arguments become (`None`: not a known data
+    /// command of the right arity, answered before parsing).
+    fn op(args: Vec<Vec<u8>>, functions: &Functions) -> Option<Op> {
+        let spec = commands::lookup(args.first()?)?;
+        if spec.kind != Kind::Data || !commands::arity_ok(spec, args.len()) {
+            return None;
+        }
+        Some(commands::parse_op(spec, args, functions))
+    }
+
+    /// A keyspace of its own (2 reactors, 1 executor) that runs requests as
+    /// the connection does: the data commands of `requests` as one batch,
+    /// one reply per command.
+    pub struct StoreHarness {
+        store: Store,
+        functions: Functions,
+        runtime: tokio::runtime::Runtime,
+    }
+
+    impl StoreHarness {
+        pub fn new() -> StoreHarness {
+            let config = Config {
+                keyspace_reactors: 2,
+                executors: 1,
+                spin_before_park_us: Some(0),
+                spin_while_active_us: Some(0),
+                ..Config::default()
+            };
+            StoreHarness {
+                store: Store::new(&config, Arc::new(Stats::default())).expect("a small keyspace"),
+                functions: Functions::examples(),
+                runtime: tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("a current-thread runtime"),
+            }
+        }
+
+        /// Parses each request into an `Op` (skipping what is not a data
+        /// command) and runs them in order as one transaction; the replies
+        /// as RESP3 bytes, or the transaction's error.
+        pub fn run(&self, requests: Vec<Vec<Vec<u8>>>) -> Result<Vec<u8>, String> {
+            let ops: Vec<Op> = requests
+                .into_iter()
+                .filter_map(|args| op(args, &self.functions))
+                .collect();
+            let count = ops.len();
+            if count == 0 {
+                return Ok(Vec::new());
+            }
+            let outcome = self
+                .runtime
+                .block_on(self.store.run(Arc::new(ops), None))
+                .map_err(|e| e.to_string())?;
+            let replies = outcome.expect("nothing watched");
+            assert_eq!(replies.len(), count, "one reply per command");
+            let mut out = Vec::new();
+            Frame::Array(replies).encode(crate::protocol::Protocol::Resp3, &mut out);
+            Ok(out)
+        }
+    }
+
+    impl Default for StoreHarness {
+        fn default() -> Self {
+            StoreHarness::new()
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! Every length read from the wire is checked against [`Limits`] before
 //! anything is allocated for it, and no input makes the parsers panic (the
-//! fuzz target under `crates/resp/fuzz` checks this).
+//! fuzz target `resp_parse`, `scripts/fuzz.sh`, checks this).
 
 use std::fmt;
 
@@ -723,6 +723,11 @@ fn frame_at(
         }
         return Ok(None);
     };
+    if cr == 0 {
+        // The type byte is the CR itself: there is no frame here (and no
+        // body to slice; fuzz/regressions/resp_parse/frame-starting-with-cr).
+        return Err(ProtocolError::InvalidFrame("a line without a type byte"));
+    }
     if cr + 1 >= rest.len() {
         return Ok(None);
     }

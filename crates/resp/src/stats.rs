@@ -120,6 +120,8 @@ pub struct Snapshot {
     pub failed_transactions: u64,
     pub watch_aborts: u64,
     pub exec_aborts: u64,
+    /// The most reply bytes any connection held before writing them.
+    pub max_reply_buffer_bytes: u64,
     /// Committed transactions timed, and the sum of their latencies (us).
     pub latency_count: u64,
     pub latency_sum_us: u64,
@@ -270,12 +272,25 @@ pub struct Stats {
     /// EXECs refused because a queued command was rejected (EXECABORT).
     pub exec_aborts: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// High-water mark of a connection's unwritten replies (bytes).
+    pub max_reply_buffer_bytes: AtomicU64,
     pub latency: LatencyHistogram,
     /// Calls per command, in the order of the command table.
     per_command: Box<[AtomicU64]>,
 }
 
 impl Stats {
+    /// Notes a connection about to write `bytes` of replies.
+    pub(crate) fn note_reply_buffer(&self, bytes: usize) {
+        let bytes = bytes as u64;
+        // A load first: the read-modify-write only when the mark moves, so
+        // connections do not contend on the line at every write.
+        if bytes > self.max_reply_buffer_bytes.load(Ordering::Relaxed) {
+            self.max_reply_buffer_bytes
+                .fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Adds `n` calls of the command at `index` in the command table.
     pub(crate) fn count_command(&self, index: usize, n: u64) {
         if let Some(counter) = self.per_command.get(index) {
@@ -304,6 +319,7 @@ impl Stats {
             failed_transactions,
             watch_aborts: get(&self.watch_aborts),
             exec_aborts: get(&self.exec_aborts),
+            max_reply_buffer_bytes: get(&self.max_reply_buffer_bytes),
             latency_count,
             latency_sum_us: self.latency.sum_us(),
             latency_quantiles_us,
@@ -336,6 +352,7 @@ impl Default for Stats {
             watch_aborts: AtomicU64::new(0),
             exec_aborts: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
+            max_reply_buffer_bytes: AtomicU64::new(0),
             latency: LatencyHistogram::default(),
             per_command: crate::commands::COMMANDS
                 .iter()

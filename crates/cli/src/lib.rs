@@ -1,0 +1,12 @@
+//! The `roost` command's library: the argument definitions ([`args`]) and
+//! the subcommands' bodies; `main.rs` is the binary (allocator, dispatch,
+//! exit code).
+
+pub mod args;
+pub mod bench_escrow;
+pub mod bench_resp;
+pub mod bench_transport;
+pub mod check;
+pub mod cluster;
+pub mod resp;
+pub mod sites;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Roost's test command (the README's second command; `.ci/run` runs exactly this).
 # Installs the Debian packages the tests need when they are missing, then runs
-# formatting, lints, every crate's tests and the loom model checks of the commit core.
+# formatting, lints, every crate's tests, the loom model checks of the commit core and
+# every fuzz target for a bounded time.
 # A test whose peer (redis-server, redis-cli, redis-py, etcd) is missing fails.
 # ROOST_STRESS_MS bounds each concurrent stress scenario (default 1500 ms).
 set -euo pipefail
@@ -24,5 +25,8 @@ cargo test --workspace --release
 step "loom: model-check the TID word and commit validation"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p roost-storage --release --test loom_commit
+
+step "fuzz: every target for a bounded time (scripts/fuzz.sh; ROOST_FUZZ_SECONDS per target, default 15)"
+scripts/fuzz.sh --seconds-per-target "${ROOST_FUZZ_SECONDS:-15}"
 
 step "all tests passed"

@@ -454,8 +454,21 @@ fn increments_racing_moves(planted_bug: bool) -> u64 {
         let (db, stop) = (Arc::clone(&shop.db), &stop);
         s.spawn(move || {
             for i in 0..300 {
-                db.move_reactor(w, if i % 2 == 0 { "customers" } else { "w1" })
-                    .expect("move commits");
+                let to = if i % 2 == 0 { "customers" } else { "w1" };
+                // A move can starve behind the incrementers (with the check
+                // planted away nothing holds them back) until they stop.
+                let mut starved = 0;
+                loop {
+                    match db.move_reactor(w, to) {
+                        Ok(()) => break,
+                        Err(ReactorError::Tx(TxError::RetriesExhausted { .. }))
+                            if starved < 100 =>
+                        {
+                            starved += 1;
+                        }
+                        Err(e) => panic!("move to {to} failed: {e}"),
+                    }
+                }
             }
             stop.store(true, Ordering::Relaxed);
         });

@@ -11,9 +11,12 @@
 set -euo pipefail
 
 packages=(fonts-dejavu-core redis-tools redis-server python3-redis etcd-server)
+# Installed means dpkg's "install ok installed": `dpkg -s` also succeeds for a
+# package removed with its configuration files left behind.
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -qx 'install ok installed'; }
 missing=()
 for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: every package is installed (${packages[*]})"
@@ -45,6 +48,6 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 for p in "${missing[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || { echo "install-deps: $p still missing after apt-get" >&2; exit 1; }
+  installed "$p" || { echo "install-deps: $p still missing after apt-get" >&2; exit 1; }
 done
 echo "install-deps: installed ${missing[*]}"

@@ -1051,7 +1051,7 @@ pub fn run(args: &EscrowArgs, command: &str) -> anyhow::Result<()> {
          node's RESP front door (BC.DEC key 1 GLOBAL), the others' to Redis. Only Strong's \
          clients outside US-East cross the emulated wide area on every operation; the \
          bounded-counter designs cross it for propagation and rights transfers (bc-clt's \
-         libraries ask the other sites' agents themselves).",
+         libraries ask their own site's agent, which asks the donor over the site links).",
         plan.clients_per_region
     ));
     for variant in VARIANTS {

@@ -270,17 +270,7 @@ impl ReplicaRows for GatedRows {
 }
 
 fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("VmRSS in kB");
-    kib * 1024
+    roost_bench::sys::resident_bytes().expect("resident memory from /proc/self/statm")
 }
 
 /// Frames the flood sends at most, and counter states per frame.

@@ -217,6 +217,9 @@ const SCAN_MAX_OPS: u64 = 2_000_000;
 
 pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
     if let Some(nodes) = args.cluster {
+        if args.seeds > 1 {
+            anyhow::bail!("--seeds runs engine and reactor targets; run --cluster once per seed");
+        }
         return run_cluster(args, nodes);
     }
     let planted = args.planted();

@@ -9,22 +9,25 @@
 //!    worker's last TID, in the current epoch; install the values and publish
 //!    the new TID, which also releases each lock.
 //!
-//! **Phantom protection.** `scc::TreeIndex` does not expose node versions, so
-//! Silo's node set is replaced by *scan re-validation*: a scan records the
-//! sequence of records it visited (absent placeholders included) and commit
-//! re-runs the scan and compares the sequence. A key read as missing is
-//! re-looked-up. Granularity is exactly the scanned key range (up to the last
-//! visited key when the scan stopped at its limit); the cost is one more index
-//! traversal of that range per scan at commit.
+//! **Phantom protection: Silo's node set.** A scan records every leaf of the
+//! B+-tree it copied, with the version the copy was validated against;
+//! commit requires each version unchanged (no key entered or left those
+//! leaves, none split or merged away), so no record can have appeared in or
+//! vanished from the scanned range. An insert by the transaction itself into
+//! a leaf it scanned carries the node-set entry forward (Silo §4.6). A key
+//! read as missing is looked up again at commit (the hashed index has no
+//! leaves). Granularity is the scanned leaves: an insert next to the range
+//! in a scanned leaf is a (rare) false conflict.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
-use std::ops::{Bound, RangeBounds};
+use std::ops::Bound;
 use std::ptr::NonNull;
 
 use scc::Guard;
 
+use crate::btree::{LeafChange, LeafRef};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
@@ -74,26 +77,6 @@ struct MissEntry {
     key: Span,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum SpanBound {
-    Included(Span),
-    Excluded(Span),
-    Unbounded,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct ScanEntry {
-    relation: NonNull<Relation>,
-    lower: SpanBound,
-    upper: SpanBound,
-    direction: ScanDirection,
-    /// Range in `scanned` of the records the scan visited.
-    visited_from: u32,
-    visited_to: u32,
-    /// The scan reached the end of its range (rather than its limit).
-    exhausted: bool,
-}
-
 #[derive(Default)]
 struct PtrHasher(u64);
 impl Hasher for PtrHasher {
@@ -118,8 +101,8 @@ pub(crate) struct TxBuffers {
     writes: Vec<WriteEntry>,
     write_index: HashMap<RecordRef, u32, BuildHasherDefault<PtrHasher>>,
     misses: Vec<MissEntry>,
-    scans: Vec<ScanEntry>,
-    scanned: Vec<RecordRef>,
+    /// Silo's node set: each leaf a scan copied and the version it matched.
+    nodes: Vec<(LeafRef, u64)>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
     /// The last index lookup: relation, key, and the record found (`None`:
@@ -133,7 +116,7 @@ impl TxBuffers {
         self.reads.is_empty()
             && self.writes.is_empty()
             && self.misses.is_empty()
-            && self.scans.is_empty()
+            && self.nodes.is_empty()
     }
 
     fn clear(&mut self) {
@@ -141,8 +124,7 @@ impl TxBuffers {
         self.writes.clear();
         self.write_index.clear();
         self.misses.clear();
-        self.scans.clear();
-        self.scanned.clear();
+        self.nodes.clear();
         self.arena.clear();
         self.last_lookup = None;
     }
@@ -177,37 +159,6 @@ impl TxBuffers {
         self.write_index.get(&record).map(|&i| i as usize)
     }
 
-    /// How many of this transaction's puts into `relation` a scan of `bounds`
-    /// should have visited (up to `stop_key`, where it stopped at its limit).
-    ///
-    /// Why: `scc` 3.8.8's `TreeIndex::range` can, rarely, miss entries that
-    /// existed throughout the scan while other threads insert and remove keys
-    /// nearby (SmartMart's cart checkout saw none of the lines it had just
-    /// added, about once per 100 runs). A miss of another transaction's record
-    /// is caught by the re-scan at commit; a miss of this transaction's own
-    /// writes is caught here, since commit skips records the transaction
-    /// created. The caller aborts the transaction, which retries.
-    fn own_puts_in(
-        &self,
-        relation: &Relation,
-        (lower, upper): KeyBounds<'_>,
-        direction: ScanDirection,
-        stop_key: Option<&[u8]>,
-    ) -> usize {
-        let rel = NonNull::from(relation);
-        let before_stop = |key: &[u8]| match (stop_key, direction) {
-            (None, _) => true,
-            (Some(stop), ScanDirection::Forward) => key <= stop,
-            (Some(stop), ScanDirection::Reverse) => key >= stop,
-        };
-        self.writes
-            .iter()
-            .filter(|w| w.relation == rel && w.op == WriteOp::Put)
-            .map(|w| self.bytes(w.key))
-            .filter(|key| (lower, upper).contains(key) && before_stop(key))
-            .count()
-    }
-
     /// The write-set entry for `record`, during commit (write set sorted).
     fn find_sorted(&self, record: RecordRef) -> Option<&WriteEntry> {
         self.writes
@@ -215,21 +166,35 @@ impl TxBuffers {
             .ok()
             .map(|i| &self.writes[i])
     }
+}
 
-    fn bound(&self, bound: SpanBound) -> Bound<&[u8]> {
-        match bound {
-            SpanBound::Included(s) => Bound::Included(self.bytes(s)),
-            SpanBound::Excluded(s) => Bound::Excluded(self.bytes(s)),
-            SpanBound::Unbounded => Bound::Unbounded,
-        }
+/// Carries node-set entries across the transaction's own insert (Silo
+/// §4.6): an entry whose leaf changed only by this insert (its version
+/// before the insert is the recorded one) takes the version after it; a
+/// split adds the new right leaf, which took part of the scanned interval.
+fn note_leaf_change(nodes: &mut Vec<(LeafRef, u64)>, change: LeafChange) {
+    let (leaf, before, after, right) = match change {
+        LeafChange::Inserted {
+            leaf,
+            before,
+            after,
+        } => (leaf, before, after, None),
+        LeafChange::Split {
+            leaf,
+            before,
+            after,
+            right,
+            right_version,
+        } => (leaf, before, after, Some((right, right_version))),
+    };
+    assert_ne!(before, after, "a leaf change moves its version");
+    let mut carried = false;
+    for entry in nodes.iter_mut().filter(|e| e.0 == leaf && e.1 == before) {
+        entry.1 = after;
+        carried = true;
     }
-
-    fn save_bound(&mut self, bound: Bound<&[u8]>) -> Result<SpanBound, TxError> {
-        Ok(match bound {
-            Bound::Included(b) => SpanBound::Included(self.push_bytes(b)?),
-            Bound::Excluded(b) => SpanBound::Excluded(self.push_bytes(b)?),
-            Bound::Unbounded => SpanBound::Unbounded,
-        })
+    if let (true, Some(right)) = (carried, right) {
+        nodes.push(right);
     }
 }
 
@@ -318,8 +283,11 @@ impl TxOps<'_> {
         }
         // The lookup just missed: insert at once (finding the record if one
         // was linked since).
+        let nodes = &mut self.worker.buffers.nodes;
         let (record, created) =
-            relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard);
+            relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard, &mut |c| {
+                note_leaf_change(nodes, c)
+            });
         let bufs = self.bufs();
         let span = match bufs.last_lookup {
             Some((_, span, _)) => span,
@@ -514,90 +482,45 @@ impl TxOps<'_> {
         }
         let mut skip_first = self.worker.planted.scans_skip_first_record;
         let bufs = &mut self.worker.buffers;
-        let lower = bufs.save_bound(bounds.0)?;
-        let upper = bufs.save_bound(bounds.1)?;
-        let visited_from = bufs.scanned.len() as u32;
+        // The node set grows while the visitor below needs the rest of the
+        // buffers: keep it apart for the scan.
+        let mut nodes = std::mem::take(&mut bufs.nodes);
         let mut delivered = 0usize;
-        let mut exhausted = true;
-        let mut own_puts_seen = 0usize;
-        // Only a transaction that has written can miss its own writes: the
-        // others skip the check and the copy of the key a limited scan stops at.
-        let check_own_writes = !bufs.writes.is_empty();
-        let mut stop_key: Option<Vec<u8>> = None;
-        let mut step = |key: &[u8], record: RecordRef, bufs: &mut TxBuffers| -> bool {
-            if std::mem::take(&mut skip_first) {
-                return true;
-            }
-            if let Some(i) = bufs.find_write(record) {
-                let entry = bufs.writes[i];
-                if !entry.created {
-                    bufs.scanned.push(record);
+        let scanned = relation.scan(
+            bounds,
+            direction,
+            self.guard,
+            &mut |leaf, version| nodes.push((leaf, version)),
+            &mut |key, record| {
+                if std::mem::take(&mut skip_first) {
+                    return true;
                 }
-                if entry.op == WriteOp::Delete {
+                if let Some(i) = bufs.find_write(record) {
+                    let entry = bufs.writes[i];
+                    if entry.op == WriteOp::Delete {
+                        return true;
+                    }
+                    delivered += 1;
+                    return visit(key, bufs.bytes(entry.value)) && delivered < limit;
+                }
+                let tid = record.read_into(&mut bufs.scratch);
+                // Absent placeholders are read too: an uncommitted insert
+                // in the range that commits before this transaction moves
+                // the record's version, not the leaf's.
+                bufs.reads.push(ReadEntry {
+                    record,
+                    observed: tid,
+                });
+                if tid.is_absent() || !tid.is_latest() {
                     return true;
                 }
                 delivered += 1;
-                own_puts_seen += 1;
-                let more = visit(key, bufs.bytes(entry.value)) && delivered < limit;
-                if !more && check_own_writes {
-                    stop_key = Some(key.to_vec());
-                }
-                return more;
-            }
-            let tid = record.read_into(&mut bufs.scratch);
-            bufs.scanned.push(record);
-            bufs.reads.push(ReadEntry {
-                record,
-                observed: tid,
-            });
-            if tid.is_absent() || !tid.is_latest() {
-                return true;
-            }
-            delivered += 1;
-            let more = visit(key, &bufs.scratch) && delivered < limit;
-            if !more && check_own_writes {
-                stop_key = Some(key.to_vec());
-            }
-            more
-        };
-        let Some(iter) = relation.range(bounds, direction, self.guard) else {
-            unreachable!("hashed relations were refused above");
-        };
-        match direction {
-            ScanDirection::Forward => {
-                for (key, record) in iter {
-                    if !step(key.as_slice(), *record, bufs) {
-                        exhausted = false;
-                        break;
-                    }
-                }
-            }
-            ScanDirection::Reverse => {
-                for (key, record) in iter.rev() {
-                    if !step(key.as_slice(), *record, bufs) {
-                        exhausted = false;
-                        break;
-                    }
-                }
-            }
-        }
-        if check_own_writes {
-            let own_puts = bufs.own_puts_in(relation, bounds, direction, stop_key.as_deref());
-            debug_assert!(own_puts_seen <= own_puts);
-            if own_puts_seen != own_puts {
-                return Err(TxError::Conflict(ConflictKind::IndexScan));
-            }
-        }
-        let visited_to = bufs.scanned.len() as u32;
-        bufs.scans.push(ScanEntry {
-            relation: NonNull::from(relation),
-            lower,
-            upper,
-            direction,
-            visited_from,
-            visited_to,
-            exhausted,
-        });
+                visit(key, &bufs.scratch) && delivered < limit
+            },
+        );
+        assert!(scanned.is_some(), "hashed relations were refused above");
+        debug_assert!(delivered <= limit);
+        bufs.nodes = nodes;
         Ok(delivered)
     }
 }
@@ -847,8 +770,8 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
             }
         }
     }
-    for scan in &bufs.scans {
-        if !rescan_matches(bufs, scan, guard, planted) {
+    for &(leaf, version) in &bufs.nodes {
+        if leaf.version() != version {
             return Err(CommitError::Conflict(ConflictKind::Phantom));
         }
     }
@@ -864,42 +787,6 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
 fn is_own_placeholder(bufs: &TxBuffers, record: RecordRef, planted: PlantedBugs) -> bool {
     bufs.find_sorted(record).is_some_and(|w| w.created)
         && (planted.trust_own_placeholders || record.load_tid().unlocked() == Tid::PLACEHOLDER)
-}
-
-/// Re-runs a scan and checks it visits the same records: no record linked into
-/// or unlinked from the range since (this transaction's own inserts excepted).
-fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard, planted: PlantedBugs) -> bool {
-    let relation = relation_ref(scan.relation);
-    let visited = &bufs.scanned[scan.visited_from as usize..scan.visited_to as usize];
-    let bounds = (bufs.bound(scan.lower), bufs.bound(scan.upper));
-    let mut next = 0usize;
-    let mut check = |record: &RecordRef| -> Option<bool> {
-        if is_own_placeholder(bufs, *record, planted) {
-            return None;
-        }
-        if next == visited.len() {
-            // Past the last visited record: a new record matters only if the
-            // original scan covered the whole range.
-            return Some(!scan.exhausted);
-        }
-        if *record != visited[next] {
-            return Some(false);
-        }
-        next += 1;
-        None
-    };
-    // A hashed relation is never scanned, so never re-scanned.
-    let Some(iter) = relation.range(bounds, scan.direction, guard) else {
-        return false;
-    };
-    let verdict = match scan.direction {
-        ScanDirection::Forward => iter.map(|(_, r)| r).find_map(&mut check),
-        ScanDirection::Reverse => iter.rev().map(|(_, r)| r).find_map(&mut check),
-    };
-    match verdict {
-        Some(ok) => ok,
-        None => next == visited.len(),
-    }
 }
 
 fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {
@@ -919,7 +806,7 @@ fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {
                     .unlock_to(Tid::with_status(tid.version(), ABSENT_BIT));
                 let relation = relation_ref(w.relation);
                 if planted.leak_deleted_records {
-                    relation.unlink_without_retiring(bufs.bytes(w.key), w.record);
+                    relation.unlink_without_retiring(bufs.bytes(w.key), w.record, guard);
                 } else {
                     relation.unlink(bufs.bytes(w.key), w.record, guard);
                 }

@@ -10,7 +10,7 @@ use std::ops::Bound;
 use foldhash::quality::RandomState;
 use scc::{Guard, HashIndex};
 
-use crate::btree::{BTree, LeafChange, LeafRef};
+use crate::btree::{BTree, LeafChange, ScannedLeaf};
 use crate::key::{EncodedKey, KeyProbe};
 use crate::record::RecordRef;
 use crate::tid::{Tid, LATEST_BIT};
@@ -204,7 +204,7 @@ impl Relation {
         bounds: KeyBounds<'_>,
         direction: ScanDirection,
         guard: &Guard,
-        on_leaf: &mut dyn FnMut(LeafRef, u64),
+        on_leaf: &mut dyn FnMut(ScannedLeaf),
         visit: &mut dyn FnMut(&[u8], RecordRef) -> bool,
     ) -> Option<bool> {
         match &self.index {
@@ -280,7 +280,7 @@ impl Relation {
             bounds,
             direction,
             &guard,
-            &mut |_, _| {},
+            &mut |_| {},
             &mut |key, record| {
                 if record.load_tid().is_absent() {
                     return true;

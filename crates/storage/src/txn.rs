@@ -27,7 +27,7 @@ use std::ptr::NonNull;
 
 use scc::Guard;
 
-use crate::btree::{LeafChange, LeafRef};
+use crate::btree::{LeafChange, LeafRef, SlotKey};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
@@ -77,6 +77,41 @@ struct MissEntry {
     key: Span,
 }
 
+/// One leaf of Silo's node set: the leaf, the version its copy matched,
+/// and its interval then (so a leaf whose version moved can be re-checked
+/// over just the part of the scan it held).
+#[derive(Clone, Copy, Debug)]
+struct NodeEntry {
+    leaf: LeafRef,
+    version: u64,
+    lo: Option<SlotKey>,
+    hi: Option<SlotKey>,
+    /// Where this leaf's visited records start in `scanned`.
+    records_from: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SpanBound {
+    Included(Span),
+    Excluded(Span),
+    Unbounded,
+}
+
+/// One scan: its range and direction, where a limit stopped it, and its
+/// node-set entries (`nodes_from..nodes_to`) and visited records.
+#[derive(Clone, Copy, Debug)]
+struct ScanEntry {
+    relation: NonNull<Relation>,
+    lower: SpanBound,
+    upper: SpanBound,
+    direction: ScanDirection,
+    /// The last key delivered when the scan stopped before its range ended.
+    stop: Option<Span>,
+    nodes_from: u32,
+    nodes_to: u32,
+    records_to: u32,
+}
+
 #[derive(Default)]
 struct PtrHasher(u64);
 impl Hasher for PtrHasher {
@@ -102,7 +137,11 @@ pub(crate) struct TxBuffers {
     write_index: HashMap<RecordRef, u32, BuildHasherDefault<PtrHasher>>,
     misses: Vec<MissEntry>,
     /// Silo's node set: each leaf a scan copied and the version it matched.
-    nodes: Vec<(LeafRef, u64)>,
+    nodes: Vec<NodeEntry>,
+    scans: Vec<ScanEntry>,
+    /// The records each scan visited, absent placeholders included (for
+    /// the re-check of a leaf whose version moved).
+    scanned: Vec<RecordRef>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
     /// The last index lookup: relation, key, and the record found (`None`:
@@ -117,6 +156,7 @@ impl TxBuffers {
             && self.writes.is_empty()
             && self.misses.is_empty()
             && self.nodes.is_empty()
+            && self.scans.is_empty()
     }
 
     fn clear(&mut self) {
@@ -125,6 +165,8 @@ impl TxBuffers {
         self.write_index.clear();
         self.misses.clear();
         self.nodes.clear();
+        self.scans.clear();
+        self.scanned.clear();
         self.arena.clear();
         self.last_lookup = None;
     }
@@ -159,6 +201,22 @@ impl TxBuffers {
         self.write_index.get(&record).map(|&i| i as usize)
     }
 
+    fn bound(&self, bound: SpanBound) -> Bound<&[u8]> {
+        match bound {
+            SpanBound::Included(s) => Bound::Included(self.bytes(s)),
+            SpanBound::Excluded(s) => Bound::Excluded(self.bytes(s)),
+            SpanBound::Unbounded => Bound::Unbounded,
+        }
+    }
+
+    fn save_bound(&mut self, bound: Bound<&[u8]>) -> Result<SpanBound, TxError> {
+        Ok(match bound {
+            Bound::Included(b) => SpanBound::Included(self.push_bytes(b)?),
+            Bound::Excluded(b) => SpanBound::Excluded(self.push_bytes(b)?),
+            Bound::Unbounded => SpanBound::Unbounded,
+        })
+    }
+
     /// The write-set entry for `record`, during commit (write set sorted).
     fn find_sorted(&self, record: RecordRef) -> Option<&WriteEntry> {
         self.writes
@@ -170,31 +228,23 @@ impl TxBuffers {
 
 /// Carries node-set entries across the transaction's own insert (Silo
 /// §4.6): an entry whose leaf changed only by this insert (its version
-/// before the insert is the recorded one) takes the version after it; a
-/// split adds the new right leaf, which took part of the scanned interval.
-fn note_leaf_change(nodes: &mut Vec<(LeafRef, u64)>, change: LeafChange) {
-    let (leaf, before, after, right) = match change {
-        LeafChange::Inserted {
-            leaf,
-            before,
-            after,
-        } => (leaf, before, after, None),
-        LeafChange::Split {
-            leaf,
-            before,
-            after,
-            right,
-            right_version,
-        } => (leaf, before, after, Some((right, right_version))),
-    };
-    assert_ne!(before, after, "a leaf change moves its version");
-    let mut carried = false;
-    for entry in nodes.iter_mut().filter(|e| e.0 == leaf && e.1 == before) {
-        entry.1 = after;
-        carried = true;
-    }
-    if let (true, Some(right)) = (carried, right) {
-        nodes.push(right);
+/// before the insert is the recorded one) takes the version after it. A
+/// split is not carried: the leaf's entry then fails the version check and
+/// commit re-checks that part of the scan (which skips own inserts).
+fn note_leaf_change(nodes: &mut [NodeEntry], change: LeafChange) {
+    if let LeafChange::Inserted {
+        leaf,
+        before,
+        after,
+    } = change
+    {
+        assert_ne!(before, after, "an insert moves its leaf's version");
+        for entry in nodes
+            .iter_mut()
+            .filter(|e| e.leaf == leaf && e.version == before)
+        {
+            entry.version = after;
+        }
     }
 }
 
@@ -283,7 +333,7 @@ impl TxOps<'_> {
         }
         // The lookup just missed: insert at once (finding the record if one
         // was linked since).
-        let nodes = &mut self.worker.buffers.nodes;
+        let nodes = &mut self.worker.buffers.nodes[..];
         let (record, created) =
             relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard, &mut |c| {
                 note_leaf_change(nodes, c)
@@ -482,31 +532,56 @@ impl TxOps<'_> {
         }
         let mut skip_first = self.worker.planted.scans_skip_first_record;
         let bufs = &mut self.worker.buffers;
+        let lower = bufs.save_bound(bounds.0)?;
+        let upper = bufs.save_bound(bounds.1)?;
+        let nodes_from = bufs.nodes.len() as u32;
         // The node set grows while the visitor below needs the rest of the
         // buffers: keep it apart for the scan.
         let mut nodes = std::mem::take(&mut bufs.nodes);
         let mut delivered = 0usize;
+        let mut stop: Option<Vec<u8>> = None;
+        // Both closures need the count of visited records: one counts, the
+        // other stamps each leaf with it.
+        let visited = std::cell::Cell::new(bufs.scanned.len() as u32);
         let scanned = relation.scan(
             bounds,
             direction,
             self.guard,
-            &mut |leaf, version| nodes.push((leaf, version)),
+            &mut |leaf| {
+                nodes.push(NodeEntry {
+                    leaf: leaf.leaf,
+                    version: leaf.version,
+                    lo: leaf.lo,
+                    hi: leaf.hi,
+                    records_from: visited.get(),
+                })
+            },
             &mut |key, record| {
                 if std::mem::take(&mut skip_first) {
                     return true;
                 }
                 if let Some(i) = bufs.find_write(record) {
                     let entry = bufs.writes[i];
+                    if !entry.created {
+                        bufs.scanned.push(record);
+                        visited.set(visited.get() + 1);
+                    }
                     if entry.op == WriteOp::Delete {
                         return true;
                     }
                     delivered += 1;
-                    return visit(key, bufs.bytes(entry.value)) && delivered < limit;
+                    let more = visit(key, bufs.bytes(entry.value)) && delivered < limit;
+                    if !more {
+                        stop = Some(key.to_vec());
+                    }
+                    return more;
                 }
                 let tid = record.read_into(&mut bufs.scratch);
                 // Absent placeholders are read too: an uncommitted insert
                 // in the range that commits before this transaction moves
                 // the record's version, not the leaf's.
+                bufs.scanned.push(record);
+                visited.set(visited.get() + 1);
                 bufs.reads.push(ReadEntry {
                     record,
                     observed: tid,
@@ -515,12 +590,31 @@ impl TxOps<'_> {
                     return true;
                 }
                 delivered += 1;
-                visit(key, &bufs.scratch) && delivered < limit
+                let more = visit(key, &bufs.scratch) && delivered < limit;
+                if !more {
+                    stop = Some(key.to_vec());
+                }
+                more
             },
         );
         assert!(scanned.is_some(), "hashed relations were refused above");
         debug_assert!(delivered <= limit);
+        assert_eq!(visited.get() as usize, bufs.scanned.len());
         bufs.nodes = nodes;
+        let stop = match stop {
+            Some(key) => Some(bufs.push_bytes(&key)?),
+            None => None,
+        };
+        bufs.scans.push(ScanEntry {
+            relation: NonNull::from(relation),
+            lower,
+            upper,
+            direction,
+            stop,
+            nodes_from,
+            nodes_to: bufs.nodes.len() as u32,
+            records_to: bufs.scanned.len() as u32,
+        });
         Ok(delivered)
     }
 }
@@ -770,9 +864,21 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
             }
         }
     }
-    for &(leaf, version) in &bufs.nodes {
-        if leaf.version() != version {
-            return Err(CommitError::Conflict(ConflictKind::Phantom));
+    for scan in &bufs.scans {
+        for i in scan.nodes_from..scan.nodes_to {
+            let node = &bufs.nodes[i as usize];
+            if node.leaf.version() == node.version {
+                continue;
+            }
+            let records_to = if i + 1 < scan.nodes_to {
+                bufs.nodes[i as usize + 1].records_from
+            } else {
+                scan.records_to
+            };
+            let last = i + 1 == scan.nodes_to;
+            if !leaf_part_unchanged(bufs, scan, node, records_to, last, guard, planted) {
+                return Err(CommitError::Conflict(ConflictKind::Phantom));
+            }
         }
     }
     Ok(())
@@ -787,6 +893,107 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
 fn is_own_placeholder(bufs: &TxBuffers, record: RecordRef, planted: PlantedBugs) -> bool {
     bufs.find_sorted(record).is_some_and(|w| w.created)
         && (planted.trust_own_placeholders || record.load_tid().unlocked() == Tid::PLACEHOLDER)
+}
+
+/// The re-check of a scanned leaf whose version moved (something in it
+/// changed, maybe outside the scanned range: a neighbour's insert, or this
+/// transaction's own insert that split it): scans again the part of the
+/// range the leaf held (its interval then, clipped to the scan's range and
+/// to where a limit stopped it) and requires the same records, ignoring
+/// this transaction's own inserts. The re-scan is itself complete by
+/// construction (it copies validated leaves), so a record that entered or
+/// left that part is found. Without it, every insert into a leaf shared
+/// with a neighbouring range would abort the scan (a reactor's boundary
+/// leaves are shared with the reactors next to it).
+fn leaf_part_unchanged(
+    bufs: &TxBuffers,
+    scan: &ScanEntry,
+    node: &NodeEntry,
+    records_to: u32,
+    last: bool,
+    guard: &Guard,
+    planted: PlantedBugs,
+) -> bool {
+    let (mut lo_buf, mut hi_buf) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: the interval bounds were copied under this transaction's guard.
+    let lo = node.lo.map(|k| unsafe { k.bytes(&mut lo_buf) });
+    let hi = node.hi.map(|k| unsafe { k.bytes(&mut hi_buf) });
+    let mut lower = max_lower(
+        bufs.bound(scan.lower),
+        lo.map_or(Bound::Unbounded, Bound::Included),
+    );
+    let mut upper = min_upper(
+        bufs.bound(scan.upper),
+        hi.map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    if let (true, Some(stop)) = (last, scan.stop) {
+        let stop = Bound::Included(bufs.bytes(stop));
+        match scan.direction {
+            ScanDirection::Forward => upper = min_upper(upper, stop),
+            ScanDirection::Reverse => lower = max_lower(lower, stop),
+        }
+    }
+    let expected = &bufs.scanned[node.records_from as usize..records_to as usize];
+    if range_is_empty(lower, upper) {
+        return expected.is_empty();
+    }
+    let relation = relation_ref(scan.relation);
+    let mut next = 0usize;
+    let mut same = true;
+    relation.scan(
+        (lower, upper),
+        scan.direction,
+        guard,
+        &mut |_| {},
+        &mut |_, record| {
+            if is_own_placeholder(bufs, record, planted) {
+                return true;
+            }
+            same = expected.get(next) == Some(&record);
+            next += 1;
+            same
+        },
+    );
+    same && next == expected.len()
+}
+
+fn max_lower<'a>(a: Bound<&'a [u8]>, b: Bound<&'a [u8]>) -> Bound<&'a [u8]> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                std::cmp::Ordering::Greater => a,
+                std::cmp::Ordering::Less => b,
+                // Equal keys: the exclusive bound is the tighter one.
+                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                std::cmp::Ordering::Equal => b,
+            }
+        }
+    }
+}
+
+fn min_upper<'a>(a: Bound<&'a [u8]>, b: Bound<&'a [u8]>) -> Bound<&'a [u8]> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                std::cmp::Ordering::Less => a,
+                std::cmp::Ordering::Greater => b,
+                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                std::cmp::Ordering::Equal => b,
+            }
+        }
+    }
+}
+
+fn range_is_empty(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
+    match (lower, upper) {
+        (Bound::Included(l), Bound::Included(u)) => l > u,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(u) | Bound::Excluded(u)) => {
+            l >= u
+        }
+        _ => false,
+    }
 }
 
 fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {

@@ -32,12 +32,14 @@
 
 pub(crate) mod key;
 
+pub(crate) use key::SlotKey;
+
 use std::ops::Bound;
 use std::ptr::NonNull;
 
 use crate::record::RecordRef;
 use crate::sync::{fence, spin_hint, AtomicU64, Guard, Ordering};
-use key::{Probe, SlotKey};
+use key::Probe;
 
 /// Entries per leaf. A leaf is 8 + 8 + 32 * 24 = 784 bytes (plus the flag).
 pub(crate) const LEAF_CAPACITY: usize = 32;
@@ -186,6 +188,17 @@ impl LeafRef {
     }
 }
 
+/// A leaf a scan copied: the leaf, the version its copy matches, and its
+/// key interval `[lo, hi)` at that instant (`None`: unbounded). The bounds
+/// are copies of separators, valid while the scan's guard is held.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScannedLeaf {
+    pub(crate) leaf: LeafRef,
+    pub(crate) version: u64,
+    pub(crate) lo: Option<SlotKey>,
+    pub(crate) hi: Option<SlotKey>,
+}
+
 /// A change of a leaf by an insert, reported to the inserter so a
 /// transaction that scanned the leaf before can keep its node-set entry
 /// (Silo: "if the node's version before the insert matches the node set,
@@ -198,15 +211,9 @@ pub(crate) enum LeafChange {
         before: u64,
         after: u64,
     },
-    /// A split the insert made room with: `leaf` kept the lower keys (from
-    /// `before` to `after`), `right` (new, at `right_version`) the upper.
-    Split {
-        leaf: LeafRef,
-        before: u64,
-        after: u64,
-        right: LeafRef,
-        right_version: u64,
-    },
+    /// A split the insert made room with: the leaf's upper keys moved to a
+    /// new right sibling (the leaf's interval shrank).
+    Split,
 }
 
 impl Leaf {
@@ -746,17 +753,11 @@ impl BTree {
         leaf.header.set_count(mid);
         let separator = right.key(0).clone_owned();
         self.link_sibling(node, path.parent, separator, right_ptr as NodePtr);
-        let after = leaf.header.unlock();
+        leaf.header.unlock();
         if let Some((p, _, _)) = path.parent {
             (*p).header.unlock();
         }
-        observe(LeafChange::Split {
-            leaf: LeafRef(NonNull::from(leaf)),
-            before: path.leaf_version,
-            after,
-            right: LeafRef(NonNull::new(right_ptr).expect("boxed")),
-            right_version: 0,
-        });
+        observe(LeafChange::Split);
     }
 
     /// Splits a full inner node (best effort, as [`BTree::split_leaf`]).
@@ -906,7 +907,7 @@ impl BTree {
         (lower, upper): (Bound<&[u8]>, Bound<&[u8]>),
         forward: bool,
         _guard: &Guard,
-        on_leaf: &mut dyn FnMut(LeafRef, u64),
+        on_leaf: &mut dyn FnMut(ScannedLeaf),
         visit: &mut dyn FnMut(&[u8], RecordRef) -> bool,
     ) -> bool {
         let lower_probe = bound_probe(lower);
@@ -945,10 +946,12 @@ impl BTree {
                 }
                 (path, n)
             };
-            on_leaf(
-                LeafRef(NonNull::new(path.leaf as *mut Leaf).expect("non-null leaf")),
-                path.leaf_version,
-            );
+            on_leaf(ScannedLeaf {
+                leaf: LeafRef(NonNull::new(path.leaf as *mut Leaf).expect("non-null leaf")),
+                version: path.leaf_version,
+                lo: path.lo,
+                hi: path.hi,
+            });
             let entries = &snapshot[..n];
             let mut key_buf = [0u8; 16];
             let mut deliver = |(key, record): (SlotKey, u64)| -> Option<bool> {
@@ -1011,7 +1014,7 @@ impl BTree {
             (Bound::Unbounded, Bound::Unbounded),
             true,
             guard,
-            &mut |_, _| {},
+            &mut |_| {},
             &mut |_, record| {
                 f(record);
                 true

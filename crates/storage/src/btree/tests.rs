@@ -36,7 +36,7 @@ fn scan(
 ) -> Vec<(Vec<u8>, u64)> {
     let guard = Guard::new();
     let mut out = Vec::new();
-    tree.scan(bounds, forward, &guard, &mut |_, _| {}, &mut |k, r| {
+    tree.scan(bounds, forward, &guard, &mut |_| {}, &mut |k, r| {
         out.push((k.to_vec(), r.as_raw()));
         out.len() < limit
     });
@@ -279,7 +279,7 @@ fn count_leaves(tree: &BTree) -> usize {
         (Bound::Unbounded, Bound::Unbounded),
         true,
         &guard,
-        &mut |_, _| leaves += 1,
+        &mut |_| leaves += 1,
         &mut |_, _| true,
     );
     leaves
@@ -296,7 +296,7 @@ fn inserts_report_leaf_versions_for_the_node_set() {
     }
     let splits: Vec<_> = changes
         .iter()
-        .filter(|c| matches!(c, LeafChange::Split { .. }))
+        .filter(|c| matches!(c, LeafChange::Split))
         .collect();
     assert_eq!(splits.len(), 1, "one split at capacity + 1");
     match changes.last() {
@@ -310,7 +310,7 @@ fn inserts_report_leaf_versions_for_the_node_set() {
         (Bound::Unbounded, Bound::Unbounded),
         true,
         &guard,
-        &mut |l, v| node_set.push((l, v)),
+        &mut |l| node_set.push((l.leaf, l.version)),
         &mut |_, _| true,
     );
     assert_eq!(node_set.len(), 2);

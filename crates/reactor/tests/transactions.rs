@@ -406,6 +406,96 @@ fn a_moved_reactor_keeps_its_rows() {
     assert!(shop.db.move_reactor(w, "nowhere").is_err());
 }
 
+/// A move extracts a reactor's rows with a range scan, under the same
+/// guarantee as every scan (the copied leaves' versions are validated at
+/// commit): while the neighbouring reactors' rows, which share the leaves at
+/// the edges of the moving reactor's range, are inserted and deleted in
+/// bursts (splitting and merging those leaves), every move carries all of
+/// the reactor's rows, with their values.
+#[test]
+fn moves_extract_every_row_while_neighbours_split_and_merge_leaves() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const ROWS: u32 = 300;
+    let shop = shop(shared_nothing());
+    let moving = shop.warehouses[0];
+    shop.db
+        .run_blocking(moving, |ctx| async move {
+            for item in 100..100 + ROWS {
+                ctx.insert(&STOCK, &item, &i64::from(item))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let expected: i64 =
+        i64::from(ITEMS) * INITIAL_STOCK + (100..100 + ROWS).map(i64::from).sum::<i64>();
+    let rows_and_sum = |db: &Database| {
+        db.run_blocking(moving, |ctx| async move {
+            let rows = ctx.scan(
+                &STOCK,
+                ..,
+                roost_reactor::ScanDirection::Forward,
+                usize::MAX,
+            )?;
+            Ok((rows.len(), rows.iter().map(|(_, v)| v).sum::<i64>()))
+        })
+        .unwrap()
+    };
+    let (stop, bursts) = (AtomicBool::new(false), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for (t, &neighbour) in shop.warehouses[1..].iter().enumerate() {
+            let (db, stop, bursts) = (Arc::clone(&shop.db), &stop, &bursts);
+            s.spawn(move || {
+                let mut round = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let base = 10_000 + (round % 8) * 100 + t as u32;
+                    db.run_blocking(neighbour, move |ctx| async move {
+                        for item in base..base + 64 {
+                            ctx.put(&STOCK, &item, &1)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                    db.run_blocking(neighbour, move |ctx| async move {
+                        for item in base..base + 64 {
+                            ctx.delete(&STOCK, &item)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                    round += 1;
+                    bursts.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let (db, stop, bursts) = (Arc::clone(&shop.db), &stop, &bursts);
+        s.spawn(move || {
+            let destinations = ["w1", "customers", "w0"];
+            for i in 0..24 {
+                // Let the neighbours split and merge leaves between moves.
+                let seen = bursts.load(Ordering::Relaxed);
+                let waiting = std::time::Instant::now();
+                while bursts.load(Ordering::Relaxed) < seen + 6
+                    && waiting.elapsed() < std::time::Duration::from_secs(2)
+                {
+                    std::thread::yield_now();
+                }
+                let to = destinations[i % destinations.len()];
+                db.move_reactor(moving, to).expect("move commits");
+                assert_eq!(
+                    rows_and_sum(&db),
+                    ((ITEMS + ROWS) as usize, expected),
+                    "after move {i} to {to}"
+                );
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    assert!(
+        bursts.load(Ordering::Relaxed) >= 24 * 6,
+        "the neighbours churned between the moves"
+    );
+}
+
 /// Increments race with a reactor moving back and forth. Returns how many
 /// increments saw the reactor half-moved (its row missing) plus whether any
 /// increment was lost.

@@ -16,14 +16,15 @@ use crate::txn::{Transaction, TxBuffers};
 pub struct PlantedBugs {
     /// Skip Silo's read-set validation.
     pub skip_read_validation: bool,
-    /// Skip scan re-validation and missing-key checks.
+    /// Skip node-set validation and missing-key checks.
     pub skip_phantom_validation: bool,
     /// Treat a placeholder this transaction linked as its own even after
     /// another transaction committed into it (the lost-update bug the
     /// `roost-check` list-append workload found).
     pub trust_own_placeholders: bool,
-    /// Make every range scan skip the first record the index returns: the
-    /// fault the own-writes check of a scan must catch (see `TxOps::scan`).
+    /// Make every range scan skip the first record the index returns: a scan
+    /// that misses a record, which commit cannot see (the copied leaves did
+    /// not change) and the tests and `roost check scan` must catch.
     pub scans_skip_first_record: bool,
     /// Never free a deleted record (unlinked but not retired): the leak the
     /// reclamation test must catch.

@@ -11,8 +11,6 @@ pub enum ConflictKind {
     Phantom,
     #[error("a written record was unlinked by a concurrent delete")]
     RecordUnlinked,
-    #[error("a range scan of the index missed a record this transaction wrote before it")]
-    IndexScan,
 }
 
 /// Integrity constraints the engine itself enforces.

@@ -287,43 +287,22 @@ impl Ord for EncodedKey {
     }
 }
 
-/// [`EncodedKey`]'s prefix of `bytes`.
-fn slice_prefix(bytes: &[u8]) -> u64 {
-    let mut head = [0u8; HEAD_BYTES];
-    let n = bytes.len().min(HEAD_BYTES);
-    head[..n].copy_from_slice(&bytes[..n]);
-    head_prefix(&head)
-}
-
-/// A borrowed key to search an index of [`EncodedKey`]s with: compared like
-/// an `EncodedKey` (integer prefix first) without building one, which for a
-/// key longer than the inline size would cost two allocations per lookup.
+/// A borrowed key to look up in the hashed index of [`EncodedKey`]s without
+/// building one, which for a key longer than the inline size would cost two
+/// allocations per lookup.
 pub(crate) struct KeyProbe<'a> {
-    prefix: u64,
     bytes: &'a [u8],
 }
 
 impl<'a> KeyProbe<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        KeyProbe {
-            prefix: slice_prefix(bytes),
-            bytes,
-        }
+        KeyProbe { bytes }
     }
 }
 
 impl scc::Equivalent<EncodedKey> for KeyProbe<'_> {
     fn equivalent(&self, key: &EncodedKey) -> bool {
         self.bytes == key.as_slice()
-    }
-}
-
-impl scc::Comparable<EncodedKey> for KeyProbe<'_> {
-    fn compare(&self, key: &EncodedKey) -> Ordering {
-        match self.prefix.cmp(&key.prefix()) {
-            Ordering::Equal => self.bytes.cmp(key.as_slice()),
-            unequal => unequal,
-        }
     }
 }
 
@@ -408,11 +387,10 @@ mod tests {
         }
 
         #[test]
-        fn probe_compares_as_encoded_key(a: Vec<u8>, b: Vec<u8>) {
-            use scc::{Comparable, Equivalent};
+        fn probe_equals_as_encoded_key(a: Vec<u8>, b: Vec<u8>) {
+            use scc::Equivalent;
             let probe = KeyProbe::new(&a);
             let kb = EncodedKey::from_slice(&b);
-            prop_assert_eq!(probe.compare(&kb), a.cmp(&b));
             prop_assert_eq!(probe.equivalent(&kb), a == b);
         }
 

@@ -1,7 +1,9 @@
 //! Roost's storage layer: the per-container engine under every other layer.
 //!
 //! - [`key`]: order-preserving encoding of typed keys;
-//! - [`Relation`]: an ordered map of records on a concurrent B+-tree;
+//! - [`Relation`]: an ordered map of records on Roost's concurrent B+-tree
+//!   (optimistic lock coupling; leaf versions are Silo's node set), or a
+//!   hashed one;
 //! - [`tid`]: Silo's TID word (lock, latest, absent, sequence, epoch);
 //! - [`Transaction`]: Silo OCC with read/write sets and phantom protection;
 //! - [`Table`]: a typed layer (keys via [`KeyCodec`], values via serde);
@@ -15,6 +17,8 @@
 mod sync;
 pub mod tid;
 
+#[cfg(not(loom))]
+mod btree;
 #[cfg(not(loom))]
 mod context;
 #[cfg(not(loom))]

@@ -77,6 +77,17 @@ fn load_words(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
 }
 
 impl RecordRef {
+    /// The record's address, as the B+-tree stores it in a leaf slot.
+    pub(crate) fn as_raw(self) -> u64 {
+        self.0.as_ptr() as usize as u64
+    }
+
+    /// The record at `raw` (`None` for zero, a cleared slot). The tree never
+    /// dereferences it; whoever does must hold the guard it was read under.
+    pub(crate) fn from_raw(raw: u64) -> Option<RecordRef> {
+        NonNull::new(raw as usize as *mut Header).map(RecordRef)
+    }
+
     /// An absent placeholder with inline room for a value of `capacity_bytes`,
     /// so the insert that creates it writes its value without another allocation.
     pub fn placeholder(capacity_bytes: usize) -> RecordRef {

@@ -1,14 +1,16 @@
 //! Relations: maps from encoded keys to records on a concurrent index, either
-//! ordered (a B+-tree, `scc::TreeIndex`: point access and range scans) or
-//! hashed (`scc::HashIndex`: point access only, about a fifth of the tree's
-//! instructions per lookup). The index holds record pointers; records hold the
-//! TID word and the value, so the index never changes when a value does.
+//! ordered (Roost's B+-tree with optimistic lock coupling, [`crate::btree`]:
+//! point access and range scans whose leaf versions are Silo's node set) or
+//! hashed (`scc::HashIndex`: point access only). The index holds record
+//! pointers; records hold the TID word and the value, so the index never
+//! changes when a value does.
 
 use std::ops::Bound;
 
 use foldhash::quality::RandomState;
-use scc::{Guard, HashIndex, TreeIndex};
+use scc::{Guard, HashIndex};
 
+use crate::btree::{BTree, LeafChange, ScannedLeaf};
 use crate::key::{EncodedKey, KeyProbe};
 use crate::record::RecordRef;
 use crate::tid::{Tid, LATEST_BIT};
@@ -35,7 +37,7 @@ pub enum IndexKind {
 }
 
 enum Index {
-    Ordered(TreeIndex<EncodedKey, RecordRef>),
+    Ordered(BTree),
     Hashed(HashIndex<EncodedKey, RecordRef, RandomState>),
 }
 
@@ -61,7 +63,7 @@ impl Relation {
         Relation {
             name: name.to_owned(),
             index: match kind {
-                IndexKind::Ordered => Index::Ordered(TreeIndex::new()),
+                IndexKind::Ordered => Index::Ordered(BTree::new()),
                 IndexKind::Hashed => Index::Hashed(HashIndex::with_hasher(RandomState::default())),
             },
         }
@@ -90,28 +92,34 @@ impl Relation {
         // Search with a probe rather than a slice so the index compares with
         // `EncodedKey`'s integer-prefix order instead of `memcmp`, and rather
         // than an `EncodedKey` so a long key is not copied to the heap.
-        let probe = KeyProbe::new(key);
         match &self.index {
-            Index::Ordered(tree) => tree.peek(&probe, guard).copied(),
-            Index::Hashed(hash) => hash.peek(&probe, guard).copied(),
+            Index::Ordered(tree) => tree.get(key, guard),
+            Index::Hashed(hash) => hash.peek(&KeyProbe::new(key), guard).copied(),
         }
     }
 
     /// Links `record` under `key` unless the key already has a record; on
-    /// failure hands `record` back.
-    fn link(&self, key: &[u8], record: RecordRef) -> Result<(), RecordRef> {
-        let key = EncodedKey::from_slice(key);
-        let linked = match &self.index {
-            Index::Ordered(tree) => tree.insert_sync(key, record),
-            Index::Hashed(hash) => hash.insert_sync(key, record),
-        };
-        linked.map_err(|(_, record)| record)
+    /// failure hands `record` back. `observe` learns of the leaves an
+    /// ordered index changed (for the inserter's node set).
+    fn link(
+        &self,
+        key: &[u8],
+        record: RecordRef,
+        guard: &Guard,
+        observe: &mut dyn FnMut(LeafChange),
+    ) -> Result<(), RecordRef> {
+        match &self.index {
+            Index::Ordered(tree) => tree.insert(key, record, guard, observe),
+            Index::Hashed(hash) => hash
+                .insert_sync(EncodedKey::from_slice(key), record)
+                .map_err(|(_, record)| record),
+        }
     }
 
     /// Every record in the index, in no particular order.
     fn for_each_record(&self, guard: &Guard, mut f: impl FnMut(RecordRef)) {
         match &self.index {
-            Index::Ordered(tree) => tree.iter(guard).for_each(|(_, r)| f(*r)),
+            Index::Ordered(tree) => tree.for_each(guard, f),
             Index::Hashed(hash) => hash.iter(guard).for_each(|(_, r)| f(*r)),
         }
     }
@@ -123,6 +131,7 @@ impl Relation {
         key: &[u8],
         value_capacity_bytes: usize,
         guard: &Guard,
+        observe: &mut dyn FnMut(LeafChange),
     ) -> (RecordRef, bool) {
         // Bounded: each failed insert means another thread linked a record for
         // this key, which the next lookup finds unless it is unlinked again.
@@ -131,7 +140,7 @@ impl Relation {
                 return (record, false);
             }
             let record = RecordRef::placeholder(value_capacity_bytes);
-            match self.link(key, record) {
+            match self.link(key, record, guard, observe) {
                 Ok(()) => return (record, true),
                 // SAFETY: never published.
                 Err(record) => unsafe { record.free() },
@@ -148,14 +157,15 @@ impl Relation {
         key: &[u8],
         value_capacity_bytes: usize,
         guard: &Guard,
+        observe: &mut dyn FnMut(LeafChange),
     ) -> (RecordRef, bool) {
         let record = RecordRef::placeholder(value_capacity_bytes);
-        match self.link(key, record) {
+        match self.link(key, record, guard, observe) {
             Ok(()) => (record, true),
             Err(record) => {
                 // SAFETY: never published.
                 unsafe { record.free() };
-                self.lookup_or_insert_placeholder(key, value_capacity_bytes, guard)
+                self.lookup_or_insert_placeholder(key, value_capacity_bytes, guard, observe)
             }
         }
     }
@@ -163,38 +173,48 @@ impl Relation {
     /// Unlinks `record` from the index if it is still the entry for `key`, and
     /// retires it. The caller has already cleared its latest bit.
     pub(crate) fn unlink(&self, key: &[u8], record: RecordRef, guard: &Guard) {
-        if self.remove_entry(key, record) {
+        if self.remove_entry(key, record, guard) {
             record.retire(guard);
         }
     }
 
     /// The planted leak (`PlantedBugs::leak_deleted_records`): unlinks and
     /// never frees.
-    pub(crate) fn unlink_without_retiring(&self, key: &[u8], record: RecordRef) {
-        self.remove_entry(key, record);
+    pub(crate) fn unlink_without_retiring(&self, key: &[u8], record: RecordRef, guard: &Guard) {
+        self.remove_entry(key, record, guard);
     }
 
-    fn remove_entry(&self, key: &[u8], record: RecordRef) -> bool {
+    fn remove_entry(&self, key: &[u8], record: RecordRef, guard: &Guard) -> bool {
         debug_assert!(!record.load_tid().is_latest());
-        let probe = KeyProbe::new(key);
         match &self.index {
-            Index::Ordered(tree) => tree.remove_if_sync(&probe, |current| *current == record),
-            Index::Hashed(hash) => hash.remove_if_sync(&probe, |current| *current == record),
+            Index::Ordered(tree) => tree.remove_if(key, record, guard),
+            Index::Hashed(hash) => {
+                hash.remove_if_sync(&KeyProbe::new(key), |current| *current == record)
+            }
         }
     }
 
-    /// The records of `bounds` in key order, or `None` for a hashed relation
-    /// (callers refuse the scan before asking).
-    pub(crate) fn range<'a>(
-        &'a self,
-        bounds: KeyBounds<'a>,
+    /// Scans `bounds` in `direction`: every leaf the scan copied goes to
+    /// `on_leaf` with the version its copy matches (Silo's node set), and
+    /// the records in range to `visit` until it returns false. Returns
+    /// whether the scan covered the whole range, or `None` for a hashed
+    /// relation (callers refuse the scan before asking).
+    pub(crate) fn scan(
+        &self,
+        bounds: KeyBounds<'_>,
         direction: ScanDirection,
-        guard: &'a Guard,
-    ) -> Option<impl DoubleEndedIterator<Item = (&'a EncodedKey, &'a RecordRef)> + use<'a>> {
+        guard: &Guard,
+        on_leaf: &mut dyn FnMut(ScannedLeaf),
+        visit: &mut dyn FnMut(&[u8], RecordRef) -> bool,
+    ) -> Option<bool> {
         match &self.index {
-            Index::Ordered(tree) => Some(
-                tree.range::<[u8], KeyBounds<'a>>(clamp(tree, bounds, direction, guard), guard),
-            ),
+            Index::Ordered(tree) => Some(tree.scan(
+                bounds,
+                direction == ScanDirection::Forward,
+                guard,
+                on_leaf,
+                visit,
+            )),
             Index::Hashed(_) => None,
         }
     }
@@ -219,7 +239,7 @@ impl Relation {
     /// overflow buffer is replaced); the TID version is left alone.
     pub fn raw_put(&self, key: &[u8], value: &[u8]) {
         let guard = Guard::new();
-        let (record, _) = self.lookup_or_insert_placeholder(key, value.len(), &guard);
+        let (record, _) = self.lookup_or_insert_placeholder(key, value.len(), &guard, &mut |_| {});
         raw_write(record, value, &guard);
     }
 
@@ -255,35 +275,22 @@ impl Relation {
     ) -> usize {
         let guard = Guard::new();
         let mut seen = 0;
-        let mut each = |key: &EncodedKey, record: &RecordRef| {
-            if record.load_tid().is_absent() {
-                return true;
-            }
-            record.raw_read_into(value);
-            visit(key.as_slice(), value);
-            seen += 1;
-            seen < limit
-        };
-        // A hashed relation has no order to scan in.
-        let Some(iter) = self.range(bounds, direction, &guard) else {
-            return 0;
-        };
-        match direction {
-            ScanDirection::Forward => {
-                for (k, r) in iter {
-                    if !each(k, r) {
-                        break;
-                    }
+        // A hashed relation has no order to scan in: it scans nothing.
+        self.scan(
+            bounds,
+            direction,
+            &guard,
+            &mut |_| {},
+            &mut |key, record| {
+                if record.load_tid().is_absent() {
+                    return true;
                 }
-            }
-            ScanDirection::Reverse => {
-                for (k, r) in iter.rev() {
-                    if !each(k, r) {
-                        break;
-                    }
-                }
-            }
-        }
+                record.raw_read_into(value);
+                visit(key, value);
+                seen += 1;
+                seen < limit
+            },
+        );
         seen
     }
 
@@ -293,37 +300,6 @@ impl Relation {
         let mut bytes = 0;
         self.for_each_record(&guard, |r| bytes += r.heap_bytes());
         bytes
-    }
-}
-
-/// Moves the bound a scan starts from onto the first (or last) key when it
-/// lies outside the keys: a forward scan's lower bound below the first
-/// key, a reverse scan's upper bound above the last. `scc` 3.8's range
-/// scans starting from such a bound walk the leaf list from every inner
-/// node (0.5 s for a 10-row scan of 200k records, measured; 5 us moved).
-/// The range only shrinks, by keys absent when the first key was read; a
-/// key inserted there later is a phantom that commit's re-scan (which
-/// moves the bound again) sees.
-fn clamp<'a>(
-    tree: &'a TreeIndex<EncodedKey, RecordRef>,
-    (lower, upper): KeyBounds<'a>,
-    direction: ScanDirection,
-    guard: &'a Guard,
-) -> KeyBounds<'a> {
-    let mut keys = tree.iter(guard);
-    match direction {
-        ScanDirection::Forward => match (lower, keys.next()) {
-            (Bound::Included(k) | Bound::Excluded(k), Some((first, _))) if k < first.as_slice() => {
-                (Bound::Included(first.as_slice()), upper)
-            }
-            (lower, _) => (lower, upper),
-        },
-        ScanDirection::Reverse => match (upper, keys.next_back()) {
-            (Bound::Included(k) | Bound::Excluded(k), Some((last, _))) if k > last.as_slice() => {
-                (lower, Bound::Included(last.as_slice()))
-            }
-            (upper, _) => (lower, upper),
-        },
     }
 }
 
@@ -343,10 +319,10 @@ impl Drop for Relation {
         let mut records: Vec<RecordRef> = Vec::with_capacity(self.index_len());
         self.for_each_record(&guard, |r| records.push(r));
         drop(guard);
-        match &self.index {
-            Index::Ordered(tree) => tree.clear(),
-            Index::Hashed(hash) => hash.clear_sync(),
+        if let Index::Hashed(hash) = &self.index {
+            hash.clear_sync();
         }
+        // An ordered index frees its nodes when it drops, after this.
         for record in records {
             // SAFETY: see above.
             unsafe { record.free() };

@@ -9,22 +9,25 @@
 //!    worker's last TID, in the current epoch; install the values and publish
 //!    the new TID, which also releases each lock.
 //!
-//! **Phantom protection.** `scc::TreeIndex` does not expose node versions, so
-//! Silo's node set is replaced by *scan re-validation*: a scan records the
-//! sequence of records it visited (absent placeholders included) and commit
-//! re-runs the scan and compares the sequence. A key read as missing is
-//! re-looked-up. Granularity is exactly the scanned key range (up to the last
-//! visited key when the scan stopped at its limit); the cost is one more index
-//! traversal of that range per scan at commit.
+//! **Phantom protection: Silo's node set.** A scan records every leaf of the
+//! B+-tree it copied, with the version the copy was validated against;
+//! commit requires each version unchanged (no key entered or left those
+//! leaves, none split or merged away), so no record can have appeared in or
+//! vanished from the scanned range. An insert by the transaction itself into
+//! a leaf it scanned carries the node-set entry forward (Silo §4.6). A key
+//! read as missing is looked up again at commit (the hashed index has no
+//! leaves). Granularity is the scanned leaves: an insert next to the range
+//! in a scanned leaf is a (rare) false conflict.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
-use std::ops::{Bound, RangeBounds};
+use std::ops::Bound;
 use std::ptr::NonNull;
 
 use scc::Guard;
 
+use crate::btree::{LeafChange, LeafRef, SlotKey};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
@@ -74,6 +77,19 @@ struct MissEntry {
     key: Span,
 }
 
+/// One leaf of Silo's node set: the leaf, the version its copy matched,
+/// and its interval then (so a leaf whose version moved can be re-checked
+/// over just the part of the scan it held).
+#[derive(Clone, Copy, Debug)]
+struct NodeEntry {
+    leaf: LeafRef,
+    version: u64,
+    lo: Option<SlotKey>,
+    hi: Option<SlotKey>,
+    /// Where this leaf's visited records start in `scanned`.
+    records_from: u32,
+}
+
 #[derive(Clone, Copy, Debug)]
 enum SpanBound {
     Included(Span),
@@ -81,17 +97,19 @@ enum SpanBound {
     Unbounded,
 }
 
+/// One scan: its range and direction, where a limit stopped it, and its
+/// node-set entries (`nodes_from..nodes_to`) and visited records.
 #[derive(Clone, Copy, Debug)]
 struct ScanEntry {
     relation: NonNull<Relation>,
     lower: SpanBound,
     upper: SpanBound,
     direction: ScanDirection,
-    /// Range in `scanned` of the records the scan visited.
-    visited_from: u32,
-    visited_to: u32,
-    /// The scan reached the end of its range (rather than its limit).
-    exhausted: bool,
+    /// The last key delivered when the scan stopped before its range ended.
+    stop: Option<Span>,
+    nodes_from: u32,
+    nodes_to: u32,
+    records_to: u32,
 }
 
 #[derive(Default)]
@@ -118,7 +136,11 @@ pub(crate) struct TxBuffers {
     writes: Vec<WriteEntry>,
     write_index: HashMap<RecordRef, u32, BuildHasherDefault<PtrHasher>>,
     misses: Vec<MissEntry>,
+    /// Silo's node set: each leaf a scan copied and the version it matched.
+    nodes: Vec<NodeEntry>,
     scans: Vec<ScanEntry>,
+    /// The records each scan visited, absent placeholders included (for
+    /// the re-check of a leaf whose version moved).
     scanned: Vec<RecordRef>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
@@ -133,6 +155,7 @@ impl TxBuffers {
         self.reads.is_empty()
             && self.writes.is_empty()
             && self.misses.is_empty()
+            && self.nodes.is_empty()
             && self.scans.is_empty()
     }
 
@@ -141,6 +164,7 @@ impl TxBuffers {
         self.writes.clear();
         self.write_index.clear();
         self.misses.clear();
+        self.nodes.clear();
         self.scans.clear();
         self.scanned.clear();
         self.arena.clear();
@@ -177,45 +201,6 @@ impl TxBuffers {
         self.write_index.get(&record).map(|&i| i as usize)
     }
 
-    /// How many of this transaction's puts into `relation` a scan of `bounds`
-    /// should have visited (up to `stop_key`, where it stopped at its limit).
-    ///
-    /// Why: `scc` 3.8.8's `TreeIndex::range` can, rarely, miss entries that
-    /// existed throughout the scan while other threads insert and remove keys
-    /// nearby (SmartMart's cart checkout saw none of the lines it had just
-    /// added, about once per 100 runs). A miss of another transaction's record
-    /// is caught by the re-scan at commit; a miss of this transaction's own
-    /// writes is caught here, since commit skips records the transaction
-    /// created. The caller aborts the transaction, which retries.
-    fn own_puts_in(
-        &self,
-        relation: &Relation,
-        (lower, upper): KeyBounds<'_>,
-        direction: ScanDirection,
-        stop_key: Option<&[u8]>,
-    ) -> usize {
-        let rel = NonNull::from(relation);
-        let before_stop = |key: &[u8]| match (stop_key, direction) {
-            (None, _) => true,
-            (Some(stop), ScanDirection::Forward) => key <= stop,
-            (Some(stop), ScanDirection::Reverse) => key >= stop,
-        };
-        self.writes
-            .iter()
-            .filter(|w| w.relation == rel && w.op == WriteOp::Put)
-            .map(|w| self.bytes(w.key))
-            .filter(|key| (lower, upper).contains(key) && before_stop(key))
-            .count()
-    }
-
-    /// The write-set entry for `record`, during commit (write set sorted).
-    fn find_sorted(&self, record: RecordRef) -> Option<&WriteEntry> {
-        self.writes
-            .binary_search_by(|w| w.record.cmp(&record))
-            .ok()
-            .map(|i| &self.writes[i])
-    }
-
     fn bound(&self, bound: SpanBound) -> Bound<&[u8]> {
         match bound {
             SpanBound::Included(s) => Bound::Included(self.bytes(s)),
@@ -230,6 +215,36 @@ impl TxBuffers {
             Bound::Excluded(b) => SpanBound::Excluded(self.push_bytes(b)?),
             Bound::Unbounded => SpanBound::Unbounded,
         })
+    }
+
+    /// The write-set entry for `record`, during commit (write set sorted).
+    fn find_sorted(&self, record: RecordRef) -> Option<&WriteEntry> {
+        self.writes
+            .binary_search_by(|w| w.record.cmp(&record))
+            .ok()
+            .map(|i| &self.writes[i])
+    }
+}
+
+/// Carries node-set entries across the transaction's own insert (Silo
+/// §4.6): an entry whose leaf changed only by this insert (its version
+/// before the insert is the recorded one) takes the version after it. A
+/// split is not carried: the leaf's entry then fails the version check and
+/// commit re-checks that part of the scan (which skips own inserts).
+fn note_leaf_change(nodes: &mut [NodeEntry], change: LeafChange) {
+    if let LeafChange::Inserted {
+        leaf,
+        before,
+        after,
+    } = change
+    {
+        assert_ne!(before, after, "an insert moves its leaf's version");
+        for entry in nodes
+            .iter_mut()
+            .filter(|e| e.leaf == leaf && e.version == before)
+        {
+            entry.version = after;
+        }
     }
 }
 
@@ -318,8 +333,11 @@ impl TxOps<'_> {
         }
         // The lookup just missed: insert at once (finding the record if one
         // was linked since).
+        let nodes = &mut self.worker.buffers.nodes[..];
         let (record, created) =
-            relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard);
+            relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard, &mut |c| {
+                note_leaf_change(nodes, c)
+            });
         let bufs = self.bufs();
         let span = match bufs.last_lookup {
             Some((_, span, _)) => span,
@@ -516,87 +534,86 @@ impl TxOps<'_> {
         let bufs = &mut self.worker.buffers;
         let lower = bufs.save_bound(bounds.0)?;
         let upper = bufs.save_bound(bounds.1)?;
-        let visited_from = bufs.scanned.len() as u32;
+        let nodes_from = bufs.nodes.len() as u32;
+        // The node set grows while the visitor below needs the rest of the
+        // buffers: keep it apart for the scan.
+        let mut nodes = std::mem::take(&mut bufs.nodes);
         let mut delivered = 0usize;
-        let mut exhausted = true;
-        let mut own_puts_seen = 0usize;
-        // Only a transaction that has written can miss its own writes: the
-        // others skip the check and the copy of the key a limited scan stops at.
-        let check_own_writes = !bufs.writes.is_empty();
-        let mut stop_key: Option<Vec<u8>> = None;
-        let mut step = |key: &[u8], record: RecordRef, bufs: &mut TxBuffers| -> bool {
-            if std::mem::take(&mut skip_first) {
-                return true;
-            }
-            if let Some(i) = bufs.find_write(record) {
-                let entry = bufs.writes[i];
-                if !entry.created {
-                    bufs.scanned.push(record);
+        let mut stop: Option<Vec<u8>> = None;
+        // Both closures need the count of visited records: one counts, the
+        // other stamps each leaf with it.
+        let visited = std::cell::Cell::new(bufs.scanned.len() as u32);
+        let scanned = relation.scan(
+            bounds,
+            direction,
+            self.guard,
+            &mut |leaf| {
+                nodes.push(NodeEntry {
+                    leaf: leaf.leaf,
+                    version: leaf.version,
+                    lo: leaf.lo,
+                    hi: leaf.hi,
+                    records_from: visited.get(),
+                })
+            },
+            &mut |key, record| {
+                if std::mem::take(&mut skip_first) {
+                    return true;
                 }
-                if entry.op == WriteOp::Delete {
+                if let Some(i) = bufs.find_write(record) {
+                    let entry = bufs.writes[i];
+                    if !entry.created {
+                        bufs.scanned.push(record);
+                        visited.set(visited.get() + 1);
+                    }
+                    if entry.op == WriteOp::Delete {
+                        return true;
+                    }
+                    delivered += 1;
+                    let more = visit(key, bufs.bytes(entry.value)) && delivered < limit;
+                    if !more {
+                        stop = Some(key.to_vec());
+                    }
+                    return more;
+                }
+                let tid = record.read_into(&mut bufs.scratch);
+                // Absent placeholders are read too: an uncommitted insert
+                // in the range that commits before this transaction moves
+                // the record's version, not the leaf's.
+                bufs.scanned.push(record);
+                visited.set(visited.get() + 1);
+                bufs.reads.push(ReadEntry {
+                    record,
+                    observed: tid,
+                });
+                if tid.is_absent() || !tid.is_latest() {
                     return true;
                 }
                 delivered += 1;
-                own_puts_seen += 1;
-                let more = visit(key, bufs.bytes(entry.value)) && delivered < limit;
-                if !more && check_own_writes {
-                    stop_key = Some(key.to_vec());
+                let more = visit(key, &bufs.scratch) && delivered < limit;
+                if !more {
+                    stop = Some(key.to_vec());
                 }
-                return more;
-            }
-            let tid = record.read_into(&mut bufs.scratch);
-            bufs.scanned.push(record);
-            bufs.reads.push(ReadEntry {
-                record,
-                observed: tid,
-            });
-            if tid.is_absent() || !tid.is_latest() {
-                return true;
-            }
-            delivered += 1;
-            let more = visit(key, &bufs.scratch) && delivered < limit;
-            if !more && check_own_writes {
-                stop_key = Some(key.to_vec());
-            }
-            more
+                more
+            },
+        );
+        assert!(scanned.is_some(), "hashed relations were refused above");
+        debug_assert!(delivered <= limit);
+        assert_eq!(visited.get() as usize, bufs.scanned.len());
+        bufs.nodes = nodes;
+        let stop = match stop {
+            Some(key) => Some(bufs.push_bytes(&key)?),
+            None => None,
         };
-        let Some(iter) = relation.range(bounds, direction, self.guard) else {
-            unreachable!("hashed relations were refused above");
-        };
-        match direction {
-            ScanDirection::Forward => {
-                for (key, record) in iter {
-                    if !step(key.as_slice(), *record, bufs) {
-                        exhausted = false;
-                        break;
-                    }
-                }
-            }
-            ScanDirection::Reverse => {
-                for (key, record) in iter.rev() {
-                    if !step(key.as_slice(), *record, bufs) {
-                        exhausted = false;
-                        break;
-                    }
-                }
-            }
-        }
-        if check_own_writes {
-            let own_puts = bufs.own_puts_in(relation, bounds, direction, stop_key.as_deref());
-            debug_assert!(own_puts_seen <= own_puts);
-            if own_puts_seen != own_puts {
-                return Err(TxError::Conflict(ConflictKind::IndexScan));
-            }
-        }
-        let visited_to = bufs.scanned.len() as u32;
         bufs.scans.push(ScanEntry {
             relation: NonNull::from(relation),
             lower,
             upper,
             direction,
-            visited_from,
-            visited_to,
-            exhausted,
+            stop,
+            nodes_from,
+            nodes_to: bufs.nodes.len() as u32,
+            records_to: bufs.scanned.len() as u32,
         });
         Ok(delivered)
     }
@@ -848,8 +865,20 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
         }
     }
     for scan in &bufs.scans {
-        if !rescan_matches(bufs, scan, guard, planted) {
-            return Err(CommitError::Conflict(ConflictKind::Phantom));
+        for i in scan.nodes_from..scan.nodes_to {
+            let node = &bufs.nodes[i as usize];
+            if node.leaf.version() == node.version {
+                continue;
+            }
+            let records_to = if i + 1 < scan.nodes_to {
+                bufs.nodes[i as usize + 1].records_from
+            } else {
+                scan.records_to
+            };
+            let last = i + 1 == scan.nodes_to;
+            if !leaf_part_unchanged(bufs, scan, node, records_to, last, guard, planted) {
+                return Err(CommitError::Conflict(ConflictKind::Phantom));
+            }
         }
     }
     Ok(())
@@ -866,39 +895,104 @@ fn is_own_placeholder(bufs: &TxBuffers, record: RecordRef, planted: PlantedBugs)
         && (planted.trust_own_placeholders || record.load_tid().unlocked() == Tid::PLACEHOLDER)
 }
 
-/// Re-runs a scan and checks it visits the same records: no record linked into
-/// or unlinked from the range since (this transaction's own inserts excepted).
-fn rescan_matches(bufs: &TxBuffers, scan: &ScanEntry, guard: &Guard, planted: PlantedBugs) -> bool {
+/// The re-check of a scanned leaf whose version moved (something in it
+/// changed, maybe outside the scanned range: a neighbour's insert, or this
+/// transaction's own insert that split it): scans again the part of the
+/// range the leaf held (its interval then, clipped to the scan's range and
+/// to where a limit stopped it) and requires the same records, ignoring
+/// this transaction's own inserts. The re-scan is itself complete by
+/// construction (it copies validated leaves), so a record that entered or
+/// left that part is found. Without it, every insert into a leaf shared
+/// with a neighbouring range would abort the scan (a reactor's boundary
+/// leaves are shared with the reactors next to it).
+fn leaf_part_unchanged(
+    bufs: &TxBuffers,
+    scan: &ScanEntry,
+    node: &NodeEntry,
+    records_to: u32,
+    last: bool,
+    guard: &Guard,
+    planted: PlantedBugs,
+) -> bool {
+    let (mut lo_buf, mut hi_buf) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: the interval bounds were copied under this transaction's guard.
+    let lo = node.lo.map(|k| unsafe { k.bytes(&mut lo_buf) });
+    let hi = node.hi.map(|k| unsafe { k.bytes(&mut hi_buf) });
+    let mut lower = max_lower(
+        bufs.bound(scan.lower),
+        lo.map_or(Bound::Unbounded, Bound::Included),
+    );
+    let mut upper = min_upper(
+        bufs.bound(scan.upper),
+        hi.map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    if let (true, Some(stop)) = (last, scan.stop) {
+        let stop = Bound::Included(bufs.bytes(stop));
+        match scan.direction {
+            ScanDirection::Forward => upper = min_upper(upper, stop),
+            ScanDirection::Reverse => lower = max_lower(lower, stop),
+        }
+    }
+    let expected = &bufs.scanned[node.records_from as usize..records_to as usize];
+    if range_is_empty(lower, upper) {
+        return expected.is_empty();
+    }
     let relation = relation_ref(scan.relation);
-    let visited = &bufs.scanned[scan.visited_from as usize..scan.visited_to as usize];
-    let bounds = (bufs.bound(scan.lower), bufs.bound(scan.upper));
     let mut next = 0usize;
-    let mut check = |record: &RecordRef| -> Option<bool> {
-        if is_own_placeholder(bufs, *record, planted) {
-            return None;
+    let mut same = true;
+    relation.scan(
+        (lower, upper),
+        scan.direction,
+        guard,
+        &mut |_| {},
+        &mut |_, record| {
+            if is_own_placeholder(bufs, record, planted) {
+                return true;
+            }
+            same = expected.get(next) == Some(&record);
+            next += 1;
+            same
+        },
+    );
+    same && next == expected.len()
+}
+
+fn max_lower<'a>(a: Bound<&'a [u8]>, b: Bound<&'a [u8]>) -> Bound<&'a [u8]> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                std::cmp::Ordering::Greater => a,
+                std::cmp::Ordering::Less => b,
+                // Equal keys: the exclusive bound is the tighter one.
+                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                std::cmp::Ordering::Equal => b,
+            }
         }
-        if next == visited.len() {
-            // Past the last visited record: a new record matters only if the
-            // original scan covered the whole range.
-            return Some(!scan.exhausted);
+    }
+}
+
+fn min_upper<'a>(a: Bound<&'a [u8]>, b: Bound<&'a [u8]>) -> Bound<&'a [u8]> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x,
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            match x.cmp(y) {
+                std::cmp::Ordering::Less => a,
+                std::cmp::Ordering::Greater => b,
+                std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a,
+                std::cmp::Ordering::Equal => b,
+            }
         }
-        if *record != visited[next] {
-            return Some(false);
+    }
+}
+
+fn range_is_empty(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> bool {
+    match (lower, upper) {
+        (Bound::Included(l), Bound::Included(u)) => l > u,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(u) | Bound::Excluded(u)) => {
+            l >= u
         }
-        next += 1;
-        None
-    };
-    // A hashed relation is never scanned, so never re-scanned.
-    let Some(iter) = relation.range(bounds, scan.direction, guard) else {
-        return false;
-    };
-    let verdict = match scan.direction {
-        ScanDirection::Forward => iter.map(|(_, r)| r).find_map(&mut check),
-        ScanDirection::Reverse => iter.rev().map(|(_, r)| r).find_map(&mut check),
-    };
-    match verdict {
-        Some(ok) => ok,
-        None => next == visited.len(),
+        _ => false,
     }
 }
 
@@ -919,7 +1013,7 @@ fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {
                     .unlock_to(Tid::with_status(tid.version(), ABSENT_BIT));
                 let relation = relation_ref(w.relation);
                 if planted.leak_deleted_records {
-                    relation.unlink_without_retiring(bufs.bytes(w.key), w.record);
+                    relation.unlink_without_retiring(bufs.bytes(w.key), w.record, guard);
                 } else {
                     relation.unlink(bufs.bytes(w.key), w.record, guard);
                 }

@@ -290,3 +290,85 @@ fn scans_with_bounds_outside_the_keys() {
         [15]
     );
 }
+
+/// Silo's node set with the re-check of changed leaves: an insert into a
+/// scanned leaf outside the scanned range (or past where a limit stopped the
+/// scan) is not a conflict; one inside is a phantom; the transaction's own
+/// inserts, even ones that split a scanned leaf, are not.
+#[test]
+fn scans_conflict_with_inserts_in_their_range_only() {
+    let key = |n: u64| n.to_be_bytes();
+    // Keys 0, 10, 20, ... 190: one leaf holds them all.
+    let setup = || {
+        let engine = Engine::default();
+        let rel = engine.create_relation("t").unwrap();
+        let mut w = engine.worker();
+        let mut tx = w.begin();
+        for n in (0..200).step_by(10) {
+            tx.insert(&rel, &key(n), b"v").unwrap();
+        }
+        tx.commit().unwrap();
+        (engine, rel)
+    };
+    // (scan from, to, direction, limit, key another transaction inserts, conflict?)
+    let cases = [
+        (50, 100, ScanDirection::Forward, usize::MAX, 75, true),
+        (50, 100, ScanDirection::Forward, usize::MAX, 105, false),
+        (50, 100, ScanDirection::Forward, usize::MAX, 45, false),
+        (50, 100, ScanDirection::Reverse, usize::MAX, 55, true),
+        (50, 100, ScanDirection::Reverse, usize::MAX, 155, false),
+        // A limit of 2 stops the forward scan at 60, the reverse one at 90.
+        (50, 100, ScanDirection::Forward, 2, 55, true),
+        (50, 100, ScanDirection::Forward, 2, 65, false),
+        (50, 100, ScanDirection::Reverse, 2, 95, true),
+        (50, 100, ScanDirection::Reverse, 2, 85, false),
+    ];
+    for (from, to, direction, limit, inserted, conflict) in cases {
+        let (engine, rel) = setup();
+        let (mut w1, mut w2) = (engine.worker(), engine.worker());
+        let mut t1 = w1.begin();
+        let (lo, hi) = (key(from), key(to));
+        t1.scan(
+            &rel,
+            (Bound::Included(&lo[..]), Bound::Included(&hi[..])),
+            direction,
+            limit,
+            |_, _| true,
+        )
+        .unwrap();
+        let mut t2 = w2.begin();
+        t2.insert(&rel, &key(inserted), b"new").unwrap();
+        t2.commit().unwrap();
+        t1.put(&rel, &key(1000), b"w").unwrap();
+        let committed = t1.commit();
+        let case = format!("scan [{from}, {to}] {direction:?} limit {limit}, insert {inserted}");
+        if conflict {
+            assert_eq!(
+                committed.unwrap_err(),
+                roost_storage::CommitError::Conflict(ConflictKind::Phantom),
+                "{case}"
+            );
+        } else {
+            committed.unwrap_or_else(|e| panic!("{case}: {e}"));
+        }
+    }
+    // Own inserts into the scanned range, enough to split its leaf.
+    let (engine, rel) = setup();
+    let mut w = engine.worker();
+    let mut tx = w.begin();
+    let n = tx
+        .scan(
+            &rel,
+            (Bound::Unbounded, Bound::Unbounded),
+            ScanDirection::Forward,
+            usize::MAX,
+            |_, _| true,
+        )
+        .unwrap();
+    assert_eq!(n, 20);
+    for k in (1..200).step_by(5) {
+        tx.insert(&rel, &key(k), b"mine")
+            .unwrap_or_else(|e| panic!("insert {k}: {e}"));
+    }
+    tx.commit().expect("own inserts are not phantoms");
+}

@@ -299,13 +299,19 @@ fn phantoms(planted: PlantedBugs, deadline: Duration) -> u64 {
             .unwrap();
         seen <= GROUP_LIMIT
     });
-    let mut w = engine.worker();
-    let mut keys = Vec::new();
+    // The final count goes around the transaction layer (and so around a
+    // planted bug in its scans): the index's own scan, with no thread left.
+    let mut value = Vec::new();
     for g in 0..GROUPS {
-        if w.run(retry(), |tx| count_group(tx, &rel, g, &mut keys))
-            .unwrap()
-            > GROUP_LIMIT
-        {
+        let (lo, hi) = group_bounds(g);
+        let rows = rel.raw_scan(
+            (Bound::Included(&lo[..]), Bound::Included(&hi[..])),
+            ScanDirection::Forward,
+            usize::MAX,
+            &mut value,
+            |_, _| {},
+        );
+        if rows > GROUP_LIMIT {
             violations += 1;
         }
     }
@@ -467,37 +473,18 @@ fn a_scan_sees_its_own_inserts() {
     assert_eq!(own_inserts(stress_duration()), 0);
 }
 
-/// The own-writes check of a scan catches an index that drops a record: with
-/// the planted fault the scan reports a conflict (the transaction retries)
-/// instead of returning a result without the transaction's own row.
+/// A scan that skips a record is invisible to commit (the leaves it copied
+/// did not change): only a test of what the scan returned can catch it, and
+/// the phantom test does (a group looks short, so one more row goes in).
 #[test]
-fn a_scan_that_misses_an_own_write_is_a_conflict() {
-    let scan_own_rows = |planted: PlantedBugs| {
-        let engine = engine(planted);
-        let rel = engine.create_relation("lines").unwrap();
-        let mut worker = engine.worker();
-        let mut tx = worker.begin();
-        for k in 0..3u64 {
-            tx.put(&rel, &key(k), b"line").unwrap();
-        }
-        let result = tx.scan(
-            &rel,
-            (Bound::Unbounded, Bound::Unbounded),
-            ScanDirection::Forward,
-            usize::MAX,
-            |_, _| true,
-        );
-        tx.abort();
-        result
-    };
-    assert_eq!(scan_own_rows(PlantedBugs::default()), Ok(3));
+fn phantom_test_catches_a_scan_that_skips_a_record() {
     let planted = PlantedBugs {
         scans_skip_first_record: true,
         ..PlantedBugs::default()
     };
-    assert_eq!(
-        scan_own_rows(planted),
-        Err(TxError::Conflict(roost_storage::ConflictKind::IndexScan))
+    assert!(
+        phantoms(planted, PLANTED_BUDGET) > 0,
+        "the phantom test missed a scan that skips a record"
     );
 }
 

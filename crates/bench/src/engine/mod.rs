@@ -413,7 +413,7 @@ impl Bench<'_> {
         if variant == Variant::OccNoPhantom {
             row = row.with_extra(
                 "note",
-                "planted bug skip_phantom_validation: not serializable; measures the cost of phantom re-validation",
+                "planted bug skip_phantom_validation: not serializable; measures the cost of phantom validation (node set, missing keys)",
             );
         }
         row
@@ -594,8 +594,8 @@ mod tests {
         assert!(parsed.rows.iter().any(|r| r.variant == "occ-no-phantom"));
         assert_eq!(
             run.goals.len(),
-            4,
-            "rmw per core at t=1 and t=2, ratios, memory"
+            6,
+            "rmw per core at t=1 and t=2, ratios, scan-mix floor and goal, memory"
         );
         assert!(run.files.markdown.exists());
         std::fs::remove_dir_all(&out).expect("clean up");

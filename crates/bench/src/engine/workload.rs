@@ -84,7 +84,7 @@ pub enum Variant {
     Occ,
     /// The no-concurrency-control baseline.
     NoCc,
-    /// OCC with scan re-validation switched off (the `skip_phantom_validation`
+    /// OCC with phantom validation switched off (the `skip_phantom_validation`
     /// planted bug): not serializable; it measures what phantom protection costs.
     OccNoPhantom,
 }

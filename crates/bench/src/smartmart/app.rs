@@ -619,10 +619,8 @@ async fn variable_discount_update_inventory(
                 u64::from(item) ^ (request.time << 32),
             )
         } else {
-            // Bounded above by the newest row, a key that exists: a reverse
-            // scan whose bound lies past the relation's last key walks the
-            // index's leaves quadratically (scc 3.8 `TreeIndex::range`), and
-            // in a section's container the last item's bound would.
+            // The newest `window` purchases of the item: a reverse scan
+            // from its newest row.
             let window = ctx.scan(
                 &PURCHASE_HISTORY,
                 (item, 0)..=(item, row.history_seq),

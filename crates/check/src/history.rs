@@ -67,6 +67,63 @@ pub enum MicroOp {
         #[serde(default)]
         value: Option<i64>,
     },
+    /// Scan: up to `limit` rows (all if `None`) of the keys between `lower`
+    /// and `upper`, in key order or, if `reverse`, from the top down; `rows`
+    /// are the `(key, value)` pairs returned, in the order returned.
+    Scan {
+        lower: KeyBound,
+        upper: KeyBound,
+        #[serde(default)]
+        reverse: bool,
+        #[serde(default)]
+        limit: Option<u64>,
+        #[serde(default)]
+        rows: Option<Vec<(u64, u64)>>,
+    },
+    /// Scan: insert the row `key` (which must be absent) with `value`.
+    Insert { key: u64, value: u64 },
+    /// Scan: delete the row `key`; `value` is the value it held (read just
+    /// before the delete), so the delete names the version it removed.
+    Delete {
+        key: u64,
+        #[serde(default)]
+        value: Option<u64>,
+    },
+}
+
+/// One end of a scan's key range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyBound {
+    Included(u64),
+    Excluded(u64),
+    Unbounded,
+}
+
+impl KeyBound {
+    /// The smallest key at or above this lower bound (`None`: no key is).
+    pub fn first_key(self) -> Option<u64> {
+        match self {
+            KeyBound::Included(k) => Some(k),
+            KeyBound::Excluded(k) => k.checked_add(1),
+            KeyBound::Unbounded => Some(0),
+        }
+    }
+
+    /// The largest key at or below this upper bound (`None`: no key is).
+    pub fn last_key(self) -> Option<u64> {
+        match self {
+            KeyBound::Included(k) => Some(k),
+            KeyBound::Excluded(k) => k.checked_sub(1),
+            KeyBound::Unbounded => Some(u64::MAX),
+        }
+    }
+
+    /// `[lower, upper]` as an inclusive key interval, `None` when empty.
+    pub fn interval(lower: KeyBound, upper: KeyBound) -> Option<(u64, u64)> {
+        let (first, last) = (lower.first_key()?, upper.last_key()?);
+        (first <= last).then_some((first, last))
+    }
 }
 
 impl MicroOp {
@@ -77,6 +134,7 @@ impl MicroOp {
                 | MicroOp::ReadReg { .. }
                 | MicroOp::ReadBank { .. }
                 | MicroOp::ReadCounter { .. }
+                | MicroOp::Scan { .. }
         )
     }
 }
@@ -104,9 +162,16 @@ pub enum WorkloadKind {
     RwRegister,
     Bank,
     Counter,
+    /// Range scans against inserts and deletes (`workload::scan`).
+    Scan,
 }
 
 impl WorkloadKind {
+    /// The workloads of the shared [`Generator`](crate::workload::Generator),
+    /// [`Model`](crate::workload::Model) and
+    /// [`simulate`](crate::workload::simulate). [`WorkloadKind::Scan`] has its
+    /// own generator, runner and simulation (`workload::scan`), since its
+    /// transactions depend on what earlier ones committed.
     pub const ALL: [WorkloadKind; 4] = [
         WorkloadKind::ListAppend,
         WorkloadKind::RwRegister,
@@ -120,6 +185,7 @@ impl WorkloadKind {
             WorkloadKind::RwRegister => "rw-register",
             WorkloadKind::Bank => "bank",
             WorkloadKind::Counter => "counter",
+            WorkloadKind::Scan => "scan",
         }
     }
 }
@@ -137,6 +203,30 @@ pub struct Meta {
     /// Counter: no read may exceed this (increments past it must fail).
     #[serde(default)]
     pub counter_bound: Option<i64>,
+    /// Scan: the key space, its groups and the rows each group always holds.
+    #[serde(default)]
+    pub scan: Option<ScanLayout>,
+}
+
+/// The scan workload's key layout: keys `0..key_space` in groups of
+/// `group_keys` consecutive keys, each holding exactly `group_rows` rows in
+/// every committed state (writers move rows only within a group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanLayout {
+    pub key_space: u64,
+    pub group_keys: u64,
+    pub group_rows: u64,
+}
+
+impl ScanLayout {
+    pub fn groups(&self) -> u64 {
+        self.key_space / self.group_keys
+    }
+
+    /// The inclusive key interval of group `g`.
+    pub fn group_keys_of(&self, g: u64) -> (u64, u64) {
+        (g * self.group_keys, (g + 1) * self.group_keys - 1)
+    }
 }
 
 impl Meta {
@@ -146,6 +236,7 @@ impl Meta {
             bank_total: None,
             bank_accounts: None,
             counter_bound: None,
+            scan: None,
         }
     }
 }
@@ -276,6 +367,9 @@ pub fn validate_op(op: &Op) -> Result<(), String> {
             }
             MicroOp::Increment { amount, .. } if *amount <= 0 => {
                 return Err(format!("increment of {amount}: amounts are positive"));
+            }
+            MicroOp::Scan { limit: Some(0), .. } => {
+                return Err("a scan's limit is at least 1 (None: no limit)".into());
             }
             _ => {}
         }

@@ -7,14 +7,19 @@
 //!   counter), a reference [`Model`](workload::Model) and [`simulate`](workload::simulate);
 //! - [`checker`]: the dependency graph, cycle search and classification, and
 //!   the non-cycle anomalies; [`check`] returns a [`Report`];
-//! - [`runner`]: the workloads against the storage engine (`roost check`).
+//! - [`runner`]: the workloads against the storage engine (`roost check`);
+//! - [`reactor_run`]: the scan workload against the reactor layer
+//!   (`roost check scan --reactors`).
 
 pub mod checker;
 pub mod cluster_run;
 pub mod history;
 pub mod nemesis;
+pub mod reactor_run;
 pub mod runner;
 pub mod workload;
 
 pub use checker::{check, Anomaly, AnomalyKind, CheckError, Report};
-pub use history::{History, HistoryError, Meta, MicroOp, Op, Outcome, Recorder, WorkloadKind};
+pub use history::{
+    History, HistoryError, KeyBound, Meta, MicroOp, Op, Outcome, Recorder, ScanLayout, WorkloadKind,
+};

@@ -4,19 +4,26 @@
 //! Storage layout, one relation `check`: key = the workload's key (or
 //! account) as 8 big-endian bytes; a list is its elements as concatenated
 //! little-endian u64s, a register a little-endian u64, a balance or counter a
-//! little-endian i64. Every transaction runs through `Worker::run`; an error
-//! (an overdraft, a bound, retries exhausted) aborts it, so it is recorded
-//! `Fail`: in an embedded engine no outcome is ever unknown.
+//! little-endian i64; a scan-workload row's value a little-endian u64.
+//! Every transaction runs through `Worker::run`; an error (an overdraft, a
+//! bound, retries exhausted) aborts it, so it is recorded `Fail`: in an
+//! embedded engine no outcome is ever unknown.
+//!
+//! The scan workload ([`crate::workload::scan`]) runs its own loop here: its
+//! generator hears every outcome, and its setup (the initial rows) is a
+//! recorded op, so every row a scan returns has a writer in the history.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use roost_storage::{
-    Engine, EngineConfig, PlantedBugs, Relation, RetryPolicy, Transaction, TxError,
+    Engine, EngineConfig, PlantedBugs, Relation, RetryPolicy, ScanDirection, Transaction, TxError,
 };
 
-use crate::history::{History, MicroOp, Outcome, Recorder, WorkloadKind};
+use crate::history::{History, KeyBound, MicroOp, Outcome, Recorder, WorkloadKind};
+use crate::workload::scan::{ScanGenerator, ScanStore, ScanTxn};
 use crate::workload::{strip_reads, Generator, WorkloadConfig};
 
 /// A run against the engine.
@@ -88,6 +95,9 @@ pub fn run_engine(config: &RunConfig) -> Result<History, RunError> {
     let relation = engine
         .create_relation(RELATION)
         .map_err(|e| RunError::Setup(e.to_string()))?;
+    if config.workload.kind == WorkloadKind::Scan {
+        return run_engine_scan(config, &engine, &relation);
+    }
     setup(&engine, &relation, &config.workload).map_err(|e| RunError::Setup(e.to_string()))?;
     let recorder = Recorder::new();
     let generator = Mutex::new(Generator::new(config.workload.clone(), config.seed));
@@ -247,6 +257,12 @@ fn execute_one<'r>(
             key: k,
             value: Some(read_i64(tx, rel, k)?),
         },
+        // The scan workload's transactions are `ScanTxn`s (run_engine_scan).
+        MicroOp::Scan { .. } | MicroOp::Insert { .. } | MicroOp::Delete { .. } => {
+            return Err(TxError::user_abort(
+                "scan micro-ops run through the scan workload's own loop",
+            ))
+        }
     })
 }
 
@@ -281,4 +297,178 @@ fn read_word<'r>(
 
 fn read_i64<'r>(tx: &mut Transaction<'_, 'r>, rel: &'r Relation, k: u64) -> Result<i64, TxError> {
     Ok(read_word(tx, rel, k)?.map_or(0, i64::from_le_bytes))
+}
+
+/// The scan workload against the engine: the setup op, `clients` threads
+/// until the deadline (or `max_ops`), then the final read.
+fn run_engine_scan(
+    config: &RunConfig,
+    engine: &Engine,
+    relation: &Relation,
+) -> Result<History, RunError> {
+    let generator = Mutex::new(ScanGenerator::new(
+        config.workload.scan.clone(),
+        config.seed,
+    ));
+    let recorder = Recorder::new();
+    let serial_process = config.clients as u64;
+    let mut worker = engine.worker();
+    for txn in lock(&generator).setup() {
+        let invocation = recorder.invoke(serial_process);
+        let done = worker
+            .run(retry_policy(), |tx| {
+                txn.execute(&mut EngineScan { tx, relation })
+            })
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        recorder.complete(invocation, Outcome::Ok, done);
+    }
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(config.clients);
+    let ops_started = AtomicU64::new(0);
+    let deadline = Duration::from_millis(config.duration_ms);
+    std::thread::scope(|s| {
+        for process in 0..config.clients as u64 {
+            let (recorder, generator, stop, barrier, ops_started) =
+                (&recorder, &generator, &stop, &barrier, &ops_started);
+            s.spawn(move || {
+                let mut worker = engine.worker();
+                barrier.wait();
+                let start = Instant::now();
+                while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
+                    if ops_started.fetch_add(1, Ordering::Relaxed) >= config.max_ops {
+                        stop.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    let txn = lock(generator).next_txn();
+                    let outcome = run_scan_txn(&mut worker, relation, recorder, process, &txn);
+                    lock(generator).finished(&txn, outcome);
+                }
+            });
+        }
+    });
+    for txn in lock(&generator).final_reads() {
+        let invocation = recorder.invoke(serial_process);
+        let done = worker
+            .run(retry_policy(), |tx| {
+                txn.execute(&mut EngineScan { tx, relation })
+            })
+            .map_err(RunError::FinalRead)?;
+        recorder.complete(invocation, Outcome::Ok, done);
+    }
+    Ok(recorder.into_history(config.workload.meta()))
+}
+
+/// One recorded scan-workload transaction; returns its outcome.
+fn run_scan_txn(
+    worker: &mut roost_storage::Worker,
+    relation: &Relation,
+    recorder: &Recorder,
+    process: u64,
+    txn: &ScanTxn,
+) -> Outcome {
+    let invocation = recorder.invoke(process);
+    match worker.run(retry_policy(), |tx| {
+        txn.execute(&mut EngineScan { tx, relation })
+    }) {
+        Ok(done) => {
+            recorder.complete(invocation, Outcome::Ok, done);
+            Outcome::Ok
+        }
+        Err(_) => {
+            recorder.complete(invocation, Outcome::Fail, txn.planned());
+            Outcome::Fail
+        }
+    }
+}
+
+/// A scan-workload transaction's view of the engine: keys as 8 big-endian
+/// bytes (so key order is byte order), values as 8 little-endian bytes.
+struct EngineScan<'t, 'w, 'r> {
+    tx: &'t mut Transaction<'w, 'r>,
+    relation: &'r Relation,
+}
+
+fn engine_bound(bound: &KeyBound, bytes: &[u8; 8]) -> Bound<[u8; 8]> {
+    match *bound {
+        KeyBound::Included(_) => Bound::Included(*bytes),
+        KeyBound::Excluded(_) => Bound::Excluded(*bytes),
+        KeyBound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn bound_key(bound: &KeyBound) -> [u8; 8] {
+    match *bound {
+        KeyBound::Included(k) | KeyBound::Excluded(k) => k.to_be_bytes(),
+        KeyBound::Unbounded => [0; 8],
+    }
+}
+
+fn decode_row(key: &[u8], value: &[u8]) -> Result<(u64, u64), TxError> {
+    match (<[u8; 8]>::try_from(key), <[u8; 8]>::try_from(value)) {
+        (Ok(k), Ok(v)) => Ok((u64::from_be_bytes(k), u64::from_le_bytes(v))),
+        _ => Err(TxError::Codec(format!(
+            "a scan row of {} key bytes and {} value bytes (8 and 8 expected)",
+            key.len(),
+            value.len()
+        ))),
+    }
+}
+
+impl ScanStore for EngineScan<'_, '_, '_> {
+    type Error = TxError;
+
+    fn scan(
+        &mut self,
+        lower: KeyBound,
+        upper: KeyBound,
+        reverse: bool,
+        limit: Option<u64>,
+    ) -> Result<Vec<(u64, u64)>, TxError> {
+        let (lo, hi) = (bound_key(&lower), bound_key(&upper));
+        let (lo, hi) = (engine_bound(&lower, &lo), engine_bound(&upper, &hi));
+        let bounds = (
+            lo.as_ref().map(|b| b.as_slice()),
+            hi.as_ref().map(|b| b.as_slice()),
+        );
+        let direction = if reverse {
+            ScanDirection::Reverse
+        } else {
+            ScanDirection::Forward
+        };
+        let limit = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let mut rows = Vec::new();
+        let mut failure = None;
+        self.tx
+            .scan(self.relation, bounds, direction, limit, |k, v| {
+                match decode_row(k, v) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => failure = Some(e),
+                }
+                failure.is_none()
+            })?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(rows),
+        }
+    }
+
+    fn get(&mut self, k: u64) -> Result<Option<u64>, TxError> {
+        Ok(read_word(self.tx, self.relation, k)?.map(u64::from_le_bytes))
+    }
+
+    fn insert(&mut self, k: u64, value: u64) -> Result<(), TxError> {
+        self.tx.insert(self.relation, &key(k), &value.to_le_bytes())
+    }
+
+    fn delete(&mut self, k: u64) -> Result<(), TxError> {
+        if self.tx.delete(self.relation, &key(k))? {
+            Ok(())
+        } else {
+            Err(self.missing_row(k))
+        }
+    }
+
+    fn missing_row(&self, k: u64) -> TxError {
+        TxError::user_abort(format!("key {k} holds no row to move"))
+    }
 }

@@ -9,8 +9,12 @@
 //! - rw-register: reads and writes of unique values, keys retired likewise.
 //! - bank: transfers between `accounts` accounts and whole-bank reads.
 //! - counter: increments and reads of `keys` counters, optionally bounded.
+//! - scan: range scans racing moves of rows within key groups; its own
+//!   generator, runner glue and simulation live in [`scan`].
 
-use std::collections::{BinaryHeap, HashMap};
+pub mod scan;
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -34,6 +38,8 @@ pub struct WorkloadConfig {
     pub max_transfer: i64,
     /// Counter: increments that would pass this must fail.
     pub counter_bound: Option<i64>,
+    /// Scan: the key layout and the mix of scans and moves.
+    pub scan: scan::ScanParams,
 }
 
 impl WorkloadConfig {
@@ -47,6 +53,7 @@ impl WorkloadConfig {
             initial_balance: 100,
             max_transfer: 30,
             counter_bound: None,
+            scan: scan::ScanParams::default(),
         }
     }
 
@@ -59,6 +66,9 @@ impl WorkloadConfig {
         }
         if self.kind == WorkloadKind::Counter {
             meta.counter_bound = self.counter_bound;
+        }
+        if self.kind == WorkloadKind::Scan {
+            meta = self.scan.meta();
         }
         meta
     }
@@ -86,6 +96,9 @@ impl WorkloadConfig {
         if self.initial_balance < 0 || self.max_transfer <= 0 {
             return Err("balances must be non-negative and transfers positive".into());
         }
+        if self.kind == WorkloadKind::Scan {
+            self.scan.validate().map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 }
@@ -104,6 +117,10 @@ pub struct Generator {
 impl Generator {
     pub fn new(config: WorkloadConfig, seed: u64) -> Self {
         assert!(config.validate().is_ok(), "invalid workload config");
+        assert!(
+            config.kind != WorkloadKind::Scan,
+            "the scan workload has its own generator (workload::scan::ScanGenerator)"
+        );
         let active = (0..config.keys).map(|k| (k, 0)).collect();
         Generator {
             next_key: config.keys,
@@ -125,6 +142,7 @@ impl Generator {
             WorkloadKind::RwRegister => self.keyed_txn(|key, value| MicroOp::Write { key, value }),
             WorkloadKind::Bank => vec![self.bank_op()],
             WorkloadKind::Counter => vec![self.counter_op()],
+            WorkloadKind::Scan => unreachable!("refused by Generator::new"),
         }
     }
 
@@ -192,6 +210,7 @@ impl Generator {
             WorkloadKind::Counter => (0..self.config.keys)
                 .map(|key| MicroOp::ReadCounter { key, value: None })
                 .collect(),
+            WorkloadKind::Scan => unreachable!("refused by Generator::new"),
         }
     }
 }
@@ -205,6 +224,8 @@ pub struct Model {
     pub balances: Vec<i64>,
     pub counters: HashMap<u64, i64>,
     pub counter_bound: Option<i64>,
+    /// Scan: the rows.
+    pub rows: BTreeMap<u64, u64>,
 }
 
 impl Model {
@@ -230,6 +251,8 @@ impl Model {
     fn feasible(&self, ops: &[MicroOp]) -> bool {
         let mut balances: HashMap<u64, i64> = HashMap::new();
         let mut counters: HashMap<u64, i64> = HashMap::new();
+        // Scan rows: key -> present, as this transaction leaves it.
+        let mut rows: HashMap<u64, bool> = HashMap::new();
         for op in ops {
             match *op {
                 MicroOp::Transfer { from, to, amount } => {
@@ -254,6 +277,18 @@ impl Model {
                     if self.counter_bound.is_some_and(|bound| *c > bound) {
                         return false;
                     }
+                }
+                MicroOp::Insert { key, .. } => {
+                    if *rows.entry(key).or_insert(self.rows.contains_key(&key)) {
+                        return false;
+                    }
+                    rows.insert(key, true);
+                }
+                MicroOp::Delete { key, .. } => {
+                    if !*rows.entry(key).or_insert(self.rows.contains_key(&key)) {
+                        return false;
+                    }
+                    rows.insert(key, false);
                 }
                 _ => {}
             }
@@ -300,6 +335,32 @@ impl Model {
                 key,
                 value: Some(self.counters.get(&key).copied().unwrap_or(0)),
             },
+            MicroOp::Scan {
+                lower,
+                upper,
+                reverse,
+                limit,
+                ..
+            } => {
+                let mut store = scan::ModelStore::new(&mut self.rows);
+                let rows = scan::ScanStore::scan(&mut store, lower, upper, reverse, limit)
+                    .expect("model scans cannot fail");
+                MicroOp::Scan {
+                    lower,
+                    upper,
+                    reverse,
+                    limit,
+                    rows: Some(rows),
+                }
+            }
+            MicroOp::Insert { key, value } => {
+                self.rows.insert(key, value);
+                op.clone()
+            }
+            MicroOp::Delete { key, .. } => MicroOp::Delete {
+                key,
+                value: self.rows.remove(&key),
+            },
         }
     }
 }
@@ -320,6 +381,9 @@ pub struct SimConfig {
 /// [`Model`]. Virtual clients run one op at a time with overlapping ops.
 pub fn simulate(workload: &WorkloadConfig, sim: &SimConfig) -> History {
     assert!(sim.clients > 0);
+    if workload.kind == WorkloadKind::Scan {
+        return scan::simulate(&workload.scan, sim);
+    }
     let mut generator = Generator::new(workload.clone(), sim.seed);
     let mut rng = SmallRng::seed_from_u64(sim.seed ^ 0x5eed);
     // (commit point, op) of every op, with times in ns; clients ordered by
@@ -381,6 +445,20 @@ pub fn strip_reads(ops: Vec<MicroOp>) -> Vec<MicroOp> {
             MicroOp::ReadReg { key, .. } => MicroOp::ReadReg { key, value: None },
             MicroOp::ReadBank { .. } => MicroOp::ReadBank { balances: None },
             MicroOp::ReadCounter { key, .. } => MicroOp::ReadCounter { key, value: None },
+            MicroOp::Scan {
+                lower,
+                upper,
+                reverse,
+                limit,
+                ..
+            } => MicroOp::Scan {
+                lower,
+                upper,
+                reverse,
+                limit,
+                rows: None,
+            },
+            MicroOp::Delete { key, .. } => MicroOp::Delete { key, value: None },
             other => other,
         })
         .collect()

@@ -96,6 +96,9 @@ fn the_corpus_covers_every_claimed_class() {
         BankNegative,
         CounterOutOfRange,
         CounterBeyondBound,
+        ScanShape,
+        ScanCount,
+        MissedRow,
     ];
     for kind in claimed {
         assert!(covered.contains(kind.name()), "no fixture for {kind}");

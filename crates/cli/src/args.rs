@@ -27,8 +27,9 @@ pub enum Command {
     /// Run a benchmark; writes <out>/<benchmark>.json, .md and .png.
     #[command(subcommand)]
     Bench(Benchmark),
-    /// Run a workload against the single-node engine, record the history and
-    /// check it for strict serializability; exits non-zero if it is not.
+    /// Run a workload against the single-node engine (or, `scan --reactors`,
+    /// the reactor layer), record the history and check it for strict
+    /// serializability; exits non-zero if it is not.
     Check(check::CheckArgs),
     /// Run one cluster node (membership, leases, the example register).
     Node(cluster::NodeArgs),

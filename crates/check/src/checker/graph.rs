@@ -17,6 +17,11 @@ pub enum EdgeKind {
     /// Write-write whose version order was inferred from real time
     /// (rw-register only); a cycle using it is a real-time anomaly.
     WwRt,
+    /// Write-read where which version was read was inferred from real time
+    /// (scan only: a key read as absent, placed after the delete that made
+    /// it absent because every earlier absent state was excluded by real
+    /// time); a cycle using it is a real-time anomaly.
+    WrRt,
     /// Read-write (anti-dependency): the source read a version the target
     /// overwrote.
     Rw,
@@ -25,11 +30,12 @@ pub enum EdgeKind {
 }
 
 impl EdgeKind {
-    pub const ALL: [EdgeKind; 6] = [
+    pub const ALL: [EdgeKind; 7] = [
         EdgeKind::Ww,
         EdgeKind::Wr,
         EdgeKind::Rt,
         EdgeKind::WwRt,
+        EdgeKind::WrRt,
         EdgeKind::Rw,
         EdgeKind::RwRt,
     ];
@@ -39,7 +45,10 @@ impl EdgeKind {
     }
 
     pub fn is_realtime(self) -> bool {
-        matches!(self, EdgeKind::Rt | EdgeKind::WwRt | EdgeKind::RwRt)
+        matches!(
+            self,
+            EdgeKind::Rt | EdgeKind::WwRt | EdgeKind::WrRt | EdgeKind::RwRt
+        )
     }
 
     pub fn is_rw(self) -> bool {
@@ -52,6 +61,7 @@ impl EdgeKind {
             EdgeKind::Wr => "wr",
             EdgeKind::Rt => "rt",
             EdgeKind::WwRt => "ww(rt)",
+            EdgeKind::WrRt => "wr(rt)",
             EdgeKind::Rw => "rw",
             EdgeKind::RwRt => "rw(rt)",
         }

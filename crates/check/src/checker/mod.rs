@@ -13,6 +13,7 @@ mod graph;
 mod list_append;
 mod numeric;
 mod register;
+mod scan;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -64,6 +65,15 @@ pub enum AnomalyKind {
     CounterOutOfRange,
     /// A counter read above the workload's bound.
     CounterBeyondBound,
+    /// A scan returned rows outside its bounds, out of order, twice, or
+    /// more than its limit.
+    ScanShape,
+    /// A read-only transaction's scans covered a whole group and saw a
+    /// number of rows there that no committed state has.
+    ScanCount,
+    /// A scan (or an insert, which reads the key as absent) did not see a
+    /// row that every serial order consistent with real time shows it.
+    MissedRow,
 }
 
 impl AnomalyKind {
@@ -88,6 +98,9 @@ impl AnomalyKind {
             AnomalyKind::BankNegative => "bank-negative",
             AnomalyKind::CounterOutOfRange => "counter-out-of-range",
             AnomalyKind::CounterBeyondBound => "counter-beyond-bound",
+            AnomalyKind::ScanShape => "scan-shape",
+            AnomalyKind::ScanCount => "scan-count",
+            AnomalyKind::MissedRow => "missed-row",
         }
     }
 
@@ -95,7 +108,9 @@ impl AnomalyKind {
     pub fn of_cycle(cycle: &[Edge]) -> AnomalyKind {
         let realtime = cycle.iter().any(|e| e.kind.is_realtime());
         let rw = cycle.iter().filter(|e| e.kind.is_rw()).count();
-        let wr = cycle.iter().any(|e| e.kind == EdgeKind::Wr);
+        let wr = cycle
+            .iter()
+            .any(|e| matches!(e.kind, EdgeKind::Wr | EdgeKind::WrRt));
         match (rw, wr, realtime) {
             (0, false, false) => AnomalyKind::G0,
             (0, true, false) => AnomalyKind::G1c,
@@ -231,12 +246,19 @@ pub enum CheckError {
         workload: &'static str,
         field: &'static str,
     },
+    #[error("{workload} history: bad meta line: {message}")]
+    BadMeta {
+        workload: &'static str,
+        message: String,
+    },
     #[error("op {id} holds {found} micro-ops, but this is a {workload} history")]
     WrongWorkload {
         id: u64,
         found: &'static str,
         workload: &'static str,
     },
+    #[error("key {key} is written by ops {first} and {second}, which overlap in time; the scan workload never runs two writers of one key at once, so its checker needs them ordered by real time")]
+    OverlappingWriters { key: u64, first: u64, second: u64 },
 }
 
 /// Checks a history.
@@ -254,6 +276,10 @@ pub fn check(history: &History) -> Result<Report, CheckError> {
         }
         WorkloadKind::RwRegister => {
             let edges = register::analyze(&history.ops, &mut report)?;
+            find_cycles(&history.ops, edges, &mut report);
+        }
+        WorkloadKind::Scan => {
+            let edges = scan::analyze(history, &mut report)?;
             find_cycles(&history.ops, edges, &mut report);
         }
         WorkloadKind::Bank => numeric::check_bank(history, &mut report)?,
@@ -348,9 +374,9 @@ fn searches() -> [CycleSearch; 8] {
         },
         plain(&[Ww, Wr, Rw]),
         plain(&[Ww, Rt, WwRt]),
-        plain(&[Ww, Wr, Rt, WwRt]),
+        plain(&[Ww, Wr, Rt, WwRt, WrRt]),
         CycleSearch {
-            allowed: KindSet::of(&[Ww, Wr, Rt, WwRt]),
+            allowed: KindSet::of(&[Ww, Wr, Rt, WwRt, WrRt]),
             closing: Some(KindSet::of(&[Rw, RwRt])),
         },
         plain(&EdgeKind::ALL),
@@ -463,13 +489,17 @@ fn explain_cycle(ops: &[Op], cycle: &[Edge]) -> String {
                 "the target read the source's write of {} to key {}",
                 e.value, e.key
             ),
+            EdgeKind::WrRt => format!(
+                "the target saw key {} absent, as the source's delete (or a later one) left it",
+                e.key
+            ),
             EdgeKind::Rw | EdgeKind::RwRt => format!(
                 "the source read key {} before the target's write of {} took effect",
                 e.key, e.value
             ),
             EdgeKind::Rt => "the source completed before the target was invoked".to_string(),
         };
-        let inferred = if matches!(e.kind, EdgeKind::WwRt | EdgeKind::RwRt) {
+        let inferred = if matches!(e.kind, EdgeKind::WwRt | EdgeKind::WrRt | EdgeKind::RwRt) {
             " (version order from real time)"
         } else {
             ""

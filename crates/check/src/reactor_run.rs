@@ -4,7 +4,9 @@
 //! One reactor type `scan_shard` with one ordered relation `rows` (key and
 //! value `u64`); the key space is cut into one shard per reactor (every
 //! transaction stays in its shard), the reactors spread over two
-//! containers `a` and `b` with one executor each. Scans go through
+//! containers `a` and `b` with two executors each (round-robin: one
+//! reactor's transactions run on both at once, so its scans race its
+//! writers). Scans go through
 //! `ReactorCtx::scan`, moves of rows through `get`, `delete` and `insert`,
 //! each transaction a root transaction on its shard's reactor. Meanwhile a
 //! mover thread moves random reactors between the containers with
@@ -12,9 +14,8 @@
 //! installs them in the other container, so the checker also sees whether a
 //! move ever loses, duplicates or exposes a half-moved reactor's rows.
 //!
-//! Planted bugs: the reactor layer builds its engine itself
-//! (`Database::new` uses `Engine::default()`), so the storage engine's
-//! `PlantedBugs` cannot reach it; plant them on the engine target.
+//! Planted bugs reach the reactors' storage engine through
+//! `Database::with_engine_config`.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,6 +48,8 @@ pub struct ReactorRunConfig {
     pub max_ops: u64,
     /// Pause between two reactor moves; `None`: no moves.
     pub move_interval_ms: Option<u64>,
+    /// Bugs planted in the reactors' storage engine (checker self-tests).
+    pub planted_bugs: roost_reactor::PlantedBugs,
 }
 
 /// Reactors (shards) of the default reactor run.
@@ -63,6 +66,7 @@ impl Default for ReactorRunConfig {
             seed: 1,
             max_ops: 2_000_000,
             move_interval_ms: Some(2),
+            planted_bugs: roost_reactor::PlantedBugs::default(),
         }
     }
 }
@@ -129,7 +133,8 @@ impl ReactorRunConfig {
 fn deployment(shards: u64) -> Result<Deployment, DeploymentError> {
     let mut toml = String::from(
         "spin_before_park_us = 10\nspin_while_active_us = 50\n\
-         [[containers]]\nname = \"a\"\n[[containers]]\nname = \"b\"\n\
+         [[containers]]\nname = \"a\"\nexecutors = 2\n\
+         [[containers]]\nname = \"b\"\nexecutors = 2\n\
          [placement]\ndefault = \"a\"\n[placement.by_name]\n",
     );
     for shard in 0..shards {
@@ -145,7 +150,11 @@ pub fn run_reactors(config: &ReactorRunConfig) -> Result<ReactorRun, ReactorRunE
     config.validate()?;
     let shards = config.scan.shards();
     let schema = Schema::new().reactor_type(REACTOR_TYPE, &[&ROWS])?;
-    let db = Database::new(schema, deployment(shards)?)?;
+    let engine = roost_reactor::EngineConfig {
+        planted_bugs: config.planted_bugs,
+        ..roost_reactor::EngineConfig::default()
+    };
+    let db = Database::with_engine_config(schema, deployment(shards)?, engine)?;
     let reactors: Vec<ReactorId> = (0..shards)
         .map(|s| db.create_reactor(REACTOR_TYPE, &format!("shard-{s}")))
         .collect::<Result<_, _>>()?;

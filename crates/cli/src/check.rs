@@ -167,6 +167,7 @@ impl CheckArgs {
             duration_ms: engine.duration_ms,
             seed,
             max_ops: engine.max_ops,
+            planted_bugs: engine.planted_bugs,
             ..ReactorRunConfig::default()
         };
         config.scan.shard_keys = config.scan.layout.key_space / DEFAULT_REACTORS;
@@ -223,15 +224,8 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<()> {
         return run_cluster(args, nodes);
     }
     let planted = args.planted();
-    if args.reactors {
-        if args.workload != WorkloadArg::Scan {
-            anyhow::bail!("--reactors runs the scan workload only");
-        }
-        if !planted.is_empty() {
-            anyhow::bail!(
-                "planted bugs reach only the engine target: the reactor layer builds its own engine (Database::new uses Engine::default())"
-            );
-        }
+    if args.reactors && args.workload != WorkloadArg::Scan {
+        anyhow::bail!("--reactors runs the scan workload only");
     }
     let config = args.config();
     let target = if args.reactors {
@@ -490,23 +484,17 @@ mod tests {
         ] {
             assert!(check_args(bad).is_err(), "{bad:?} should be rejected");
         }
-        // Refused when run: a reactor run of another workload, planted bugs
-        // on the reactor target.
-        for bad in [
-            &["bank", "--reactors", "--seconds", "0.1"][..],
-            &[
-                "scan",
-                "--reactors",
-                "--skip-phantom-validation",
-                "--seconds",
-                "0.1",
-            ],
-        ] {
-            assert!(
-                run(&check_args(bad).unwrap()).is_err(),
-                "{bad:?} should fail"
-            );
-        }
+        // Planted bugs reach the reactor target.
+        let planted = check_args(&["scan", "--reactors", "--scan-skips-record"]).unwrap();
+        assert!(
+            planted
+                .reactor_config(1)
+                .planted_bugs
+                .scans_skip_first_record
+        );
+        // Refused when run: a reactor run of another workload.
+        let bad = check_args(&["bank", "--reactors", "--seconds", "0.1"]).unwrap();
+        assert!(run(&bad).is_err(), "--reactors with bank should fail");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use roost_storage::{Engine, IndexKind, Relation};
+use roost_storage::{Engine, EngineConfig, IndexKind, Relation};
 use tokio::sync::oneshot;
 
 use crate::ctx::ReactorCtx;
@@ -172,8 +172,18 @@ pub struct Database {
 
 impl Database {
     pub fn new(schema: Schema, deployment: Deployment) -> Result<Self, DeploymentError> {
+        Database::with_engine_config(schema, deployment, EngineConfig::default())
+    }
+
+    /// [`Database::new`] over a storage engine built with `config` (its
+    /// epoch interval, or planted bugs for the checker's self-tests).
+    pub fn with_engine_config(
+        schema: Schema,
+        deployment: Deployment,
+        config: EngineConfig,
+    ) -> Result<Self, DeploymentError> {
         deployment.validate(&schema)?;
-        let engine = Engine::default();
+        let engine = Engine::new(config);
         let mut containers = Vec::new();
         let mut executors = Vec::new();
         let spin = SpinBudget {

@@ -23,6 +23,8 @@ pub use ctx::{Call, ReactorCtx};
 pub use database::{Database, ReactorId, MAX_REACTORS};
 pub use deployment::{ContainerSpec, Deployment, PlacementSpec, RouterPolicy};
 pub use error::{DeploymentError, DirectoryError, SchemaError};
-pub use roost_storage::{KeyCodec, KeyDecodeError, ScanDirection, TxError};
+pub use roost_storage::{
+    EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs, ScanDirection, TxError,
+};
 pub use schema::{AnyRelationDef, RelationDef, Schema};
 pub use txn::ReactorError;

@@ -22,7 +22,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test --workspace (release: the stress tests need real concurrency)"
 cargo test --workspace --release
 
-step "loom: model-check the TID word and commit validation"
+step "loom: model-check the real commit (engine and B+-tree on loom atomics; preemption bound 3, LOOM_MAX_PREEMPTIONS overrides)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p roost-storage --release --test loom_commit
 

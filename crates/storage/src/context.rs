@@ -19,11 +19,10 @@
 
 use std::sync::Arc;
 
-use scc::Guard;
-
 use crate::engine::{Engine, Worker};
 use crate::error::{CommitError, TxError};
 use crate::relation::{KeyBounds, Relation, ScanDirection};
+use crate::sync::Guard;
 use crate::txn::{abort_part, commit_parts, finish_part, CommitInfo, TxOps};
 
 /// One transaction's state in one container.

@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::epoch::{EpochTicker, GlobalEpoch};
+#[cfg(not(loom))]
+use crate::epoch::EpochTicker;
+use crate::epoch::GlobalEpoch;
 use crate::error::{CatalogError, ConflictKind, TxError};
 use crate::relation::{IndexKind, Relation};
+use crate::sync;
 use crate::txn::{Transaction, TxBuffers};
 
 /// Deliberate bugs, switched on only by the tests that prove the stress tests
@@ -29,11 +32,19 @@ pub struct PlantedBugs {
     /// Never free a deleted record (unlinked but not retired): the leak the
     /// reclamation test must catch.
     pub leak_deleted_records: bool,
+    /// Under loom only: leave out the fence between locking the write set
+    /// and validating the read set, so two crossing committers may each
+    /// miss the other's lock (the write skew `tests/loom_commit.rs` must
+    /// find). Normal builds have no such switch: their commit path is
+    /// unchanged.
+    #[cfg(loom)]
+    pub skip_commit_fence: bool,
 }
 
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// How often the ticker advances Silo's global epoch.
+    /// How often the ticker advances Silo's global epoch (no ticker runs
+    /// under loom: see `Engine::advance_epoch`).
     pub epoch_interval_ms: u64,
     pub planted_bugs: PlantedBugs,
 }
@@ -50,7 +61,11 @@ impl Default for EngineConfig {
 pub(crate) struct EngineShared {
     pub(crate) epoch: Arc<GlobalEpoch>,
     config: EngineConfig,
+    /// The catalog (a std mutex under loom too: it is taken only around
+    /// catalog changes and look-ups, never across a loom operation another
+    /// model thread could interleave with).
     relations: Mutex<BTreeMap<String, Arc<Relation>>>,
+    #[cfg(not(loom))]
     _ticker: EpochTicker,
 }
 
@@ -69,15 +84,24 @@ impl Default for Engine {
 impl Engine {
     pub fn new(config: EngineConfig) -> Self {
         let epoch = Arc::new(GlobalEpoch::new());
+        #[cfg(not(loom))]
         let ticker = EpochTicker::start(Arc::clone(&epoch), config.epoch_interval_ms);
         Engine {
             shared: Arc::new(EngineShared {
                 epoch,
                 config,
                 relations: Mutex::new(BTreeMap::new()),
+                #[cfg(not(loom))]
                 _ticker: ticker,
             }),
         }
+    }
+
+    /// Under loom, where no ticker thread runs: advances the global epoch
+    /// (a model thread standing in for the ticker). Returns the new epoch.
+    #[cfg(loom)]
+    pub fn advance_epoch(&self) -> u64 {
+        self.shared.epoch.advance()
     }
 
     /// Creates an ordered relation (point access and range scans).
@@ -209,10 +233,10 @@ impl Worker {
             last = conflict;
             if attempt > 2 {
                 let jitter = self.next_random() % backoff_us.max(1);
-                std::thread::sleep(Duration::from_micros(backoff_us / 2 + jitter / 2));
+                sync::sleep(Duration::from_micros(backoff_us / 2 + jitter / 2));
                 backoff_us = (backoff_us * 2).min(policy.max_backoff_us.max(1));
             } else {
-                std::thread::yield_now();
+                sync::yield_now();
             }
         }
         Err(TxError::RetriesExhausted {

@@ -2,12 +2,21 @@
 //! `epoch_interval_ms`. Committers read it once per commit and put it in the high
 //! bits of their TIDs, so TID generation needs no global counter. (Memory
 //! reclamation uses a separate epoch scheme, the one `scc` shares with its index.)
+//!
+//! Under loom there is no ticker thread (a model must not race a timer it
+//! cannot schedule): the epoch stays where the engine started it unless a
+//! test calls [`GlobalEpoch::advance`] through `Engine::advance_epoch`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::AtomicBool;
+#[cfg(not(loom))]
 use std::sync::Arc;
+#[cfg(not(loom))]
 use std::thread::JoinHandle;
+#[cfg(not(loom))]
 use std::time::Duration;
 
+use crate::sync::{AtomicU64, Ordering};
 use crate::tid::MAX_EPOCH;
 
 #[derive(Debug, Default)]
@@ -34,12 +43,14 @@ impl GlobalEpoch {
 }
 
 /// The thread that advances the global epoch; stops when dropped.
+#[cfg(not(loom))]
 #[derive(Debug)]
 pub struct EpochTicker {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
+#[cfg(not(loom))]
 impl EpochTicker {
     pub fn start(epoch: Arc<GlobalEpoch>, interval_ms: u64) -> Self {
         assert!(interval_ms > 0, "epoch interval must be positive");
@@ -61,6 +72,7 @@ impl EpochTicker {
     }
 }
 
+#[cfg(not(loom))]
 impl Drop for EpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);

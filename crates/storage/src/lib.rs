@@ -11,46 +11,37 @@
 //! - [`TxContext`], [`commit_contexts`]: per-container contexts of one
 //!   transaction, committed together (the reactor layer's two-phase commit).
 //!
-//! Under `--cfg loom` only the TID word and its shim are compiled, for the
-//! model-checked tests of the commit core.
+//! Under `--cfg loom` the whole engine compiles against loom's atomics (the
+//! `sync` shim): the B+-tree with small nodes, records, relations,
+//! transactions and commit, with no epoch ticker thread (the global epoch
+//! moves only when a test advances it) and a stand-in epoch guard whose
+//! deferred frees run when a model iteration ends (`loom_iteration`).
+//! `tests/loom_commit.rs` model-checks the real commit with it.
 
 mod sync;
 pub mod tid;
 
-#[cfg(not(loom))]
 mod btree;
-#[cfg(not(loom))]
 mod context;
-#[cfg(not(loom))]
 mod engine;
-#[cfg(not(loom))]
 pub mod epoch;
-#[cfg(not(loom))]
 pub mod error;
-#[cfg(not(loom))]
 pub mod key;
-#[cfg(not(loom))]
 mod record;
-#[cfg(not(loom))]
 mod relation;
-#[cfg(not(loom))]
 mod txn;
-#[cfg(not(loom))]
 mod typed;
 
-#[cfg(not(loom))]
+/// Under loom, entries per B+-tree leaf (small, so models split and merge).
+#[cfg(loom)]
+pub use btree::LEAF_CAPACITY;
 pub use context::{commit_contexts, TxContext};
-#[cfg(not(loom))]
 pub use engine::{Engine, EngineConfig, PlantedBugs, RetryPolicy, Worker, WorkerStats};
-#[cfg(not(loom))]
 pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, TxError};
-#[cfg(not(loom))]
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
-#[cfg(not(loom))]
 pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection};
-#[cfg(not(loom))]
-pub use scc::Guard;
-#[cfg(not(loom))]
+#[cfg(loom)]
+pub use sync::loom_iteration;
+pub use sync::Guard;
 pub use txn::{CommitInfo, Transaction, MAX_VALUE_BYTES};
-#[cfg(not(loom))]
 pub use typed::Table;

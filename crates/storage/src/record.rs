@@ -7,10 +7,8 @@
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use scc::Guard;
-
+use crate::sync::{AtomicU32, AtomicU64, Guard, Ordering};
 use crate::tid::{Tid, TidWord};
 
 const WORD_BYTES: usize = 8;
@@ -22,6 +20,10 @@ struct Header {
     len: AtomicU32,
     /// Inline capacity in words; fixed at allocation.
     inline_words: u32,
+    /// Under loom, the record's place in the global lock order (see
+    /// [`RecordRef`]'s `Ord`).
+    #[cfg(loom)]
+    serial: u64,
 }
 
 /// Out-of-line storage for a value longer than the inline capacity; immutable
@@ -32,8 +34,28 @@ struct Overflow {
 
 /// A pointer to a record. Records are owned by their relation's index; a
 /// `RecordRef` is valid while the epoch guard under which it was found is held.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+/// Records order by address: the global order committers lock in.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[cfg_attr(not(loom), derive(PartialOrd, Ord))]
 pub struct RecordRef(NonNull<Header>);
+
+/// Under loom, records order by allocation serial instead: still one global
+/// order (serials are unique within a model iteration), and the same in
+/// every iteration, which loom's replay of a schedule needs (addresses are
+/// not). Comparing reads the records, which the caller's guard keeps live.
+#[cfg(loom)]
+impl Ord for RecordRef {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.header().serial.cmp(&other.header().serial)
+    }
+}
+
+#[cfg(loom)]
+impl PartialOrd for RecordRef {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 // SAFETY: every mutable field of a record is atomic; the block is freed only
 // through epoch-based reclamation after it is unreachable.
@@ -41,7 +63,10 @@ unsafe impl Send for RecordRef {}
 unsafe impl Sync for RecordRef {}
 
 fn layout(inline_words: u32) -> Layout {
-    let bytes = std::mem::size_of::<Header>() + inline_words as usize * WORD_BYTES;
+    // Each word holds `WORD_BYTES` of the value; its own size is 8 bytes too
+    // except under loom, whose atomics are larger.
+    let word_size = std::mem::size_of::<AtomicU64>();
+    let bytes = std::mem::size_of::<Header>() + inline_words as usize * word_size;
     Layout::from_size_align(bytes, std::mem::align_of::<Header>()).expect("record layout")
 }
 
@@ -123,6 +148,8 @@ impl RecordRef {
                 tid: TidWord::new(tid),
                 len: AtomicU32::new(value.len() as u32),
                 inline_words,
+                #[cfg(loom)]
+                serial: crate::sync::next_serial(),
             });
             let words = ptr.as_ptr().add(1) as *mut AtomicU64;
             for i in 0..inline_words as usize {
@@ -274,7 +301,7 @@ fn retire_overflow(overflow: *mut Overflow, guard: &Guard) {
     });
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::tid::LATEST_BIT;

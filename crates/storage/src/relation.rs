@@ -8,12 +8,30 @@
 use std::ops::Bound;
 
 use foldhash::quality::RandomState;
-use scc::{Guard, HashIndex};
+use scc::HashIndex;
 
 use crate::btree::{BTree, LeafChange, ScannedLeaf};
 use crate::key::{EncodedKey, KeyProbe};
 use crate::record::RecordRef;
+use crate::sync::Guard;
 use crate::tid::{Tid, LATEST_BIT};
+
+/// Runs `f` with the guard the hashed index reads under: the caller's
+/// (which is `scc`'s).
+#[cfg(not(loom))]
+#[inline(always)]
+fn with_hash_guard<R>(guard: &Guard, f: impl FnOnce(&scc::Guard) -> R) -> R {
+    f(guard)
+}
+
+/// Under loom the caller's guard is the stand-in, so a hashed index reads
+/// under a guard of its own for the call. The records it maps to are freed
+/// through the stand-in, not `scc`; only the index's own memory is `scc`'s.
+/// (The hashed index is not model-checked: its atomics are std's.)
+#[cfg(loom)]
+fn with_hash_guard<R>(_guard: &Guard, f: impl FnOnce(&scc::Guard) -> R) -> R {
+    f(&scc::Guard::new())
+}
 
 /// Direction of a range scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +112,9 @@ impl Relation {
         // than an `EncodedKey` so a long key is not copied to the heap.
         match &self.index {
             Index::Ordered(tree) => tree.get(key, guard),
-            Index::Hashed(hash) => hash.peek(&KeyProbe::new(key), guard).copied(),
+            Index::Hashed(hash) => {
+                with_hash_guard(guard, |g| hash.peek(&KeyProbe::new(key), g).copied())
+            }
         }
     }
 
@@ -120,7 +140,9 @@ impl Relation {
     fn for_each_record(&self, guard: &Guard, mut f: impl FnMut(RecordRef)) {
         match &self.index {
             Index::Ordered(tree) => tree.for_each(guard, f),
-            Index::Hashed(hash) => hash.iter(guard).for_each(|(_, r)| f(*r)),
+            Index::Hashed(hash) => {
+                with_hash_guard(guard, |g| hash.iter(g).for_each(|(_, r)| f(*r)))
+            }
         }
     }
 
@@ -292,6 +314,17 @@ impl Relation {
             },
         );
         seen
+    }
+
+    /// Under loom: the leaves of an ordered relation's B+-tree (`None` for a
+    /// hashed one), so a model can check it split or merged leaves. Exact
+    /// when no operation is in flight.
+    #[cfg(loom)]
+    pub fn leaf_count(&self) -> Option<usize> {
+        match &self.index {
+            Index::Ordered(tree) => Some(tree.leaf_count(&Guard::new())),
+            Index::Hashed(_) => None,
+        }
     }
 
     /// Heap bytes of all records (excluding allocator overhead and the index).

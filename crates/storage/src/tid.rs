@@ -13,7 +13,7 @@
 //!
 //! Comparing `version()` values compares (epoch, sequence), which is all OCC needs.
 
-use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
+use crate::sync::{fence, spin_hint, yield_now, AtomicU64, Ordering};
 
 pub const LOCK_BIT: u64 = 1;
 pub const LATEST_BIT: u64 = 1 << 1;
@@ -182,10 +182,7 @@ fn backoff(spins: u32) {
     if spins < SPINS_BEFORE_YIELD {
         spin_hint();
     } else {
-        #[cfg(not(loom))]
-        std::thread::yield_now();
-        #[cfg(loom)]
-        spin_hint();
+        yield_now();
     }
 }
 

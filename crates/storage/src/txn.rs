@@ -25,13 +25,12 @@ use std::marker::PhantomData;
 use std::ops::Bound;
 use std::ptr::NonNull;
 
-use scc::Guard;
-
 use crate::btree::{LeafChange, LeafRef, SlotKey};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
 use crate::relation::{IndexKind, KeyBounds, Relation, ScanDirection};
+use crate::sync::Guard;
 use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
 use crate::{PlantedBugs, Worker};
 
@@ -777,7 +776,12 @@ pub(crate) fn commit_parts(
     }
     // Phase 1: lock every write set in one global address order.
     max_version = max_version.max(lock_parts(parts)?);
+    #[cfg(not(loom))]
     commit_fence();
+    #[cfg(loom)]
+    if !planted.skip_commit_fence {
+        commit_fence();
+    }
     let epoch = parts[0].engine.epoch.current();
     // Phase 2: validate every part.
     for w in parts.iter() {

@@ -38,19 +38,37 @@ use std::ops::Bound;
 use std::ptr::NonNull;
 
 use crate::record::RecordRef;
-use crate::sync::{fence, spin_hint, AtomicU64, Guard, Ordering};
+use crate::sync::{fence, spin_hint, yield_now, AtomicU64, Guard, Ordering};
 use key::Probe;
 
 /// Entries per leaf. A leaf is 8 + 8 + 32 * 24 = 784 bytes (plus the flag).
+#[cfg(not(loom))]
 pub(crate) const LEAF_CAPACITY: usize = 32;
 /// Separators per inner node (one more child).
+#[cfg(not(loom))]
 pub(crate) const INNER_CAPACITY: usize = 32;
+/// Under loom, small nodes: a model with a handful of keys splits and
+/// merges leaves (and a fifth leaf splits the root), and every node is a
+/// few loom objects instead of a hundred.
+#[cfg(loom)]
+pub const LEAF_CAPACITY: usize = 4;
+#[cfg(loom)]
+pub(crate) const INNER_CAPACITY: usize = 4;
 /// A remove that leaves fewer entries than this tries to merge the leaf with
 /// a sibling.
 const MERGE_BELOW: usize = LEAF_CAPACITY / 4;
 /// Two leaves merge only if the result has room left for inserts, so a key
 /// inserted and removed at the boundary does not split and merge every time.
 const MERGED_AT_MOST: usize = LEAF_CAPACITY * 3 / 4;
+
+// A leaf split leaves both halves non-empty (`split_leaf` splits at 1 for
+// prepends, n - 1 for appends, n / 2 otherwise), and an inner split leaves
+// at least one separator on each side of the one it promotes.
+const _: () = assert!(LEAF_CAPACITY >= 3 && INNER_CAPACITY >= 3);
+// A leaf emptied below `MERGE_BELOW` can merge (it is at least 1), and a
+// merged leaf has room for an insert before it splits again.
+const _: () = assert!(MERGE_BELOW >= 1 && MERGE_BELOW <= MERGED_AT_MOST);
+const _: () = assert!(MERGED_AT_MOST < LEAF_CAPACITY);
 
 const LOCKED: u64 = 1;
 const OBSOLETE: u64 = 2;
@@ -386,7 +404,9 @@ fn new_inner() -> *mut Inner {
 /// time is these misses.
 #[inline(always)]
 fn prefetch_node(node: NodePtr) {
-    #[cfg(target_arch = "x86_64")]
+    // Not under loom: its nodes are small (the offsets below assume 32-slot
+    // nodes) and a prefetch is no memory access a model could check.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         let base = node as *const i8;
@@ -398,7 +418,7 @@ fn prefetch_node(node: NodePtr) {
             unsafe { _mm_prefetch(base.wrapping_add(line * 64), _MM_HINT_T0) };
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), loom))]
     let _ = node;
 }
 
@@ -485,10 +505,7 @@ impl Restarts {
         if self.0 < SPINS_BEFORE_YIELD {
             spin_hint();
         } else {
-            #[cfg(not(loom))]
-            std::thread::yield_now();
-            #[cfg(loom)]
-            spin_hint();
+            yield_now();
         }
     }
 }
@@ -1006,6 +1023,22 @@ impl BTree {
             }
             next = Some(boundary);
         }
+    }
+
+    /// The leaves a scan of the whole tree copies: under loom, for tests to
+    /// check that a model split or merged the leaves it meant to (exact when
+    /// no operation is in flight).
+    #[cfg(loom)]
+    pub(crate) fn leaf_count(&self, guard: &Guard) -> usize {
+        let mut leaves = 0;
+        self.scan(
+            (Bound::Unbounded, Bound::Unbounded),
+            true,
+            guard,
+            &mut |_| leaves += 1,
+            &mut |_, _| true,
+        );
+        leaves
     }
 
     /// Every record, for exclusive or guarded bookkeeping (drop, heap bytes).

@@ -372,3 +372,43 @@ fn scans_conflict_with_inserts_in_their_range_only() {
     }
     tx.commit().expect("own inserts are not phantoms");
 }
+
+/// A split moves part of a scanned leaf's interval to a new leaf, so it must
+/// change the scanned leaf's version: otherwise an insert into the moved part
+/// lands in a leaf the scan never saw, and the scan's node set still
+/// validates. The leaf holds exactly 32 keys (one full leaf); an append
+/// splits off its last key, and the phantom goes into the new right leaf.
+#[test]
+fn a_split_of_a_scanned_leaf_keeps_the_scan_honest() {
+    let key = |n: u64| n.to_be_bytes();
+    let engine = Engine::default();
+    let rel = engine.create_relation("t").unwrap();
+    let (mut w1, mut w2) = (engine.worker(), engine.worker());
+    let mut tx = w2.begin();
+    for n in (0..320).step_by(10) {
+        tx.insert(&rel, &key(n), b"v").unwrap();
+    }
+    tx.commit().unwrap();
+    let mut t1 = w1.begin();
+    let (lo, hi) = (key(200), key(400));
+    let seen = t1
+        .scan(
+            &rel,
+            (Bound::Included(&lo[..]), Bound::Included(&hi[..])),
+            ScanDirection::Forward,
+            usize::MAX,
+            |_, _| true,
+        )
+        .unwrap();
+    assert_eq!(seen, 12);
+    for inserted in [315, 312] {
+        let mut t = w2.begin();
+        t.insert(&rel, &key(inserted), b"new").unwrap();
+        t.commit().unwrap();
+    }
+    t1.put(&rel, &key(1000), b"w").unwrap();
+    assert_eq!(
+        t1.commit().unwrap_err(),
+        roost_storage::CommitError::Conflict(ConflictKind::Phantom)
+    );
+}

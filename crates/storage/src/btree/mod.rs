@@ -974,12 +974,12 @@ impl BTree {
             let mut deliver = |(key, record): (SlotKey, u64)| -> Option<bool> {
                 // SAFETY: validated copies read under the held guard.
                 unsafe {
-                    if !after_start(start, start_probe, key, forward) {
+                    if !within(start, start_probe, key, forward) {
                         return None;
                     }
                     let end = if forward { upper_probe } else { lower_probe };
                     let end_bound = if forward { upper } else { lower };
-                    if !before_end(end_bound, end, key, forward) {
+                    if !within(end_bound, end, key, !forward) {
                         return Some(true);
                     }
                     let record = RecordRef::from_raw(record).expect("leaf entries hold records");
@@ -1063,39 +1063,24 @@ fn bound_probe<'a>(bound: Bound<&'a [u8]>) -> Option<Probe<'a>> {
     }
 }
 
-/// Whether `key` is at or past where the scan starts (in scan order).
-unsafe fn after_start(
-    start: Bound<&[u8]>,
+/// Whether `key` lies on the inner side of `bound`: at or above it (below it
+/// for an upper bound, `as_lower` false), strictly for an exclusive bound.
+/// A scan's keys are past its start and before its end: the start is a
+/// lower bound when it runs forward, the end when it runs in reverse.
+unsafe fn within(
+    bound: Bound<&[u8]>,
     probe: Option<Probe<'_>>,
     key: SlotKey,
-    forward: bool,
+    as_lower: bool,
 ) -> bool {
     let Some(p) = probe else { return true };
-    // `order` is the start's order against the key.
+    // `order` is the bound's order against the key.
     let order = p.cmp_slot(key);
-    match (start, forward) {
+    match (bound, as_lower) {
         (Bound::Included(_), true) => order.is_le(),
         (Bound::Excluded(_), true) => order.is_lt(),
         (Bound::Included(_), false) => order.is_ge(),
         (Bound::Excluded(_), false) => order.is_gt(),
-        (Bound::Unbounded, _) => true,
-    }
-}
-
-/// Whether `key` is before where the scan ends (in scan order).
-unsafe fn before_end(
-    end: Bound<&[u8]>,
-    probe: Option<Probe<'_>>,
-    key: SlotKey,
-    forward: bool,
-) -> bool {
-    let Some(p) = probe else { return true };
-    let order = p.cmp_slot(key);
-    match (end, forward) {
-        (Bound::Included(_), true) => order.is_ge(),
-        (Bound::Excluded(_), true) => order.is_gt(),
-        (Bound::Included(_), false) => order.is_le(),
-        (Bound::Excluded(_), false) => order.is_lt(),
         (Bound::Unbounded, _) => true,
     }
 }

@@ -562,6 +562,7 @@ impl Looper<'_> {
             _ => self.config.spin.idle,
         };
         let budget = configured / (1 << self.spin_backoff);
+        let idle_start = Instant::now();
         if !budget.is_zero() {
             if self.spin(budget) {
                 self.spin_backoff = 0;
@@ -597,6 +598,14 @@ impl Looper<'_> {
                 .shared
                 .parker
                 .park(has_work, |_| local.shared.parker.block(), None);
+        }
+        // The spin adapts to what parking shows: work that came within the
+        // full budget would have been caught by a full spin, so spin more
+        // next time (after a burst of wasted spins, the first quick wake-up
+        // restores the budget); a long park says spinning would have burned
+        // the core for nothing, so the backoff set above stays.
+        if !configured.is_zero() && self.has_work() && idle_start.elapsed() < configured {
+            self.spin_backoff = 0;
         }
     }
 

@@ -516,7 +516,6 @@ impl ReactorCtx {
             root.call_started();
         }
         let executor = root.executor_for(container, target);
-        let caller = with_local(|l| l.executor);
         let (reply, result) = oneshot::channel();
         let remote_root = Arc::clone(&root);
         let sent = root.db.executors[executor].send(move || {
@@ -532,7 +531,6 @@ impl ReactorCtx {
                 };
                 remote_root.call_finished(&outcome);
                 let _ = reply.send(outcome);
-                remote_root.db.executors[caller].notify_incoming();
             });
         });
         if !sent {
@@ -553,7 +551,7 @@ pub(crate) fn run_soon(future: impl Future<Output = ()> + 'static) {
     let mut future = Box::pin(future);
     let mut cx = Context::from_waker(std::task::Waker::noop());
     if future.as_mut().poll(&mut cx).is_pending() {
-        tokio::task::spawn_local(future);
+        roost_exec::spawn(future);
     }
 }
 
@@ -677,7 +675,7 @@ impl<T: 'static> Drop for Call<T> {
         if let CallState::Inline { future, root } = &mut self.state {
             if let Some(future) = future.take() {
                 let root = Arc::clone(root);
-                tokio::task::spawn_local(async move {
+                roost_exec::spawn(async move {
                     let result = future.await;
                     root.call_finished(&result);
                 });

@@ -211,7 +211,11 @@ impl Database {
                     deployment.max_active_transactions,
                     deployment.mailbox_capacity,
                     spin,
-                );
+                )
+                .map_err(|e| DeploymentError::ExecutorStart {
+                    executor: executors.len(),
+                    reason: e.to_string(),
+                })?;
                 executors.push(handle);
             }
             // Ordered although point access only: it is nearly always empty,

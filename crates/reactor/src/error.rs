@@ -57,6 +57,10 @@ pub enum DeploymentError {
     BadSpin(u64),
     #[error("mailbox_capacity must be 1..=1048576, got {0}")]
     BadMailbox(usize),
+    /// The OS refused an executor's thread or its poll (`io::Error` as text:
+    /// this enum is `Clone` and `Eq`).
+    #[error("cannot start executor {executor}: {reason}")]
+    ExecutorStart { executor: usize, reason: String },
 }
 
 /// Errors of the reactor directory.

@@ -1,5 +1,5 @@
-//! Transaction executors: one OS thread each, running a single-threaded async
-//! scheduler (tokio's current-thread runtime with a `LocalSet`): the seed's
+//! Transaction executors: one OS thread each, running `roost-exec`'s loop
+//! (a bounded lock-free mailbox, local tasks, spin-then-park): the seed's
 //! thread pool with cooperative scheduling, where a blocked (sub-)transaction
 //! is simply a pending future. Each executor drains its mailbox of jobs
 //! ((sub-)transactions dispatched to it) and admits at most
@@ -19,20 +19,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use roost_exec::{Remote, SendError};
 use roost_storage::{Engine, Guard, TxContext};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, Semaphore};
-
-/// Work sent to an executor.
-pub(crate) enum Job {
-    Run(RunJob),
-    Stop,
-}
+use tokio::sync::Semaphore;
 
 /// A job's body: runs on the executor's thread.
 pub(crate) type RunJob = Box<dyn FnOnce() + Send>;
@@ -127,41 +120,6 @@ impl ExecutorLocal {
     }
 }
 
-/// How long a spinning executor keeps its core before it starts yielding it
-/// between checks: long enough for a hand-off already under way on another
-/// core (about a microsecond), short enough that a thread waiting for this
-/// core (a client, another executor, another process) is not held up.
-const PURE_SPIN: Duration = Duration::from_micros(20);
-
-/// Spins until `incoming` moves or `budget` is spent (tokio's park hook): an
-/// executor about to park keeps looking for new work instead, because waking
-/// a parked thread (an idle virtual CPU, here) costs tens of microseconds, far
-/// more than a whole cross-container call should. After [`PURE_SPIN`] (at
-/// once with `yields`), the thread gives its core to any other runnable thread
-/// between checks: a pure spin on an oversubscribed machine makes every wait
-/// last the whole budget (the thread with the awaited work has no core).
-fn spin_before_park(incoming: &AtomicU64, budget: Duration, yields: bool) {
-    let seen = incoming.load(Ordering::Acquire);
-    let start = Instant::now();
-    loop {
-        // Many cheap checks per clock read: reading the clock costs more than
-        // a check here, and each check's delay is added to the hand-off.
-        for _ in 0..32 {
-            if incoming.load(Ordering::Acquire) != seen {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        let elapsed = start.elapsed();
-        if elapsed >= budget {
-            return;
-        }
-        if yields || elapsed >= PURE_SPIN {
-            std::thread::yield_now();
-        }
-    }
-}
-
 /// How long an executor about to park spins first.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SpinBudget {
@@ -174,29 +132,20 @@ pub(crate) struct SpinBudget {
     pub(crate) yields: bool,
 }
 
-impl SpinBudget {
-    /// The budget now, on this executor's thread.
-    fn now(self) -> Duration {
-        let active = LOCAL.with(|local| {
-            local
-                .try_borrow()
-                .ok()
-                .and_then(|l| l.as_ref().map(|l| !l.participants.is_empty()))
-                .unwrap_or(false)
-        });
-        if active {
-            self.active.max(self.idle)
-        } else {
-            self.idle
-        }
-    }
+/// Whether a transaction that touched this executor's container is still in
+/// flight here (the executor then spins for the active budget).
+fn in_flight() -> bool {
+    LOCAL.with(|local| {
+        local
+            .try_borrow()
+            .ok()
+            .and_then(|l| l.as_ref().map(|l| !l.participants.is_empty()))
+            .unwrap_or(false)
+    })
 }
 
 pub(crate) struct ExecutorHandle {
-    sender: mpsc::Sender<Job>,
-    /// Bumped by everything that gives this executor work (a job, a reply to
-    /// one of its calls), so its park hook can stop spinning at once.
-    incoming: Arc<AtomicU64>,
+    remote: Remote,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -207,23 +156,21 @@ impl ExecutorHandle {
         max_active: usize,
         mailbox_capacity: usize,
         spin: SpinBudget,
-    ) -> Self {
-        let (sender, mut receiver) = mpsc::channel::<Job>(mailbox_capacity);
-        let incoming = Arc::new(AtomicU64::new(0));
-        let hook = Arc::clone(&incoming);
-        let thread = std::thread::Builder::new()
-            .name(format!("roost-exec-{executor}"))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .on_thread_park(move || {
-                        let budget = spin.now();
-                        if !budget.is_zero() {
-                            spin_before_park(&hook, budget, spin.yields)
-                        }
-                    })
-                    .build()
-                    .expect("executor runtime");
+    ) -> std::io::Result<Self> {
+        let config = roost_exec::Config {
+            name: format!("roost-exec-{executor}"),
+            mailbox_capacity,
+            spin: roost_exec::Spin {
+                idle: spin.idle,
+                active: spin.active,
+                yields: spin.yields,
+            },
+            in_flight: Some(in_flight),
+            planted: Default::default(),
+        };
+        let (remote, thread) = roost_exec::Executor::spawn_thread(
+            config,
+            move || {
                 LOCAL.with(|local| {
                     *local.borrow_mut() = Some(ExecutorLocal {
                         executor,
@@ -233,40 +180,27 @@ impl ExecutorHandle {
                         present_pool: Vec::new(),
                         engine,
                     })
-                });
-                let tasks = tokio::task::LocalSet::new();
-                tasks.block_on(&runtime, async move {
-                    while let Some(job) = receiver.recv().await {
-                        match job {
-                            Job::Run(run) => run(),
-                            Job::Stop => break,
-                        }
-                    }
-                });
-                drop(tasks);
+                })
+            },
+            || {
                 LOCAL.with(|local| local.borrow_mut().take());
-            })
-            .expect("spawn executor thread");
-        ExecutorHandle {
-            sender,
-            incoming,
+            },
+        )?;
+        Ok(ExecutorHandle {
+            remote,
             thread: Some(thread),
-        }
+        })
     }
 
     /// Enqueues a root transaction's job, waiting while the mailbox is full;
     /// false if the executor has stopped.
     pub(crate) async fn submit(&self, job: RunJob) -> bool {
-        let sent = self.sender.send(Job::Run(job)).await.is_ok();
-        self.notify_incoming();
-        sent
+        self.remote.send(job).await.is_ok()
     }
 
     /// [`submit`](Self::submit) for callers outside any async runtime.
     pub(crate) fn submit_blocking(&self, job: RunJob) -> bool {
-        let sent = self.sender.blocking_send(Job::Run(job)).is_ok();
-        self.notify_incoming();
-        sent
+        self.remote.send_blocking(job).is_ok()
     }
 
     /// Sends a job from an executor thread (a call, a context release);
@@ -274,51 +208,43 @@ impl ExecutorHandle {
     /// the calling executor waits for room and sends it: the caller never
     /// blocks its own thread, whose mailbox others may be waiting on.
     pub(crate) fn send(&self, job: impl FnOnce() + Send + 'static) -> bool {
-        match self.sender.try_send(Job::Run(Box::new(job))) {
-            Ok(()) => {
-                self.notify_incoming();
-                true
-            }
-            Err(TrySendError::Full(job)) => {
-                let sender = self.sender.clone();
-                let incoming = Arc::clone(&self.incoming);
-                tokio::task::spawn_local(async move {
-                    if sender.send(job).await.is_ok() {
-                        incoming.fetch_add(1, Ordering::Release);
-                    }
+        match self.remote.try_send(Box::new(job)) {
+            Ok(()) => true,
+            Err(SendError::Full(job)) => {
+                let remote = self.remote.clone();
+                roost_exec::spawn(async move {
+                    let _ = remote.send(job).await;
                 });
                 true
             }
-            Err(TrySendError::Closed(_)) => false,
+            Err(SendError::Closed(_)) => false,
         }
     }
 
     /// Jobs waiting in the mailbox now.
     pub(crate) fn queued(&self) -> usize {
-        self.sender.max_capacity() - self.sender.capacity()
+        self.remote.queued()
     }
 
     /// Asks the executor to stop once it has run what is queued before.
     pub(crate) fn request_stop(&self) {
-        if let Err(TrySendError::Full(stop)) = self.sender.try_send(Job::Stop) {
-            // Rare (dropping a database under full load): wait for room on
-            // a thread of its own, since this one may be inside a runtime.
-            let sender = self.sender.clone();
-            std::thread::spawn(move || {
-                let _ = sender.blocking_send(stop);
-            });
-        }
-    }
-
-    /// Tells a spinning executor that work (or a reply) is on its way.
-    pub(crate) fn notify_incoming(&self) {
-        self.incoming.fetch_add(1, Ordering::Release);
+        self.remote.request_stop();
     }
 
     pub(crate) fn stop(&mut self) {
         self.request_stop();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ExecutorHandle {
+    /// Only asks: the last handle may be dropped on an executor's own thread
+    /// (a task holding the database), which must not wait for itself.
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.request_stop();
         }
     }
 }

@@ -281,10 +281,10 @@ where
             }
         }
         if attempt > 2 {
-            tokio::time::sleep(Duration::from_micros(backoff_us)).await;
+            roost_exec::sleep(Duration::from_micros(backoff_us)).await;
             backoff_us = (backoff_us * 2).min(MAX_BACKOFF_US);
         } else {
-            tokio::task::yield_now().await;
+            roost_exec::yield_now().await;
         }
     }
     Err(ReactorError::Tx(TxError::RetriesExhausted {

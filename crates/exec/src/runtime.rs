@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::park::{Parker, PlantedBugs};
 use crate::queue::{self, Receiver, Sender};
-use crate::sync::{thread_local, Arc, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// A job another thread hands an executor: runs once, on its thread.
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -299,10 +299,12 @@ pub(crate) struct Local {
 }
 
 // Not `const` initialisers: loom's `thread_local!` takes plain expressions.
+// Named by path: under loom a bare `thread_local!` is ambiguous between the
+// shim's (loom's) and the prelude's (std's).
 #[allow(clippy::missing_const_for_thread_local)]
 mod current {
     use super::*;
-    thread_local! {
+    crate::sync::thread_local! {
         pub(super) static CURRENT_ID: Cell<usize> = Cell::new(0);
         pub(super) static CURRENT: RefCell<Option<Rc<Local>>> = RefCell::new(None);
     }

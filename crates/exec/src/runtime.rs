@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::park::{Parker, PlantedBugs};
 use crate::queue::{self, Receiver, Sender};
-use crate::sync::{thread_local, Arc, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{fence, Arc, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// A job another thread hands an executor: runs once, on its thread.
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -299,10 +299,12 @@ pub(crate) struct Local {
 }
 
 // Not `const` initialisers: loom's `thread_local!` takes plain expressions.
+// Named by path: under loom a bare `thread_local!` is ambiguous between the
+// shim's (loom's) and the prelude's (std's).
 #[allow(clippy::missing_const_for_thread_local)]
 mod current {
     use super::*;
-    thread_local! {
+    crate::sync::thread_local! {
         pub(super) static CURRENT_ID: Cell<usize> = Cell::new(0);
         pub(super) static CURRENT: RefCell<Option<Rc<Local>>> = RefCell::new(None);
     }
@@ -411,6 +413,10 @@ impl Executor {
         };
         looper.run();
         shared.closed.store(true, Ordering::Release);
+        // Between `closed` and the last look at the remote wakes below: a
+        // waker that missed `closed` before its push sees it after (see
+        // `push_remote_wake`), or its entry is there for that look.
+        fence(Ordering::SeqCst);
         // What is left goes while this thread is still the executor's, so
         // drops that spawn or wake find it (and are dropped in turn).
         local.stopping.set(true);
@@ -451,6 +457,15 @@ impl Shared {
             }
         }
         self.parker.notify();
+        // The executor may have closed, and taken its last look at this
+        // stack, between the waker's check of `closed` and this push: nobody
+        // would take the entry, and the header's `Arc<Shared>` would keep
+        // both alive for ever. `notify` begins with a SeqCst fence, as does the
+        // executor between `closed` and its last drain (Dekker): either the
+        // drain took the entry, or this load sees `closed` and drains here.
+        if self.closed.load(Ordering::Relaxed) {
+            drop(drain_remote_wakes(self));
+        }
     }
 
     fn has_remote_wakes(&self) -> bool {

@@ -75,16 +75,12 @@ impl Parker {
         block: impl FnOnce(Option<Duration>),
         timeout: Option<Duration>,
     ) {
-        #[cfg(not(loom))]
-        self.sleeping.store(true, Ordering::Relaxed);
-        // Under loom a swap, the same flag write: loom can leave a plain
-        // store unordered against a sender's earlier `swap(false)` in the
-        // modification order and then let that sender's fenced load in
-        // `notify` read its own older swap instead of this flag (a history
-        // where the swap read a value the store overwrote; tokio-rs/loom#254),
-        // which models a lost wake-up no execution has. A swap reads the
-        // newest value, so loom orders it after the sender's.
-        #[cfg(loom)]
+        // A swap, not a store, in production too, so loom checks this very
+        // code: loom can leave a plain store unordered against a sender's
+        // earlier `swap(false)` and let that sender's fenced load read its
+        // own older swap (tokio-rs/loom#254), a lost wake-up no real
+        // execution has; a swap reads the newest value. On the park path
+        // its cost does not show.
         self.sleeping.swap(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if !self.planted.park_without_recheck && has_work() {

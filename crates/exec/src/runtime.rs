@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::park::{Parker, PlantedBugs};
 use crate::queue::{self, Receiver, Sender};
-use crate::sync::{fence, Arc, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+use crate::sync::AtomicUsize;
+use crate::sync::{fence, Arc, AtomicBool, AtomicPtr, Ordering};
 
 /// A job another thread hands an executor: runs once, on its thread.
 pub type Job = Box<dyn FnOnce() + Send>;
@@ -116,6 +118,7 @@ pub(crate) struct Shared {
     /// on it at most once (its `queued` flag), so it is bounded by the tasks.
     remote_wakes: AtomicPtr<TaskHeader>,
     /// Senders waiting for room in the mailbox.
+    #[cfg(not(loom))]
     waiting_senders: AtomicUsize,
     #[cfg(not(loom))]
     room: tokio::sync::Notify,
@@ -344,6 +347,7 @@ impl Executor {
             parker,
             closed: AtomicBool::new(false),
             remote_wakes: AtomicPtr::new(std::ptr::null_mut()),
+            #[cfg(not(loom))]
             waiting_senders: AtomicUsize::new(0),
             #[cfg(not(loom))]
             room: tokio::sync::Notify::new(),

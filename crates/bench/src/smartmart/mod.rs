@@ -37,6 +37,12 @@
 //!   submitting interactions with `Database::run_blocking` back to back.
 //!   For Figure 12's scale-up, as in the seed, k = workers sections and
 //!   the carts get one executor per worker in both deployments.
+//!
+//! Besides the figures, the idle CPU of an idle node (issue 22): each
+//! deployment built alone as the 8-section Delay rows build it, warmed up
+//! with half a second of Delay interactions, then left without load while
+//! the process's CPU time is read around the window (`getrusage`, every
+//! thread); goal under 5% of a core.
 
 pub mod app;
 pub mod demo;
@@ -62,7 +68,7 @@ pub use workload::{Order, OrderGenerator, SectionChoice};
 use crate::engine::GoalCheck;
 use crate::harness::{measure, MeasureSpec, Measurement, TxnOutcome};
 use crate::results::{BenchReport, LatencyUs, Row, WrittenFiles};
-use crate::sys::CpuSample;
+use crate::sys::{measure_own_cpu, CpuSample};
 
 pub const BENCHMARK_NAME: &str = "smartmart";
 pub const MAX_SECONDS_PER_ROW: f64 = 3600.0;
@@ -77,6 +83,12 @@ const ORDER_POOL: usize = 256;
 const PING_SAMPLES: usize = 2_000;
 const WARMUP_FRACTION: f64 = 0.1;
 const MAX_TRACKED_NS: u64 = 60_000_000_000;
+/// Longest idle window of the idle-CPU measurement.
+pub const MAX_IDLE_SECONDS: f64 = 60.0;
+/// Delay interactions run before the idle window (at least
+/// [`IDLE_WARMUP_INTERACTIONS`]), so that every executor has been active.
+const IDLE_WARMUP: Duration = Duration::from_millis(500);
+const IDLE_WARMUP_INTERACTIONS: u64 = 4;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ConfigError {
@@ -98,6 +110,8 @@ pub enum ConfigError {
     Delay,
     #[error("items per section must be at least the largest order and at most 1048576")]
     ItemsPerSection,
+    #[error("the idle window must be a number of seconds in [0, {MAX_IDLE_SECONDS}]")]
+    Idle,
     #[error("nothing to measure")]
     Empty,
 }
@@ -113,6 +127,8 @@ pub enum Figure {
     Workers,
     /// Throughput against the zipf constant over store sections.
     Skew,
+    /// Not a figure of the seed: the CPU an idle node burns (issue 22).
+    Idle,
 }
 
 impl Figure {
@@ -122,6 +138,7 @@ impl Figure {
             Figure::Speedup => "fig9-speedup",
             Figure::Workers => "fig12-workers",
             Figure::Skew => "fig12-skew",
+            Figure::Idle => "idle-cpu",
         }
     }
 }
@@ -156,6 +173,9 @@ pub struct SmartMartBenchConfig {
     pub zipf_order_size: usize,
     pub load_threads: usize,
     pub seed: u64,
+    /// Seconds the idle node sits without load while its CPU is measured
+    /// (0: no idle measurement).
+    pub idle_seconds: f64,
 }
 
 impl SmartMartBenchConfig {
@@ -182,6 +202,7 @@ impl SmartMartBenchConfig {
             zipf_order_size: 32,
             load_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
             seed: 0x5A_11_3A_27,
+            idle_seconds: 2.0,
         }
     }
 
@@ -228,6 +249,12 @@ impl SmartMartBenchConfig {
         }
         if self.repetitions == 0 {
             return Err(ConfigError::Repetitions);
+        }
+        if !(self.idle_seconds.is_finite()
+            && self.idle_seconds >= 0.0
+            && self.idle_seconds <= MAX_IDLE_SECONDS)
+        {
+            return Err(ConfigError::Idle);
         }
         if !(self.delay_ms.is_finite() && self.delay_ms > 0.0 && self.delay_ms <= 1000.0) {
             return Err(ConfigError::Delay);
@@ -358,9 +385,49 @@ impl SmartMartBenchConfig {
         groups
     }
 
-    /// Rows measured.
+    /// Rows measured (the idle-CPU rows not counted: [`Self::idle_rows`]).
     pub fn measured_rows(&self) -> usize {
         self.plan().iter().map(|g| g.members.len()).sum()
+    }
+
+    /// Idle-CPU rows: one per deployment, unless the idle window is 0.
+    pub fn idle_rows(&self) -> usize {
+        if self.idle_seconds > 0.0 {
+            DeploymentKind::BOTH.len()
+        } else {
+            0
+        }
+    }
+
+    /// The database of the 8-section Delay rows, as [`run`] builds it for
+    /// them: (order size, data). The same store shape, history length and
+    /// executors even when this run measures no Delay rows (then orders of
+    /// `max(delay order size, 8)` items).
+    fn delay_store(&self) -> (usize, u32, DataConfig) {
+        let plan = self.plan();
+        let delay = plan.iter().find(|g| {
+            g.delay
+                && g.members.iter().any(|m| {
+                    m.choice
+                        == SectionChoice::Fixed {
+                            sections: STORE_SECTIONS,
+                        }
+                })
+        });
+        let order_size = delay.map_or(self.delay_order_size.max(STORE_SECTIONS), |g| g.order_size);
+        let window = delay.map_or(self.window, |g| g.window);
+        let store = delay.map_or((1, self.items_per_section), |g| g.store(self));
+        let history_len = plan
+            .iter()
+            .filter(|g| g.store(self) == store)
+            .map(|g| g.window)
+            .max()
+            .unwrap_or(window);
+        (
+            order_size,
+            window,
+            self.data_config(history_len, store.0, store.1),
+        )
     }
 
     fn data_config(&self, history_len: u32, carts: usize, items_per_section: u32) -> DataConfig {
@@ -493,6 +560,8 @@ pub fn run(
         total_rows: config.measured_rows(),
         done_rows: 0,
     };
+    // The idle node first, while no other database lives in the process.
+    report.rows.extend(bench.idle_cpu_rows()?);
     let plan = config.plan();
     // One pair of databases per store shape, built when first needed and
     // dropped before the next (the single-worker figures first).
@@ -543,11 +612,94 @@ fn figure_rank(row: &Row) -> usize {
         Some(f) if f == Figure::Window.name() => 0,
         Some(f) if f == Figure::Speedup.name() => 1,
         Some(f) if f == Figure::Workers.name() => 2,
+        Some(f) if f == Figure::Idle.name() => 4,
         _ => 3,
     }
 }
 
 impl Bench<'_> {
+    /// The idle CPU of an idle node, per deployment: the 8-section Delay
+    /// rows' database, built alone (the only one in the process), warmed up
+    /// with Delay interactions on 8 sections so every executor has run
+    /// transactions, then measured without load over `idle_seconds`: the
+    /// CPU time of the whole process (`getrusage`), as a percentage of one
+    /// core.
+    fn idle_cpu_rows(&self) -> anyhow::Result<Vec<Row>> {
+        let config = self.config;
+        if config.idle_seconds <= 0.0 {
+            return Ok(Vec::new());
+        }
+        let (order_size, window, data) = config.delay_store();
+        let choice = SectionChoice::Fixed {
+            sections: STORE_SECTIONS,
+        };
+        let mut rows = Vec::new();
+        for kind in DeploymentKind::BOTH {
+            let mart = SmartMart::new(kind, &data)
+                .with_context(|| format!("building the {} SmartMart (idle node)", kind.name()))?;
+            let generator = OrderGenerator::new(
+                order_size,
+                choice,
+                data.sections,
+                data.items_per_section,
+                window,
+                self.delay_iterations,
+            )?;
+            let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x1D1E);
+            let probe = Arc::new(Probe::default());
+            let started = Instant::now();
+            let mut interactions = 0u64;
+            while interactions < IDLE_WARMUP_INTERACTIONS || started.elapsed() < IDLE_WARMUP {
+                let order = Arc::new(generator.next(&mut rng));
+                mart.interaction(0, &order, &probe)
+                    .context("warming up the idle node")?;
+                interactions += 1;
+            }
+            let warmup_s = started.elapsed().as_secs_f64();
+            let idle = measure_own_cpu(Duration::from_secs_f64(config.idle_seconds))
+                .context("reading this process's CPU time (getrusage)")?;
+            drop(mart);
+            let pct = idle.percent_of_core();
+            let threads: Vec<String> = idle
+                .busiest_threads
+                .iter()
+                .take(4)
+                .map(|(name, ms)| format!("{name} {ms:.0} ms"))
+                .collect();
+            println!(
+                "idle node, {:<5} deployment (8 sections, Delay): {:.2}% of a core over {:.2} s \
+                 ({:.1} ms CPU) after {interactions} interactions in {warmup_s:.2} s{}",
+                kind.name(),
+                pct,
+                idle.wall.as_secs_f64(),
+                idle.cpu.as_secs_f64() * 1e3,
+                if threads.is_empty() {
+                    String::new()
+                } else {
+                    format!("; busiest threads: {}", threads.join(", "))
+                }
+            );
+            rows.push(
+                Row::new("roost", kind.name())
+                    .with_param("figure", Figure::Idle.name())
+                    .with_param("order_size", order_size as u64)
+                    .with_param("sections", STORE_SECTIONS as u64)
+                    .with_param("section_choice", choice.name())
+                    .with_param("window", u64::from(window))
+                    .with_param("delay_ms", config.delay_ms)
+                    .with_param("workers", 1u64)
+                    .with_param("items_per_section", u64::from(data.items_per_section))
+                    .with_extra("idle_cpu_pct_of_core", round3(pct))
+                    .with_extra("idle_cpu_ms", round3(idle.cpu.as_secs_f64() * 1e3))
+                    .with_extra("idle_window_s", round3(idle.wall.as_secs_f64()))
+                    .with_extra("warmup_interactions", interactions)
+                    .with_extra("warmup_s", round3(warmup_s))
+                    .with_extra("idle_busiest_threads", threads),
+            );
+        }
+        Ok(rows)
+    }
+
     fn build(&self, data: &DataConfig) -> anyhow::Result<Marts> {
         let mut marts = Vec::new();
         for kind in DeploymentKind::BOTH {
@@ -761,6 +913,10 @@ impl Bench<'_> {
         row.abort_rate = median.abort_rate;
         row
     }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -29,6 +29,8 @@ pub const SEED_SPEEDUPS_AT_8: [(&str, f64); 4] = [
 pub const BUSY_MACHINE_SHARE: f64 = 0.10;
 /// The seed's commit cost per interaction, Size 8 (sync, async), in µs.
 pub const SEED_COMMIT_US: (f64, f64) = (68.2, 93.8);
+/// Issue 22's goal: an idle node (no load) burns under 5% of one core.
+pub const IDLE_CPU_GOAL_PCT: f64 = 5.0;
 
 fn of_figure(rows: &[Row], figure: Figure) -> Vec<&Row> {
     rows.iter()
@@ -112,8 +114,51 @@ pub fn summary_text(rows: &[Row]) -> String {
     workers_table(&mut out, rows);
     skew_table(&mut out, rows);
     commit_lines(&mut out, rows);
+    idle_lines(&mut out, rows);
     contention_lines(&mut out, rows);
     out
+}
+
+/// The idle-CPU rows with their percentage of a core.
+fn idle_measurements(rows: &[Row]) -> Vec<(&Row, f64)> {
+    of_figure(rows, Figure::Idle)
+        .into_iter()
+        .filter_map(|r| Some((r, extra_f64(r, "idle_cpu_pct_of_core")?)))
+        .collect()
+}
+
+/// The idle node's CPU per deployment, with its busiest threads.
+fn idle_lines(out: &mut String, rows: &[Row]) {
+    let idle = idle_measurements(rows);
+    if idle.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "idle CPU of an idle node (the 8-section Delay database alone, after a warm-up of Delay interactions; \
+         whole process, percent of one core; goal < {IDLE_CPU_GOAL_PCT}%):"
+    );
+    for (row, pct) in idle {
+        let threads = row
+            .extra
+            .get("idle_busiest_threads")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| "none above one clock tick".to_owned());
+        let _ = writeln!(
+            out,
+            "  {:<5} {pct:>6.2}% over {} s ({} ms CPU; busiest threads: {threads})",
+            row.variant,
+            fmt_opt(extra_f64(row, "idle_window_s"), 2),
+            fmt_opt(extra_f64(row, "idle_cpu_ms"), 1),
+        );
+    }
 }
 
 /// How much other processes disturbed the measurements.
@@ -394,7 +439,28 @@ pub fn evaluate_goals(rows: &[Row]) -> Vec<GoalCheck> {
             pass: None,
         },
     };
-    vec![delay, one]
+    let idle_goal = format!("idle CPU of an idle node < {IDLE_CPU_GOAL_PCT}% of a core (8 sections, Delay database; every deployment)");
+    let idle = idle_measurements(rows);
+    let idle = match idle.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+        Some((worst_row, worst)) => GoalCheck {
+            goal: idle_goal,
+            measured: format!(
+                "worst {worst:.2}% ({}); {}",
+                worst_row.variant,
+                idle.iter()
+                    .map(|(r, pct)| format!("{} {pct:.2}%", r.variant))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            pass: Some(*worst < IDLE_CPU_GOAL_PCT),
+        },
+        None => GoalCheck {
+            goal: idle_goal,
+            measured: "not measured in this run".into(),
+            pass: None,
+        },
+    };
+    vec![delay, one, idle]
 }
 
 pub fn goal_lines(goals: &[GoalCheck]) -> String {
@@ -451,6 +517,17 @@ pub fn markdown_notes(
          (calibrated once to ~{} ms on one idle thread; CPU work, not a sleep).",
         config.delay_ms
     ));
+    if config.idle_seconds > 0.0 {
+        notes.push(format!(
+            "- Idle CPU (rows `idle-cpu`, measured first, alone in the process): each deployment's database built \
+             as for the 8-section Delay rows, {} s of Delay interactions on 8 sections (at least {} interactions), \
+             then {} s without any load; the process's CPU time (user + system, every thread; `getrusage`) over \
+             that window as a percentage of one core, the busiest threads from `/proc/self/task/*/stat`.",
+            super::IDLE_WARMUP.as_secs_f64(),
+            super::IDLE_WARMUP_INTERACTIONS,
+            config.idle_seconds
+        ));
+    }
     notes.push(
         "- Throughput: committed interactions per second; latency: per interaction, retries included; \
          abort rate: conflict retries / attempts (the reactor layer retries conflicts itself; each attempt is \
@@ -699,6 +776,28 @@ mod tests {
         assert_eq!(goals[0].pass, Some(true), "{goals:?}");
         assert_eq!(goals[1].pass, Some(false), "{goals:?}");
         assert!(goals[1].measured.contains("worst 0.85x (Size 64)"));
+        assert_eq!(goals[2].pass, None, "no idle rows: {goals:?}");
+        let idle = |kind: DeploymentKind, pct: f64| {
+            row(kind, Figure::Idle, 8, 8, true, None)
+                .with_extra("idle_cpu_pct_of_core", pct)
+                .with_extra("idle_window_s", 2.0)
+                .with_extra("idle_cpu_ms", pct * 20.0)
+                .with_extra("idle_busiest_threads", vec!["exec-1 30 ms".to_owned()])
+        };
+        let mut with_idle = rows.clone();
+        with_idle.extend([idle(s, 0.5), idle(a, 1.5)]);
+        let goals = evaluate_goals(&with_idle);
+        assert_eq!(goals[2].pass, Some(true), "{goals:?}");
+        assert!(
+            goals[2].measured.contains("worst 1.50% (async)"),
+            "{goals:?}"
+        );
+        with_idle.push(idle(a, 5.0));
+        assert_eq!(evaluate_goals(&with_idle)[2].pass, Some(false));
+        let text = summary_text(&with_idle);
+        assert!(text.contains("exec-1 30 ms"), "{text}");
+        // Idle rows are not Figure 9 rows.
+        assert_eq!(speedup_series(&with_idle), speedup_series(&rows));
         let none = evaluate_goals(&[]);
         assert!(none.iter().all(|g| g.pass.is_none()));
         let text = summary_text(&rows);

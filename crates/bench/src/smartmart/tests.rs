@@ -184,6 +184,7 @@ fn tiny_config() -> SmartMartBenchConfig {
         zipf_order_size: 8,
         load_threads: 2,
         seed: 1,
+        idle_seconds: 0.1,
     }
 }
 
@@ -198,6 +199,16 @@ fn defaults_match_the_issue() {
     assert_eq!(full.workers, vec![1, 2, 4]);
     assert_eq!(full.zipf_thetas, vec![0.01, 0.5, 0.99, 2.0, 5.0]);
     assert_eq!(full.window, 150);
+    assert_eq!(full.idle_seconds, 2.0);
+    assert_eq!(full.idle_rows(), 2);
+    let (order_size, window, data) = full.delay_store();
+    assert_eq!((order_size, window), (8, 150));
+    assert_eq!((data.sections, data.carts, data.cart_executors), (8, 1, 1));
+    assert_eq!(data.items_per_section, full.items_per_section);
+    assert_eq!(
+        data.history_len, 300,
+        "max window over the rows on that store"
+    );
     assert_eq!(full.measured_rows(), 24 + 32 + 10 + 9);
     let quick = SmartMartBenchConfig::quick();
     assert!(quick.validate().is_ok());
@@ -247,6 +258,18 @@ fn bad_configs_are_errors() {
             delay_ms: 0.0,
             ..tiny_config()
         },
+        SmartMartBenchConfig {
+            idle_seconds: -1.0,
+            ..tiny_config()
+        },
+        SmartMartBenchConfig {
+            idle_seconds: f64::NAN,
+            ..tiny_config()
+        },
+        SmartMartBenchConfig {
+            idle_seconds: MAX_IDLE_SECONDS + 1.0,
+            ..tiny_config()
+        },
     ];
     for config in bad {
         assert!(config.validate().is_err(), "{config:?}");
@@ -261,8 +284,29 @@ fn end_to_end_tiny_run_writes_every_row() {
     let run = run(&config, &out, "roost bench smartmart --test").expect("bench runs");
     let json = std::fs::read_to_string(&run.files.json).expect("json written");
     let parsed: BenchReport = serde_json::from_str(&json).expect("json parses");
-    assert_eq!(parsed.rows.len(), config.measured_rows());
-    for row in &parsed.rows {
+    assert_eq!(
+        parsed.rows.len(),
+        config.measured_rows() + config.idle_rows()
+    );
+    let (idle, measured): (Vec<&Row>, Vec<&Row>) = parsed
+        .rows
+        .iter()
+        .partition(|r| r.param_str("figure") == Some(Figure::Idle.name()));
+    assert_eq!(idle.len(), 2);
+    for row in idle {
+        // Other tests share this process, so only plausibility: a real,
+        // finite reading of at most every core for the whole window.
+        let pct = row.extra["idle_cpu_pct_of_core"].as_f64().expect("pct");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(
+            pct.is_finite() && pct >= 0.0 && pct <= 100.0 * cores as f64 + 10.0,
+            "{row:?}"
+        );
+        assert!(row.extra["idle_window_s"].as_f64().unwrap() >= 0.1);
+        assert!(row.extra["warmup_interactions"].as_u64().unwrap() >= 4);
+        assert_eq!(row.param_u64("sections"), Some(8));
+    }
+    for row in measured {
         assert!(row.throughput_tps > 0.0, "{row:?}");
         assert!(["sync", "async"].contains(&row.variant.as_str()));
         if row.variant == "async" {
@@ -270,7 +314,7 @@ fn end_to_end_tiny_run_writes_every_row() {
         }
         assert!(row.extra.contains_key("commit_cost_us"));
     }
-    assert_eq!(run.goals.len(), 2);
+    assert_eq!(run.goals.len(), 3);
     assert!(
         run.goals.iter().all(|g| g.pass.is_some()),
         "{:?}",
@@ -278,6 +322,7 @@ fn end_to_end_tiny_run_writes_every_row() {
     );
     let md = std::fs::read_to_string(&run.files.markdown).expect("md written");
     assert!(md.contains("Figure 9"), "{md}");
+    assert!(md.contains("idle CPU of an idle node"), "{md}");
     assert!(md.contains("[[containers]]"), "deployments in the notes");
     assert!(run.plot.is_some_and(|p| p.exists()));
     std::fs::remove_dir_all(&out).expect("clean up");

@@ -131,6 +131,8 @@ pub(crate) struct Container {
 }
 
 pub(crate) struct DbShared {
+    /// Tells this database's executors from another's on a thread.
+    pub(crate) db_id: u64,
     pub(crate) schema: Schema,
     pub(crate) deployment: Deployment,
     pub(crate) containers: Vec<Container>,
@@ -183,6 +185,8 @@ impl Database {
         config: EngineConfig,
     ) -> Result<Self, DeploymentError> {
         deployment.validate(&schema)?;
+        static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
+        let db_id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
         let engine = Engine::new(config);
         let mut containers = Vec::new();
         let mut executors = Vec::new();
@@ -206,6 +210,7 @@ impl Database {
             for _ in 0..spec.executors {
                 own.push(executors.len());
                 let handle = ExecutorHandle::spawn(
+                    db_id,
                     executors.len(),
                     engine.clone(),
                     deployment.max_active_transactions,
@@ -243,6 +248,7 @@ impl Database {
             .collect();
         Ok(Database {
             shared: Arc::new(DbShared {
+                db_id,
                 schema,
                 deployment,
                 containers,
@@ -372,10 +378,40 @@ impl Database {
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
         let (executor, job, result) = self.prepare(reactor, None, procedure)?;
-        if !self.shared.executors[executor].submit(job).await {
+        if self.shared.executors[executor].is_current() {
+            // Called by a task of the executor that serves the reactor (a
+            // connection served there): no hand-off; a transaction that does
+            // not wait commits within this call.
+            job();
+        } else if !self.shared.executors[executor].submit(job).await {
             return Err(ReactorError::Shutdown);
         }
         result.await.unwrap_or(Err(ReactorError::Shutdown))
+    }
+
+    /// This database's executors (indexes for [`run_on_executor`](Self::run_on_executor)).
+    pub fn executor_count(&self) -> usize {
+        self.shared.executors.len()
+    }
+
+    /// Runs `job` on executor `executor`'s thread (for example to serve a
+    /// connection there, whose transactions then run without a hand-off),
+    /// waiting while its mailbox is full.
+    pub async fn run_on_executor(
+        &self,
+        executor: usize,
+        job: impl FnOnce() + Send + 'static,
+    ) -> Result<(), ReactorError> {
+        let handle = self
+            .shared
+            .executors
+            .get(executor)
+            .ok_or(ReactorError::Shutdown)?;
+        if handle.submit(Box::new(job)).await {
+            Ok(())
+        } else {
+            Err(ReactorError::Shutdown)
+        }
     }
 
     /// The blocking facade of [`Database::run`], for callers that are not
@@ -442,7 +478,15 @@ impl Database {
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
         let (_, container) = self.shared.reactor_entry(reactor)?;
-        let executor = self.shared.route(container as usize, reactor);
+        // On one of the container's own executors, the transaction stays
+        // there: serving it where the caller is costs no hand-off.
+        let executor = crate::executor::current_executor(self.shared.db_id)
+            .filter(|e| {
+                self.shared.containers[container as usize]
+                    .executors
+                    .contains(e)
+            })
+            .unwrap_or_else(|| self.shared.route(container as usize, reactor));
         let (reply, result) = oneshot::channel();
         let shared = Arc::clone(&self.shared);
         let procedure = Arc::new(procedure);

@@ -46,6 +46,8 @@ pub(crate) struct Participant {
 pub(crate) const PRESENT_MEMO_LIMIT: usize = 16;
 
 pub(crate) struct ExecutorLocal {
+    /// The database this executor belongs to (`DbShared::db_id`).
+    pub(crate) db_id: u64,
     pub(crate) executor: usize,
     pub(crate) admission: Rc<Semaphore>,
     participants: HashMap<u64, Rc<Participant>>,
@@ -61,6 +63,19 @@ const CONTEXT_POOL_LIMIT: usize = 256;
 
 thread_local! {
     static LOCAL: RefCell<Option<ExecutorLocal>> = const { RefCell::new(None) };
+}
+
+/// The executor of database `db_id` running on this thread, if any.
+pub(crate) fn current_executor(db_id: u64) -> Option<usize> {
+    LOCAL
+        .try_with(|local| {
+            local
+                .try_borrow()
+                .ok()
+                .and_then(|l| l.as_ref().filter(|l| l.db_id == db_id).map(|l| l.executor))
+        })
+        .ok()
+        .flatten()
 }
 
 pub(crate) fn with_local<R>(f: impl FnOnce(&mut ExecutorLocal) -> R) -> R {
@@ -151,6 +166,7 @@ pub(crate) struct ExecutorHandle {
 
 impl ExecutorHandle {
     pub(crate) fn spawn(
+        db_id: u64,
         executor: usize,
         engine: Engine,
         max_active: usize,
@@ -173,6 +189,7 @@ impl ExecutorHandle {
             move || {
                 LOCAL.with(|local| {
                     *local.borrow_mut() = Some(ExecutorLocal {
+                        db_id,
                         executor,
                         admission: Rc::new(Semaphore::new(max_active)),
                         participants: HashMap::new(),
@@ -231,11 +248,21 @@ impl ExecutorHandle {
         self.remote.request_stop();
     }
 
+    /// Stops the executor and waits for its thread, unless called on that
+    /// thread (the last holder of a database may be one of its tasks).
     pub(crate) fn stop(&mut self) {
         self.request_stop();
+        if self.remote.is_current() {
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+
+    /// Whether the calling thread is this executor's.
+    pub(crate) fn is_current(&self) -> bool {
+        self.remote.is_current()
     }
 }
 

@@ -19,8 +19,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::commands::{
     self, arity_ok, command_docs, command_info, lookup, lookup_index, unknown_command, wrong_arity,
@@ -69,7 +68,10 @@ struct Connection<'a> {
     tally: Tally,
 }
 
-pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShared) {
+pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    shared: &ServerShared,
+) {
     let config = &shared.config;
     let user = (!config.auth_required()).then(|| ("default".to_owned(), Access::ReadWrite));
     let mut conn = Connection {
@@ -149,16 +151,32 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, shared: &ServerShare
         if input.capacity() - input.len() < READ_CHUNK_BYTES / 2 {
             input.reserve(READ_CHUNK_BYTES);
         }
-        match stream.read_buf(&mut input).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        // A server that stops closes its connections here, between
+        // requests (connections served on executors outlive the listener's
+        // runtime otherwise).
+        let stopping = shared.stopping.notified();
+        let mut stopping = std::pin::pin!(stopping);
+        stopping.as_mut().enable();
+        if shared.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        tokio::select! {
+            read = stream.read_buf(&mut input) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+            () = stopping => return,
         }
     }
 }
 
 /// Writes the buffered replies (false if the client is gone); a buffer grown
 /// past the limit by one large reply is given back.
-async fn write_replies(stream: &mut TcpStream, out: &mut Vec<u8>, shared: &ServerShared) -> bool {
+async fn write_replies<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    out: &mut Vec<u8>,
+    shared: &ServerShared,
+) -> bool {
     shared.stats.note_reply_buffer(out.len());
     let written = stream.write_all(out).await.is_ok();
     out.clear();

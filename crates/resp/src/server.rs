@@ -2,7 +2,7 @@
 //! runtime.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -42,6 +42,22 @@ pub(crate) struct ServerShared {
     pub(crate) stats: Arc<Stats>,
     pub(crate) next_client_id: AtomicU64,
     pub(crate) port: u16,
+    /// Set (and `stopping` notified) when the server stops: connections
+    /// served on the database's executors close at their next read.
+    pub(crate) stopped: AtomicBool,
+    pub(crate) stopping: tokio::sync::Notify,
+    /// Round-robin over the executors that serve connections.
+    next_executor: AtomicUsize,
+}
+
+/// Tells the connections the server has stopped, when `serve` ends.
+struct StopConnections(Arc<ServerShared>);
+
+impl Drop for StopConnections {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::Release);
+        self.0.stopping.notify_waiters();
+    }
 }
 
 /// What the application plugs into a server.
@@ -133,6 +149,47 @@ pub struct Server {
     shared: Arc<ServerShared>,
 }
 
+/// Hands a connection to one of the database's executors (round-robin),
+/// which then reads it, runs its commands and writes its replies on one
+/// thread: a command on a key served there pays no hand-off at all.
+async fn serve_on_executor(stream: tokio::net::TcpStream, shared: &Arc<ServerShared>) {
+    let gone = || {
+        shared
+            .stats
+            .connected_clients
+            .fetch_sub(1, Ordering::AcqRel);
+    };
+    let Ok(stream) = stream.into_std() else {
+        return gone();
+    };
+    let db = shared.store.database();
+    let executor = shared.next_executor.fetch_add(1, Ordering::Relaxed) % db.executor_count();
+    let conn_shared = Arc::clone(shared);
+    let sent = db
+        .run_on_executor(executor, move || {
+            let shared = conn_shared;
+            match roost_exec::net::TcpStream::from_std(stream) {
+                Ok(stream) => roost_exec::spawn(async move {
+                    serve_connection(stream, &shared).await;
+                    shared
+                        .stats
+                        .connected_clients
+                        .fetch_sub(1, Ordering::AcqRel);
+                }),
+                Err(_) => {
+                    shared
+                        .stats
+                        .connected_clients
+                        .fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        })
+        .await;
+    if sent.is_err() {
+        gone();
+    }
+}
+
 /// Aborts a spawned task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -208,6 +265,9 @@ impl Server {
                 stats,
                 next_client_id: AtomicU64::new(1),
                 port,
+                stopped: AtomicBool::new(false),
+                stopping: tokio::sync::Notify::new(),
+                next_executor: AtomicUsize::new(0),
             }),
         })
     }
@@ -230,6 +290,7 @@ impl Server {
             metrics,
             shared,
         } = self;
+        let _stop_connections = StopConnections(Arc::clone(&shared));
         let _metrics = metrics.map(|metrics| {
             AbortOnDrop(tokio::spawn(crate::metrics::serve(
                 metrics,
@@ -260,6 +321,12 @@ impl Server {
                 continue;
             }
             let _ = stream.set_nodelay(true);
+            if shared.site_counters.is_none() {
+                serve_on_executor(stream, &shared).await;
+                continue;
+            }
+            // With sites, BC.* commands wait on the sites' links, which live
+            // on this runtime: such a server keeps its connections here.
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
                 serve_connection(stream, &shared).await;

@@ -357,6 +357,11 @@ impl Store {
 
     /// Makes this keyspace a site's: its procedures' bounded counters are
     /// then the site's rows. Once only.
+    /// The keyspace's database (its executors serve connections).
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
+    }
+
     pub(crate) fn attach_sites(&self, sites: Arc<dyn SiteCounters>) -> Result<(), String> {
         self.shared
             .sites

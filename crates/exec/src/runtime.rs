@@ -631,6 +631,12 @@ impl Looper<'_> {
     /// Spins until work shows up (true) or `budget` passes (false).
     fn spin(&mut self, budget: Duration) -> bool {
         let start = Instant::now();
+        // Sockets first: a turn looks at them only now and then, and events
+        // already waiting should not wait for the first spin period.
+        #[cfg(not(loom))]
+        if self.local.io.has_sources() && self.local.io.poll(Some(Duration::ZERO)) {
+            return true;
+        }
         #[cfg(not(loom))]
         let mut last_io_poll = start;
         loop {

@@ -251,6 +251,7 @@ impl AsyncWrite for TcpStream {
 mod tests {
     use super::*;
     use crate::runtime::{spawn, Config, Executor, Job, Spin};
+    use std::io::Read;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --bin roost
-all=(engine smartmart smartmart-goals transport resp escrow bcounter commit_path)
+all=(engine smartmart smartmart-goals transport resp escrow bcounter commit_path call_cost)
 chosen=("$@")
 [ "${#chosen[@]}" -gt 0 ] || chosen=("${all[@]}")
 for b in "${chosen[@]}"; do
@@ -18,13 +18,21 @@ for b in "${chosen[@]}"; do
     smartmart) target/release/roost bench smartmart --out bench/results ;;
     smartmart-goals) target/release/roost bench smartmart --goals --out bench/results/smartmart-goals ;;
     transport) target/release/roost bench transport --reps 5 ;;
-    resp) target/release/roost bench resp --reps 41 ;;
+    resp) target/release/roost bench resp ;;
     escrow) target/release/roost bench escrow ;;
     bcounter) scripts/bcounter-bench.sh ;;
     commit_path)
       echo "commit_path: cargo bench -p roost-storage --bench commit_path -- --quick;" \
         "copy criterion's estimates into bench/results/commit_path.md by hand"
       cargo bench -p roost-storage --bench commit_path -- --quick ;;
+    call_cost)
+      cargo build --release -p roost-reactor --example call_cost
+      {
+        printf '# call_cost\n\n```\ncargo run --release -p roost-reactor --example call_cost   # three times in a row\n```\n\n'
+        printf 'git rev `%s` · %s cores · started %s\n\n```\n' "$(git rev-parse HEAD)" "$(nproc)" "$(date -u +%FT%TZ)"
+        for _ in 1 2 3; do target/release/examples/call_cost; done
+        printf '```\n'
+      } > bench/results/call_cost.md ;;
     *) echo "unknown benchmark $b (one of: ${all[*]})" >&2; exit 2 ;;
   esac
 done

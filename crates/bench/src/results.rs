@@ -397,6 +397,22 @@ fn civil_from_days(days_since_epoch: u64) -> (u64, u64, u64) {
     (year, month, day)
 }
 
+/// The median of the finite values (the mean of the middle two for an even
+/// count); `None` if there are none.
+pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    Some(if sorted.len() % 2 == 0 {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    } else {
+        sorted[mid]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
-use roost_bench::results::{BenchReport, LatencyUs, Row};
+use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::sys::ProcessCpu;
 use roost_cluster::process::die_with_parent;
 
@@ -373,22 +373,6 @@ fn measure(
         result,
         cpu_us_per_request: cpu_us.map(|us| us / workload.requests as f64),
         cores: cpu_us.map(|us| us / 1e6 / wall.as_secs_f64().max(1e-9)),
-    })
-}
-
-/// The median (the mean of the middle two for an even count) of the finite
-/// values; `None` if there are none.
-fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    } else {
-        sorted[mid]
     })
 }
 

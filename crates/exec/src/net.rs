@@ -20,8 +20,11 @@ use crate::park::WAKE_TOKEN;
 pub const MAX_SOURCES: usize = 1 << 20;
 const EVENTS_PER_POLL: usize = 256;
 
-#[derive(Default)]
 struct Readiness {
+    /// False once a read came back short (the receive queue was drained)
+    /// or would block, until the next readable edge: the read that would
+    /// only say "would block" is skipped, a system call per request.
+    readable: Cell<bool>,
     read_waker: RefCell<Option<Waker>>,
     write_waker: RefCell<Option<Waker>>,
 }
@@ -71,6 +74,7 @@ impl IoDriver {
                     continue;
                 };
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
+                    ready.readable.set(true);
                     wakers.extend(ready.read_waker.borrow_mut().take());
                 }
                 if event.is_writable() || event.is_write_closed() || event.is_error() {
@@ -110,7 +114,11 @@ impl IoDriver {
             self.free.borrow_mut().push(index);
             return Err(e);
         }
-        let ready = Rc::new(Readiness::default());
+        let ready = Rc::new(Readiness {
+            readable: Cell::new(true),
+            read_waker: RefCell::new(None),
+            write_waker: RefCell::new(None),
+        });
         self.sources.borrow_mut()[index] = Some(Rc::clone(&ready));
         self.live.set(self.live.get() + 1);
         Ok((token, ready))
@@ -178,9 +186,15 @@ impl AsyncRead for TcpStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.ready.readable.get() {
+            *this.ready.read_waker.borrow_mut() = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
         loop {
-            // Edge-triggered: read until the kernel says it would block,
-            // and only then wait for the next edge.
+            // Edge-triggered: wait for the next edge only once the receive
+            // queue is known to be empty (a short read, or would-block).
+            // Events are taken on this thread only, between polls, so an
+            // edge for data that came after this read is not missed.
             // Straight into the spare capacity: zeroing it first (what
             // `initialize_unfilled` does) cost a memset of the whole read
             // buffer per read.
@@ -202,12 +216,19 @@ impl AsyncRead for TcpStream {
             };
             match result {
                 Ok(n) => {
+                    // A TCP read shorter than the room offered took all
+                    // that was queued. (0 is the end of the stream: stays
+                    // readable, so later reads see it again.)
+                    if n > 0 && n < unfilled.len() {
+                        this.ready.readable.set(false);
+                    }
                     // SAFETY: recv wrote these `n` bytes.
                     unsafe { buf.assume_init(n) };
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    this.ready.readable.set(false);
                     *this.ready.read_waker.borrow_mut() = Some(cx.waker().clone());
                     return Poll::Pending;
                 }

@@ -984,27 +984,12 @@ fn with_speedup(row: Row, sync: &[RepResult], this: &[RepResult]) -> Row {
         .filter(|(s, _)| s.throughput_tps > 0.0)
         .map(|(s, t)| t.throughput_tps / s.throughput_tps)
         .collect();
-    match median_f64(&ratios) {
+    match crate::results::median(ratios.iter().copied()) {
         Some(speedup) => row
             .with_extra("speedup", speedup)
             .with_extra("repetitions_speedup", ratios),
         None => row,
     }
-}
-
-/// The median (the mean of the middle two for an even count).
-fn median_f64(values: &[f64]) -> Option<f64> {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 {
-        (sorted[mid - 1] + sorted[mid]) / 2.0
-    } else {
-        sorted[mid]
-    })
 }
 
 /// A distinct, reproducible seed per group, repetition and worker; the same

@@ -347,8 +347,8 @@ fn speedup_is_the_median_of_paired_ratios() {
     let row = with_speedup(Row::new("roost", "async"), &sync, &this);
     let speedup = row.extra["speedup"].as_f64().unwrap();
     assert!((speedup - 1.5).abs() < 1e-12, "{speedup}");
-    assert_eq!(median_f64(&[1.0, 3.0]), Some(2.0));
-    assert_eq!(median_f64(&[f64::NAN]), None);
+    assert_eq!(crate::results::median([1.0, 3.0]), Some(2.0));
+    assert_eq!(crate::results::median([f64::NAN]), None);
     let none = with_speedup(Row::new("roost", "async"), &[rep(0.0)], &[rep(1.0)]);
     assert!(!none.extra.contains_key("speedup"));
 }

@@ -11,6 +11,7 @@
 //! - [`reactor_run`]: the scan workload against the reactor layer
 //!   (`roost check scan --reactors`).
 
+mod budget;
 pub mod checker;
 pub mod cluster_run;
 pub mod history;

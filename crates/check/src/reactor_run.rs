@@ -17,8 +17,9 @@
 //! Planted bugs reach the reactors' storage engine through
 //! `Database::with_engine_config`.
 
+use crate::budget::RunBudget;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -166,30 +167,17 @@ pub fn run_reactors(config: &ReactorRunConfig) -> Result<ReactorRun, ReactorRunE
         let done = run_txn(&db, &reactors, txn).map_err(ReactorRunError::Setup)?;
         recorder.complete(invocation, Outcome::Ok, done);
     }
-    let stop = AtomicBool::new(false);
     let barrier = Barrier::new(config.clients + 1);
-    let ops_started = AtomicU64::new(0);
-    let deadline = Duration::from_millis(config.duration_ms);
+    let budget = RunBudget::new(config.duration_ms, config.max_ops);
     let (moves, moves_starved) = (AtomicU64::new(0), AtomicU64::new(0));
     let moved = std::thread::scope(|s| {
         for process in 0..config.clients as u64 {
-            let (db, reactors, recorder, generator, stop, barrier, ops_started) = (
-                &db,
-                &reactors,
-                &recorder,
-                &generator,
-                &stop,
-                &barrier,
-                &ops_started,
-            );
+            let (db, reactors, recorder, generator, barrier, budget) =
+                (&db, &reactors, &recorder, &generator, &barrier, &budget);
             s.spawn(move || {
                 barrier.wait();
                 let start = Instant::now();
-                while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
-                    if ops_started.fetch_add(1, Ordering::Relaxed) >= config.max_ops {
-                        stop.store(true, Ordering::Relaxed);
-                        break;
-                    }
+                while budget.next_op(start) {
                     let txn = lock(generator).next_txn();
                     let invocation = recorder.invoke(process);
                     let planned = txn.planned();
@@ -209,8 +197,8 @@ pub fn run_reactors(config: &ReactorRunConfig) -> Result<ReactorRun, ReactorRunE
                 }
             });
         }
-        let (db, reactors, stop, barrier, moves, moves_starved) =
-            (&db, &reactors, &stop, &barrier, &moves, &moves_starved);
+        let (db, reactors, budget, barrier, moves, moves_starved) =
+            (&db, &reactors, &budget, &barrier, &moves, &moves_starved);
         let mover = s.spawn(move || {
             barrier.wait();
             let start = Instant::now();
@@ -218,7 +206,7 @@ pub fn run_reactors(config: &ReactorRunConfig) -> Result<ReactorRun, ReactorRunE
                 return Ok(());
             };
             let mut rng = SmallRng::seed_from_u64(config.seed ^ 0x3e5e);
-            while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
+            while budget.running(start) {
                 let shard = rng.random_range(0..reactors.len());
                 let reactor = reactors[shard];
                 let here = db

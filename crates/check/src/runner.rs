@@ -13,10 +13,10 @@
 //! generator hears every outcome, and its setup (the initial rows) is a
 //! recorded op, so every row a scan returns has a writer in the history.
 
+use crate::budget::RunBudget;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use roost_storage::{
     Engine, EngineConfig, PlantedBugs, Relation, RetryPolicy, ScanDirection, Transaction, TxError,
@@ -101,30 +101,17 @@ pub fn run_engine(config: &RunConfig) -> Result<History, RunError> {
     setup(&engine, &relation, &config.workload).map_err(|e| RunError::Setup(e.to_string()))?;
     let recorder = Recorder::new();
     let generator = Mutex::new(Generator::new(config.workload.clone(), config.seed));
-    let stop = AtomicBool::new(false);
     let barrier = Barrier::new(config.clients);
-    let ops_started = std::sync::atomic::AtomicU64::new(0);
-    let deadline = Duration::from_millis(config.duration_ms);
+    let budget = RunBudget::new(config.duration_ms, config.max_ops);
     std::thread::scope(|s| {
         for process in 0..config.clients as u64 {
-            let (engine, relation, recorder, generator, stop, barrier, ops_started) = (
-                &engine,
-                &relation,
-                &recorder,
-                &generator,
-                &stop,
-                &barrier,
-                &ops_started,
-            );
+            let (engine, relation, recorder, generator, barrier, budget) =
+                (&engine, &relation, &recorder, &generator, &barrier, &budget);
             s.spawn(move || {
                 let mut worker = engine.worker();
                 barrier.wait();
                 let start = Instant::now();
-                while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
-                    if ops_started.fetch_add(1, Ordering::Relaxed) >= config.max_ops {
-                        stop.store(true, Ordering::Relaxed);
-                        break;
-                    }
+                while budget.next_op(start) {
                     let txn = lock(generator).next_txn();
                     run_one(
                         &mut worker,
@@ -322,23 +309,16 @@ fn run_engine_scan(
             .map_err(|e| RunError::Setup(e.to_string()))?;
         recorder.complete(invocation, Outcome::Ok, done);
     }
-    let stop = AtomicBool::new(false);
     let barrier = Barrier::new(config.clients);
-    let ops_started = AtomicU64::new(0);
-    let deadline = Duration::from_millis(config.duration_ms);
+    let budget = RunBudget::new(config.duration_ms, config.max_ops);
     std::thread::scope(|s| {
         for process in 0..config.clients as u64 {
-            let (recorder, generator, stop, barrier, ops_started) =
-                (&recorder, &generator, &stop, &barrier, &ops_started);
+            let (recorder, generator, barrier, budget) = (&recorder, &generator, &barrier, &budget);
             s.spawn(move || {
                 let mut worker = engine.worker();
                 barrier.wait();
                 let start = Instant::now();
-                while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
-                    if ops_started.fetch_add(1, Ordering::Relaxed) >= config.max_ops {
-                        stop.store(true, Ordering::Relaxed);
-                        break;
-                    }
+                while budget.next_op(start) {
                     let txn = lock(generator).next_txn();
                     let outcome = run_scan_txn(&mut worker, relation, recorder, process, &txn);
                     lock(generator).finished(&txn, outcome);

@@ -18,7 +18,7 @@
 //! max_batch_commands = 64         # pipelined commands run as one root transaction
 //! keyspace_reactors = 64          # K: a key hashes to one of K reactors
 //! executors = 2                   # reactor executors (threads)
-//! io_threads = 1                  # tokio threads serving client sockets
+//! io_threads = 1                  # tokio threads: accept (and, with sites, serve) client sockets
 //! spin_before_park_us = 50        # executors' spin budgets (roost_reactor::Deployment)
 //! spin_while_active_us = 1000
 //!
@@ -94,7 +94,10 @@ pub struct Config {
     pub max_reply_buffer_bytes: usize,
     pub max_batch_commands: usize,
     pub keyspace_reactors: usize,
+    /// Reactor executors: they run the transactions and, without sites, also
+    /// serve the client connections (each on one executor's thread).
     pub executors: usize,
+    /// Tokio threads that accept connections (and, with sites, serve them).
     pub io_threads: usize,
     /// Passed to the reactor deployment (see `roost_reactor::Deployment`);
     /// `None`: the reactor layer's default.

@@ -497,6 +497,12 @@ fn drain_remote_wakes(shared: &Shared) -> Vec<Arc<TaskHeader>> {
     woken
 }
 
+/// Whether a job, a remote wake or a ready task waits (the spin's check and
+/// the park's last look).
+fn has_work(receiver: &Receiver<Message>, local: &Local) -> bool {
+    receiver.has_ready() || local.shared.has_remote_wakes() || !local.ready.borrow().is_empty()
+}
+
 struct Looper<'a> {
     local: &'a Rc<Local>,
     receiver: &'a mut Receiver<Message>,
@@ -567,9 +573,7 @@ impl Looper<'_> {
     }
 
     fn has_work(&self) -> bool {
-        self.receiver.has_ready()
-            || self.local.shared.has_remote_wakes()
-            || !self.local.ready.borrow().is_empty()
+        has_work(self.receiver, self.local)
     }
 
     /// Nothing to do: spin for a while (work already on its way costs a
@@ -597,11 +601,7 @@ impl Looper<'_> {
             .map(|t| t.deadline.saturating_duration_since(Instant::now()));
         let local = self.local;
         let receiver = &*self.receiver;
-        let has_work = || {
-            receiver.has_ready()
-                || local.shared.has_remote_wakes()
-                || !local.ready.borrow().is_empty()
-        };
+        let has_work = || has_work(receiver, local);
         #[cfg(not(loom))]
         local.shared.parker.park(
             has_work,

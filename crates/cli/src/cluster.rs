@@ -13,9 +13,10 @@ use roost_cluster::config::{ClusterConfig, SecurityConfig, DEFAULT_ADMIN_PORT};
 use roost_cluster::coordinated::CoordinatorConfig;
 use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
 use roost_cluster::membership::MembershipBugs;
-use roost_cluster::register::{Register, RegisterBugs};
-use roost_cluster::runtime::{admin_get, start_node, StatusReport};
+use roost_cluster::register::RegisterBugs;
+use roost_cluster::runtime::{admin_get, StatusReport};
 use roost_cluster::sim::{campaign, SimConfig, Simulation};
+use roost_node::{Node, NodeConfig, NodeError};
 
 /// Where the cluster is described: a file, or `--nodes` on loopback defaults.
 #[derive(Debug, Clone, Args)]
@@ -306,8 +307,8 @@ async fn stop_signal() {
     }
 }
 
-/// The node's RESP client port, unless --no-resp.
-fn start_resp(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::RunningServer>> {
+/// The node's RESP client port settings, unless --no-resp.
+fn resp_config(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::Config>> {
     if args.no_resp {
         return Ok(None);
     }
@@ -321,10 +322,7 @@ fn start_resp(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::RunningServe
             .context("--id too large for the default RESP port; pass --resp-port")?,
     };
     config.bind = SocketAddr::from(([127, 0, 0, 1], port));
-    let server = roost_resp::Server::spawn(config).with_context(|| {
-        format!("starting the RESP client port on 127.0.0.1:{port} (--resp-port, --no-resp)")
-    })?;
-    Ok(Some(server))
+    Ok(Some(config))
 }
 
 /// Node `i`'s RESP port is this plus `i` by default (Redis's own port first).
@@ -334,39 +332,40 @@ const DEFAULT_SITE_PORT: u16 = 7300;
 
 pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
     init_logging();
-    let config = args.cluster.cluster()?;
-    config.node(args.id)?;
-    let resp = start_resp(args)?;
-    let resp_addr = resp.as_ref().map(|r| r.addr());
-    runtime()?.block_on(async {
-        let mut bugs = RegisterBugs::default();
-        for bug in &args.planted_register {
-            match bug {
-                PlantedBug::QuorumMinusOne => bugs.quorum_minus_one = true,
-                PlantedBug::SkipRecovery => bugs.skip_recovery = true,
-                PlantedBug::EarlyRemoval => bail!("early-removal is a simulator-only bug"),
-            }
+    let mut register_bugs = RegisterBugs::default();
+    for bug in &args.planted_register {
+        match bug {
+            PlantedBug::QuorumMinusOne => register_bugs.quorum_minus_one = true,
+            PlantedBug::SkipRecovery => register_bugs.skip_recovery = true,
+            PlantedBug::EarlyRemoval => bail!("early-removal is a simulator-only bug"),
         }
-        if bugs != RegisterBugs::default() {
-            tracing::warn!(node = args.id, ?bugs, "running with planted register bugs");
-        }
-        let app = Register::new(config.register.clone(), bugs);
-        let node = start_node(&config, args.id, app).await?;
-        println!(
-            "roost node {}: cluster {} admin http://{}{}",
-            node.id,
-            node.cluster_addr,
-            node.admin_addr,
-            resp_addr.map_or(String::new(), |a| format!(
-                " resp {a} (redis-cli -p {})",
-                a.port()
-            ))
-        );
-        stop_signal().await;
-        node.stop().await;
-        Ok(())
+    }
+    let config = NodeConfig {
+        cluster: args.cluster.cluster()?,
+        id: args.id,
+        resp: resp_config(args)?,
+        register_bugs,
+    };
+    let node = Node::start(config).map_err(|error| {
+        let hint = if matches!(error, NodeError::FrontDoor { .. }) {
+            " (--resp-port, --no-resp)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("{error}{hint}")
     })?;
-    drop(resp);
+    println!(
+        "roost node {}: cluster {} admin http://{}{}",
+        node.id(),
+        node.cluster_addr(),
+        node.admin_addr(),
+        node.resp_addr().map_or(String::new(), |a| format!(
+            " resp {a} (redis-cli -p {})",
+            a.port()
+        ))
+    );
+    node.block_on(stop_signal());
+    node.stop();
     Ok(())
 }
 

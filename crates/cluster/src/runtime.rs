@@ -13,10 +13,14 @@
 //! | protocol routes ([`Served::command_for`]) | e.g. `/register/write?value=7`, `/register/read` |
 //!
 //! The driver is one task: it owns the node, so the node needs no locks; the
-//! admin endpoint talks to it through a bounded channel.
+//! admin endpoint and in-process callers ([`ProtocolHandle`], from any thread
+//! or executor) talk to it through one bounded channel. Requests are tagged
+//! with an id ([`Served::request_id`]), so many are in flight at once; an
+//! output answers the request its [`Served::answers`] names.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,27 +42,111 @@ use crate::node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 use crate::protocol::Protocol;
 use crate::register::{Register, RegisterCmd, RegisterOut};
 
-/// A protocol that can be driven from the admin endpoint.
+/// A request's tag: the driver keeps one reply per id in flight.
+pub type RequestId = u64;
+
+/// Requests in flight at one node's driver at most (beyond: [`RequestError::Busy`]).
+pub const MAX_REQUESTS_IN_FLIGHT: usize = 4096;
+
+/// A protocol that can be driven from the admin endpoint and from
+/// in-process callers.
 pub trait Served: Protocol + Send + 'static
 where
     Self::Cmd: Send,
     Self::Out: Send,
 {
-    /// The command an admin request names, `None` if the path is not this
-    /// protocol's, `Some(Err)` for a bad request.
+    /// The command an admin request names, tagged `request` if the protocol
+    /// carries tags; `None` if the path is not this protocol's, `Some(Err)`
+    /// for a bad request.
     fn command_for(
         path: &str,
         query: &BTreeMap<String, String>,
+        request: RequestId,
     ) -> Option<Result<Self::Cmd, String>>;
-    /// Does this output answer the command in flight?
-    fn is_final(out: &Self::Out) -> bool;
+    /// The tag a command carries (a protocol serving one request at a time
+    /// answers the same id for all, so a second waits its turn as busy).
+    fn request_id(cmd: &Self::Cmd) -> RequestId;
+    /// The request this output finally answers, `None` for progress outputs.
+    fn answers(out: &Self::Out) -> Option<RequestId>;
     fn out_json(out: &Self::Out) -> Value;
+}
+
+/// Why a request got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum RequestError {
+    #[error("busy: {MAX_REQUESTS_IN_FLIGHT} requests in flight, or this one's id already is")]
+    Busy,
+    #[error("node stopped")]
+    Stopped,
+}
+
+/// What a request's reply channel carries.
+type Reply<P> = oneshot::Sender<Result<<P as Protocol>::Out, RequestError>>;
+
+/// A cloneable way into a running node's protocol for in-process callers:
+/// any thread or executor may hold one and keep many requests in flight.
+pub struct ProtocolHandle<P: Protocol> {
+    driver: mpsc::Sender<AdminRequest<P>>,
+    next_request: Arc<AtomicU64>,
+}
+
+impl<P: Protocol> Clone for ProtocolHandle<P> {
+    fn clone(&self) -> Self {
+        ProtocolHandle {
+            driver: self.driver.clone(),
+            next_request: Arc::clone(&self.next_request),
+        }
+    }
+}
+
+impl<P> ProtocolHandle<P>
+where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    /// A fresh request id (unique per node process).
+    pub fn next_request_id(&self) -> RequestId {
+        self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `cmd` (tagged by the caller with [`next_request_id`](Self::next_request_id))
+    /// and waits for the output that answers it.
+    pub async fn request(&self, cmd: P::Cmd) -> Result<P::Out, RequestError> {
+        let (tx, rx) = oneshot::channel();
+        self.driver
+            .send(AdminRequest::Command(cmd, tx))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)?
+    }
+
+    /// The node's status report.
+    pub async fn status(&self) -> Result<StatusReport, RequestError> {
+        let (tx, rx) = oneshot::channel();
+        self.driver
+            .send(AdminRequest::Status(tx))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        rx.await.map_err(|_| RequestError::Stopped)
+    }
+}
+
+/// More Prometheus text for `GET /metrics`, from the layers beside the
+/// cluster (the node's front door, its database).
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// What [`start_node_with`] may add to a node beyond its protocol.
+#[derive(Clone, Default)]
+pub struct StartOptions {
+    pub extra_metrics: Option<MetricsSource>,
 }
 
 impl Served for Register {
     fn command_for(
         path: &str,
         query: &BTreeMap<String, String>,
+        _request: RequestId,
     ) -> Option<Result<RegisterCmd, String>> {
         match path {
             "/register/read" => Some(Ok(RegisterCmd::Read)),
@@ -70,13 +158,19 @@ impl Served for Register {
         }
     }
 
-    fn is_final(out: &RegisterOut) -> bool {
-        !matches!(
+    /// The register serves one operation at a time per node.
+    fn request_id(_cmd: &RegisterCmd) -> RequestId {
+        0
+    }
+
+    fn answers(out: &RegisterOut) -> Option<RequestId> {
+        let progress = matches!(
             out,
             RegisterOut::Accepted { .. }
                 | RegisterOut::Storing { .. }
                 | RegisterOut::Recovered { .. }
-        )
+        );
+        (!progress).then_some(0)
     }
 
     fn out_json(out: &RegisterOut) -> Value {
@@ -131,21 +225,27 @@ pub enum RuntimeError {
 
 enum AdminRequest<P: Protocol> {
     Status(oneshot::Sender<StatusReport>),
-    Command(P::Cmd, oneshot::Sender<Value>),
+    Command(P::Cmd, Reply<P>),
 }
 
 /// A running node: its addresses and a way to stop it.
-pub struct RunningNode {
+pub struct RunningNode<P: Protocol = Register> {
     pub id: u32,
     pub cluster_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    handle: ProtocolHandle<P>,
     shutdown: Option<oneshot::Sender<()>>,
     driver: JoinHandle<()>,
     admin: JoinHandle<()>,
     coordinator: Option<CoordinatorHandle>,
 }
 
-impl RunningNode {
+impl<P: Protocol> RunningNode<P> {
+    /// A way into the node's protocol for in-process callers.
+    pub fn handle(&self) -> ProtocolHandle<P> {
+        self.handle.clone()
+    }
+
     /// Stops the node and waits for its driver to finish.
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -180,7 +280,22 @@ pub async fn start_node<P>(
     config: &ClusterConfig,
     me: u32,
     app: P,
-) -> Result<RunningNode, RuntimeError>
+) -> Result<RunningNode<P>, RuntimeError>
+where
+    P: Served,
+    P::Cmd: Send,
+    P::Out: Send,
+{
+    start_node_with(config, me, app, StartOptions::default()).await
+}
+
+/// [`start_node`] with what the layers beside the cluster add.
+pub async fn start_node_with<P>(
+    config: &ClusterConfig,
+    me: u32,
+    app: P,
+    options: StartOptions,
+) -> Result<RunningNode<P>, RuntimeError>
 where
     P: Served,
     P::Cmd: Send,
@@ -265,22 +380,28 @@ where
         transport: transport.clone(),
         timers: BTreeMap::new(),
         fx: NodeEffects::default(),
-        in_flight: None,
+        in_flight: BTreeMap::new(),
         view_changes: 0,
         coordinator_chaos: coordinator_chaos.clone(),
     };
     let driver = tokio::spawn(driver.run(inbox, admin_rx, updates, shutdown_rx));
+    let handle = ProtocolHandle {
+        driver: admin_tx,
+        next_request: Arc::new(AtomicU64::new(1)),
+    };
     let admin = tokio::spawn(admin_loop::<P>(
         admin_listener,
-        admin_tx,
+        handle.clone(),
         transport,
         coordinator_chaos,
+        options.extra_metrics,
     ));
     tracing::info!(node = me, %cluster_addr, %admin_addr, "node started");
     Ok(RunningNode {
         id: me,
         cluster_addr,
         admin_addr,
+        handle,
         shutdown: Some(shutdown_tx),
         driver,
         admin,
@@ -305,7 +426,8 @@ struct Driver<P: Protocol> {
     transport: Transport<NodeMsg<P::Msg>>,
     timers: BTreeMap<TimerKey, Instant>,
     fx: NodeEffects<P::Msg, P::Out>,
-    in_flight: Option<oneshot::Sender<Value>>,
+    /// Replies owed, by request id (at most [`MAX_REQUESTS_IN_FLIGHT`]).
+    in_flight: BTreeMap<RequestId, Reply<P>>,
     view_changes: u64,
     coordinator_chaos: Option<CoordinatorChaos>,
 }
@@ -397,11 +519,15 @@ where
                 let _ = reply.send(self.status());
             }
             AdminRequest::Command(cmd, reply) => {
-                if self.in_flight.is_some() {
-                    let _ = reply.send(json!({"error": "busy: one command at a time"}));
+                let id = P::request_id(&cmd);
+                if self.in_flight.len() >= MAX_REQUESTS_IN_FLIGHT
+                    || self.in_flight.contains_key(&id)
+                {
+                    let _ = reply.send(Err(RequestError::Busy));
                     return;
                 }
-                self.in_flight = Some(reply);
+                self.in_flight.insert(id, reply);
+                debug_assert!(self.in_flight.len() <= MAX_REQUESTS_IN_FLIGHT);
                 let now = self.now_ms();
                 self.node.on_command(now, cmd, fx);
                 self.apply(fx);
@@ -422,9 +548,9 @@ where
                 .insert(key, now + Duration::from_millis(after_ms));
         }
         for out in fx.outputs.drain(..) {
-            if P::is_final(&out) {
-                if let Some(reply) = self.in_flight.take() {
-                    let _ = reply.send(P::out_json(&out));
+            if let Some(id) = P::answers(&out) {
+                if let Some(reply) = self.in_flight.remove(&id) {
+                    let _ = reply.send(Ok(out));
                 }
             }
         }
@@ -498,9 +624,10 @@ Content-Length: 34\r\nConnection: close\r\n\r\ntoo many admin connections, retry
 
 async fn admin_loop<P>(
     listener: TcpListener,
-    driver: mpsc::Sender<AdminRequest<P>>,
+    driver: ProtocolHandle<P>,
     transport: Transport<NodeMsg<P::Msg>>,
     coordinator: Option<CoordinatorChaos>,
+    extra_metrics: Option<MetricsSource>,
 ) where
     P: Served,
     P::Cmd: Send,
@@ -521,8 +648,9 @@ async fn admin_loop<P>(
         let driver = driver.clone();
         let transport = transport.clone();
         let coordinator = coordinator.clone();
+        let extra_metrics = extra_metrics.clone();
         tokio::spawn(async move {
-            let serve = serve_admin::<P>(stream, driver, transport, coordinator);
+            let serve = serve_admin::<P>(stream, driver, transport, coordinator, extra_metrics);
             let _ = tokio::time::timeout(ADMIN_TIMEOUT, serve).await;
             drop(slot);
         });
@@ -579,9 +707,10 @@ pub fn chaos_from_query(query: &BTreeMap<String, String>) -> Result<ChaosSetting
 
 async fn serve_admin<P>(
     mut stream: TcpStream,
-    driver: mpsc::Sender<AdminRequest<P>>,
+    driver: ProtocolHandle<P>,
     transport: Transport<NodeMsg<P::Msg>>,
     coordinator: Option<CoordinatorChaos>,
+    extra_metrics: Option<MetricsSource>,
 ) where
     P: Served,
     P::Cmd: Send,
@@ -607,17 +736,25 @@ async fn serve_admin<P>(
             return;
         }
     };
-    let (code, kind, body) =
-        route::<P>(&path, &query, &driver, &transport, coordinator.as_ref()).await;
+    let (code, kind, body) = route::<P>(
+        &path,
+        &query,
+        &driver,
+        &transport,
+        coordinator.as_ref(),
+        extra_metrics.as_ref(),
+    )
+    .await;
     let _ = respond(&mut stream, code, kind, &body).await;
 }
 
 async fn route<P>(
     path: &str,
     query: &BTreeMap<String, String>,
-    driver: &mpsc::Sender<AdminRequest<P>>,
+    driver: &ProtocolHandle<P>,
     transport: &Transport<NodeMsg<P::Msg>>,
     coordinator: Option<&CoordinatorChaos>,
+    extra_metrics: Option<&MetricsSource>,
 ) -> (u16, &'static str, String)
 where
     P: Served,
@@ -627,18 +764,18 @@ where
     const JSON: &str = "application/json";
     match path {
         "/status" | "/metrics" => {
-            let (tx, rx) = oneshot::channel();
-            if driver.send(AdminRequest::Status(tx)).await.is_err() {
-                return (503, "text/plain", "node stopped\n".into());
-            }
-            let Ok(status) = rx.await else {
+            let Ok(status) = driver.status().await else {
                 return (503, "text/plain", "node stopped\n".into());
             };
             if path == "/status" {
                 let body = serde_json::to_string(&status).unwrap_or_default();
                 (200, JSON, body + "\n")
             } else {
-                (200, "text/plain; version=0.0.4", prometheus_text(&status))
+                let mut text = prometheus_text(&status);
+                if let Some(extra) = extra_metrics {
+                    text.push_str(&extra());
+                }
+                (200, "text/plain; version=0.0.4", text)
             }
         }
         "/chaos" => {
@@ -682,19 +819,19 @@ where
                 json!({"cut": coordinator.is_cut()}).to_string() + "\n",
             )
         }
-        _ => match P::command_for(path, query) {
+        _ => match P::command_for(path, query, driver.next_request_id()) {
             None => (404, "text/plain", format!("no route {path}\n")),
             Some(Err(error)) => (400, "text/plain", format!("{error}\n")),
-            Some(Ok(cmd)) => {
-                let (tx, rx) = oneshot::channel();
-                if driver.send(AdminRequest::Command(cmd, tx)).await.is_err() {
-                    return (503, "text/plain", "node stopped\n".into());
-                }
-                match rx.await {
-                    Ok(value) => (200, JSON, value.to_string() + "\n"),
-                    Err(_) => (503, "text/plain", "node stopped\n".into()),
-                }
-            }
+            Some(Ok(cmd)) => match driver.request(cmd).await {
+                Ok(out) => (200, JSON, P::out_json(&out).to_string() + "\n"),
+                // Kept as the register's admin clients read it.
+                Err(RequestError::Busy) => (
+                    200,
+                    JSON,
+                    json!({"error": RequestError::Busy.to_string()}).to_string() + "\n",
+                ),
+                Err(RequestError::Stopped) => (503, "text/plain", "node stopped\n".into()),
+            },
         },
     }
 }

@@ -104,6 +104,12 @@ impl Keyspace {
         })
     }
 
+    /// The keyspace's metrics (commands, latencies, aborts) as Prometheus
+    /// text, for a node that serves one `/metrics` for all its layers.
+    pub fn prometheus(&self) -> String {
+        self.store.stats().snapshot().prometheus()
+    }
+
     /// `key`'s site row (`None`: the site has no such counter).
     pub async fn site_row(&self, key: &str) -> Result<Option<SiteRow>, String> {
         self.store

@@ -1,0 +1,142 @@
+//! One node assembled by the composition root: its layers are up, reachable,
+//! and report through one metrics endpoint.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use roost_cluster::config::{ClusterConfig, NodeAddr};
+use roost_cluster::local_cluster::free_ports;
+use roost_cluster::register::{RegisterCmd, RegisterOut};
+use roost_cluster::runtime::admin_get;
+use roost_node::{Node, NodeConfig, NodeError};
+
+fn one_node_config() -> NodeConfig {
+    let ports = free_ports(2).unwrap();
+    let cluster = ClusterConfig {
+        nodes: vec![NodeAddr {
+            id: 0,
+            addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+        }],
+        ..ClusterConfig::local(1)
+    };
+    let resp = roost_resp::Config {
+        bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..roost_resp::Config::default()
+    };
+    NodeConfig {
+        cluster,
+        id: 0,
+        resp: Some(resp),
+        register_bugs: Default::default(),
+    }
+}
+
+/// Sends one RESP command and reads until `expect` has arrived (or 5 s).
+fn resp_round_trip(stream: &mut TcpStream, args: &[&str], expect: &[u8]) {
+    let mut frame = format!("*{}\r\n", args.len());
+    for arg in args {
+        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(frame.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < expect.len() {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, expect, "reply to {args:?}");
+}
+
+fn metrics(node: &Node) -> String {
+    let (code, body) = node
+        .block_on(admin_get(
+            node.admin_addr(),
+            "/metrics",
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+fn resp_commands(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("roost_resp_commands_processed_total "))
+        .expect("the front door's counter is in the node's metrics")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_node_serves_resp_its_protocol_and_one_metrics_endpoint() {
+    let node = Node::start(one_node_config()).unwrap();
+    assert_eq!(node.id(), 0);
+    let before = metrics(&node);
+    assert!(before.contains("roost_epoch{node=\"0\"}"), "{before}");
+    let commands_before = resp_commands(&before);
+
+    let mut client = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    resp_round_trip(&mut client, &["SET", "k", "v"], b"+OK\r\n");
+    resp_round_trip(&mut client, &["GET", "k"], b"$1\r\nv\r\n");
+    // The database the front door serves is the node's own.
+    let row = node.block_on(node.keyspace().unwrap().site_row("absent"));
+    assert_eq!(row.unwrap(), None);
+    let after = metrics(&node);
+    assert!(
+        resp_commands(&after) >= commands_before + 2,
+        "{commands_before} -> {after}"
+    );
+
+    // In-process callers reach the protocol through its handle, once the
+    // one-node view is installed and the node serves.
+    let handle = node.protocol();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = loop {
+        let out = node
+            .block_on(handle.request(RegisterCmd::Write(7)))
+            .unwrap();
+        if matches!(out, RegisterOut::Written { .. }) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "never served: {out:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(matches!(written, RegisterOut::Written { .. }));
+    let read = node.block_on(handle.request(RegisterCmd::Read)).unwrap();
+    match read {
+        RegisterOut::ReadDone { value, .. } => assert_eq!(value, 7),
+        other => panic!("read answered {other:?}"),
+    }
+    node.stop();
+}
+
+#[test]
+fn a_node_id_missing_from_the_configuration_is_a_clear_error() {
+    let mut config = one_node_config();
+    config.id = 5;
+    match Node::start(config) {
+        Err(error @ NodeError::NotConfigured { id: 5, .. }) => {
+            assert!(error.to_string().contains("node 5"), "{error}");
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("started a node the configuration does not name"),
+    }
+}
+
+#[test]
+fn a_node_without_a_client_port_still_runs_its_cluster_side() {
+    let mut config = one_node_config();
+    config.resp = None;
+    let node = Node::start(config).unwrap();
+    assert!(node.resp_addr().is_none() && node.keyspace().is_none());
+    let text = metrics(&node);
+    assert!(!text.contains("roost_resp_"), "{text}");
+    node.stop();
+}

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::epoch::SiloEpoch;
 #[cfg(not(loom))]
-use crate::epoch::EpochTicker;
-use crate::epoch::GlobalEpoch;
+use crate::epoch::SiloEpochTicker;
 use crate::error::{CatalogError, ConflictKind, TxError};
 use crate::relation::{IndexKind, Relation};
 use crate::sync;
@@ -44,29 +44,29 @@ pub struct PlantedBugs {
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// How often the ticker advances Silo's global epoch (no ticker runs
-    /// under loom: see `Engine::advance_epoch`).
-    pub epoch_interval_ms: u64,
+    /// under loom: see `Engine::advance_silo_epoch`).
+    pub silo_epoch_interval_ms: u64,
     pub planted_bugs: PlantedBugs,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            epoch_interval_ms: 40,
+            silo_epoch_interval_ms: 40,
             planted_bugs: PlantedBugs::default(),
         }
     }
 }
 
 pub(crate) struct EngineShared {
-    pub(crate) epoch: Arc<GlobalEpoch>,
+    pub(crate) epoch: Arc<SiloEpoch>,
     config: EngineConfig,
     /// The catalog (a std mutex under loom too: it is taken only around
     /// catalog changes and look-ups, never across a loom operation another
     /// model thread could interleave with).
     relations: Mutex<BTreeMap<String, Arc<Relation>>>,
     #[cfg(not(loom))]
-    _ticker: EpochTicker,
+    _ticker: SiloEpochTicker,
 }
 
 /// One storage engine instance (in ReactDB terms, one container's engine).
@@ -83,9 +83,9 @@ impl Default for Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig) -> Self {
-        let epoch = Arc::new(GlobalEpoch::new());
+        let epoch = Arc::new(SiloEpoch::new());
         #[cfg(not(loom))]
-        let ticker = EpochTicker::start(Arc::clone(&epoch), config.epoch_interval_ms);
+        let ticker = SiloEpochTicker::start(Arc::clone(&epoch), config.silo_epoch_interval_ms);
         Engine {
             shared: Arc::new(EngineShared {
                 epoch,
@@ -100,7 +100,7 @@ impl Engine {
     /// Under loom, where no ticker thread runs: advances the global epoch
     /// (a model thread standing in for the ticker). Returns the new epoch.
     #[cfg(loom)]
-    pub fn advance_epoch(&self) -> u64 {
+    pub fn advance_silo_epoch(&self) -> u64 {
         self.shared.epoch.advance()
     }
 
@@ -136,7 +136,7 @@ impl Engine {
             .cloned()
     }
 
-    pub fn current_epoch(&self) -> u64 {
+    pub fn current_silo_epoch(&self) -> u64 {
         self.shared.epoch.current()
     }
 

@@ -1,11 +1,11 @@
-//! Silo's global epoch: a number advanced by a ticker thread every
-//! `epoch_interval_ms`. Committers read it once per commit and put it in the high
+//! Silo's global epoch (the *Silo epoch*, not the membership's epoch id): a number advanced by a ticker thread every
+//! `silo_epoch_interval_ms`. Committers read it once per commit and put it in the high
 //! bits of their TIDs, so TID generation needs no global counter. (Memory
 //! reclamation uses a separate epoch scheme, the one `scc` shares with its index.)
 //!
 //! Under loom there is no ticker thread (a model must not race a timer it
 //! cannot schedule): the epoch stays where the engine started it unless a
-//! test calls [`GlobalEpoch::advance`] through `Engine::advance_epoch`.
+//! test calls [`SiloEpoch::advance`] through `Engine::advance_silo_epoch`.
 
 #[cfg(not(loom))]
 use std::sync::atomic::AtomicBool;
@@ -20,13 +20,13 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::tid::MAX_EPOCH;
 
 #[derive(Debug, Default)]
-pub struct GlobalEpoch {
+pub struct SiloEpoch {
     epoch: AtomicU64,
 }
 
-impl GlobalEpoch {
+impl SiloEpoch {
     pub fn new() -> Self {
-        GlobalEpoch {
+        SiloEpoch {
             epoch: AtomicU64::new(1),
         }
     }
@@ -45,14 +45,14 @@ impl GlobalEpoch {
 /// The thread that advances the global epoch; stops when dropped.
 #[cfg(not(loom))]
 #[derive(Debug)]
-pub struct EpochTicker {
+pub struct SiloEpochTicker {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 #[cfg(not(loom))]
-impl EpochTicker {
-    pub fn start(epoch: Arc<GlobalEpoch>, interval_ms: u64) -> Self {
+impl SiloEpochTicker {
+    pub fn start(epoch: Arc<SiloEpoch>, interval_ms: u64) -> Self {
         assert!(interval_ms > 0, "epoch interval must be positive");
         let stop = Arc::new(AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
@@ -65,7 +65,7 @@ impl EpochTicker {
                 }
             })
             .expect("spawn epoch ticker");
-        EpochTicker {
+        SiloEpochTicker {
             stop,
             thread: Some(thread),
         }
@@ -73,7 +73,7 @@ impl EpochTicker {
 }
 
 #[cfg(not(loom))]
-impl Drop for EpochTicker {
+impl Drop for SiloEpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(thread) = self.thread.take() {

@@ -227,12 +227,12 @@ fn increments(planted: PlantedBugs) -> Outcome {
     let (engine, relation) = engine(planted);
     let mut worker = engine.worker();
     preload(&mut worker, &relation, &[key(1)]);
-    let start_epoch = engine.current_epoch();
+    let start_epoch = engine.current_silo_epoch();
     let other = {
         let (engine, relation) = (engine.clone(), Arc::clone(&relation));
         spawn(move || increment(&mut engine.worker(), &relation, &key(1)))
     };
-    let last_epoch = engine.advance_epoch();
+    let last_epoch = engine.advance_silo_epoch();
     let mine = increment(&mut worker, &relation, &key(1));
     let theirs = other.join().expect("incrementer");
     let commits = [mine, theirs].iter().flatten().count() as u64;

@@ -14,7 +14,7 @@ use roost_cluster::sim::{
     Scenario, SimConfig, Simulation,
 };
 use roost_cluster::sim::{
-    Cause, Checker, ClientId, Factory, SimRng, Violation, Workload, WorkloadStats, World,
+    Cause, Checker, ClientId, SimRng, Violation, Workload, WorkloadStats, World,
 };
 
 fn seeds_from_env(default: u64) -> u64 {
@@ -318,19 +318,6 @@ mod ping {
         }
     }
 
-    pub struct PingFactory {
-        pub forget_to_finish: bool,
-    }
-
-    impl Factory<Ping> for PingFactory {
-        fn make(&mut self, _: NodeId, _: Incarnation) -> Ping {
-            Ping {
-                forget_to_finish: self.forget_to_finish,
-                pending: BTreeMap::new(),
-            }
-        }
-    }
-
     /// Up to 4 pings outstanding per client.
     #[derive(Default)]
     pub struct PingWorkload {
@@ -426,7 +413,10 @@ mod ping {
         let mut sim = Simulation::new(
             config,
             seed,
-            PingFactory { forget_to_finish },
+            move |_: NodeId, _: Incarnation| Ping {
+                forget_to_finish,
+                pending: BTreeMap::new(),
+            },
             PingWorkload::default(),
             (view_agreement, lease_safety, AtMostOnce::default()),
         )

@@ -238,6 +238,13 @@ pub trait Factory<P: Protocol> {
     }
 }
 
+/// A closure is a factory whose replicas are always ready.
+impl<P: Protocol, T: FnMut(NodeId, Incarnation) -> P> Factory<P> for T {
+    fn make(&mut self, node: NodeId, incarnation: Incarnation) -> P {
+        self(node, incarnation)
+    }
+}
+
 /// The clients: what they ask and what they are told. A client may have
 /// several commands outstanding when its protocol tags them (the workload
 /// decides; it returns `None` to skip an attempt).

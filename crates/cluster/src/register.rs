@@ -25,15 +25,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use roost_net::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Context, Effects, Input, Protocol, TimerId};
+use crate::protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId};
 
-/// A write's identity: larger counter wins, the writer's id breaks ties.
+/// A write's identity: larger counter wins, the writer's id and then its
+/// incarnation break ties.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 pub struct Tag {
     pub counter: u64,
     pub writer: u32,
+    /// A restarted writer has forgotten the counters it chose: a write it
+    /// left stored at a minority may hold a counter that a majority never
+    /// saw, which the next incarnation may choose again (the simulator found
+    /// it with five nodes: two values under one tag, and a lost write).
+    #[serde(default)]
+    pub incarnation: Incarnation,
 }
 
 pub type OpId = u64;
@@ -162,6 +169,9 @@ pub struct Register {
     /// writes of one node may query the same largest tag and still need tags
     /// of their own.
     chosen: u64,
+    /// This process's incarnation, as the view lists it once it is a member
+    /// (a write's tag carries it).
+    incarnation: Option<Incarnation>,
     pending: BTreeMap<OpId, Pending>,
     /// The retry timer is set and has not fired: a new operation must not
     /// push it back (a steady stream of them would starve the retries).
@@ -178,6 +188,7 @@ impl Register {
             recovered: bugs.skip_recovery,
             next_op: 1,
             chosen: 0,
+            incarnation: None,
             pending: BTreeMap::new(),
             timer_armed: false,
         }
@@ -329,6 +340,9 @@ impl Register {
                     let tag = Tag {
                         counter,
                         writer: ctx.me.0,
+                        incarnation: self
+                            .incarnation
+                            .expect("learned when the write was accepted"),
                     };
                     pending.best = (tag, value);
                     fx.output(RegisterOut::Storing { op, tag });
@@ -366,7 +380,12 @@ impl Register {
         };
         match reason {
             Some(reason) => fx.output(RegisterOut::Rejected { cmd, reason }),
-            None => self.begin(ctx, Purpose::Client(cmd), fx),
+            None => {
+                // Serving implies member: the view lists this very incarnation.
+                assert!(ctx.member, "serving without being a member");
+                self.incarnation = ctx.view.members.get(&ctx.me).copied();
+                self.begin(ctx, Purpose::Client(cmd), fx)
+            }
         }
     }
 

@@ -55,6 +55,22 @@ fn a_thousand_seeds_with_faults_pass() {
     eprintln!("{seeds} seeds in {elapsed:?}: {result:?}");
 }
 
+/// Five nodes: a write can be stored at a minority that a recovering
+/// writer's majority misses (with three, any majority of recovered replicas
+/// includes it); a campaign at five found writes of two incarnations sharing
+/// a tag (`a_restarted_writer_never_reuses_a_tag` in `register.rs`).
+#[test]
+fn five_nodes_pass() {
+    let config = SimConfig {
+        nodes: 5,
+        ..SimConfig::default()
+    };
+    let seeds = seeds_from_env(1_000) / 10;
+    let result = register_campaign(&RegisterScenario::default(), &config, seeds);
+    assert_eq!(result.first_failure, None);
+    assert!(result.crashes > seeds / 2, "{result:?}");
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     let scenario = RegisterScenario::default();

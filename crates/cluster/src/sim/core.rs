@@ -449,6 +449,8 @@ where
     W: Workload<P>,
     C: Checker<P, W::History>,
 {
+    /// Boots every node (incarnation 1) and schedules the clients and the
+    /// first fault; nothing runs until [`Simulation::run`].
     pub fn new(
         config: SimConfig,
         seed: u64,

@@ -435,9 +435,15 @@ mod tests {
             cmd,
             invoke_ms: invoke,
             complete_ms: complete,
-            tag: Some(Tag {
-                counter: tag,
-                writer: 0,
+            // Counter 0 is the initial tag.
+            tag: Some(if tag == 0 {
+                Tag::default()
+            } else {
+                Tag {
+                    counter: tag,
+                    writer: 0,
+                    incarnation: 1,
+                }
             }),
             value,
         }

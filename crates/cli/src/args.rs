@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
 use roost_bench::smartmart::{self, SmartMartBenchConfig};
 
-use crate::{bench_escrow, bench_resp, bench_transport, check, cluster, resp, sites};
+use crate::{bench_escrow, bench_resp, bench_transport, check, cluster, resp, sim, sites};
 
 /// Roost: an in-memory transactional database.
 #[derive(Debug, Parser)]
@@ -37,8 +37,9 @@ pub enum Command {
     Up(cluster::UpArgs),
     /// Show a running cluster's epoch, membership and node health.
     Status(cluster::StatusArgs),
-    /// Deterministic simulation campaign over seeds; a failing seed replays exactly.
-    Sim(cluster::SimArgs),
+    /// Deterministic simulation of a protocol (`--protocol`) over seeds, within
+    /// a seed count or a wall-clock budget; a failing seed replays exactly.
+    Sim(sim::SimArgs),
     /// Serve the Redis protocol (RESP2/RESP3) on one node's client port.
     Resp(resp::RespArgs),
     /// Operate a deployment of sites (`roost up --sites`): recover a failed

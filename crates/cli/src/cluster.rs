@@ -1,6 +1,6 @@
-//! `roost node`, `roost up`, `roost status` and `roost sim`: run one node, a
-//! local multi-process cluster, inspect it, and run deterministic simulation
-//! campaigns. The bodies live in `roost-cluster`; this is flags and printing.
+//! `roost node`, `roost up` and `roost status`: run one node, a local
+//! multi-process cluster, and inspect it (`roost sim` is in [`crate::sim`]).
+//! The bodies live in `roost-cluster`; this is flags and printing.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,10 +12,8 @@ use clap::{Args, ValueEnum};
 use roost_cluster::config::{ClusterConfig, SecurityConfig, DEFAULT_ADMIN_PORT};
 use roost_cluster::coordinated::CoordinatorConfig;
 use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
-use roost_cluster::membership::MembershipBugs;
 use roost_cluster::register::RegisterBugs;
 use roost_cluster::runtime::{admin_get, StatusReport};
-use roost_cluster::sim::{campaign, SimConfig, Simulation};
 use roost_node::{Node, NodeConfig, NodeError};
 
 /// Where the cluster is described: a file, or `--nodes` on loopback defaults.
@@ -238,41 +236,6 @@ pub enum PlantedBug {
     EarlyRemoval,
     /// Restarted replicas answer before recovering.
     SkipRecovery,
-}
-
-#[derive(Debug, Args)]
-pub struct SimArgs {
-    /// Seeds to run, starting at --seed.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub seeds: u64,
-    /// First seed; with --trace (or --seeds 1) replays this one seed.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Print every event of the (single) seed run.
-    #[arg(long)]
-    pub trace: bool,
-    /// Nodes simulated.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
-    pub nodes: u32,
-    /// Virtual milliseconds per seed.
-    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-    pub duration_ms: u64,
-    /// Message loss probability.
-    #[arg(long, default_value_t = 0.05, value_parser = parse_probability)]
-    pub drop: f64,
-    /// Message duplication probability.
-    #[arg(long, default_value_t = 0.02, value_parser = parse_probability)]
-    pub dup: f64,
-    /// Plant a bug the checkers should find.
-    #[arg(long, value_enum)]
-    pub planted: Option<PlantedBug>,
-}
-
-fn parse_probability(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
-        _ => Err(format!("`{text}` is not a probability in [0, 1]")),
-    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -813,109 +776,6 @@ pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-impl SimArgs {
-    pub fn config(&self) -> SimConfig {
-        let mut config = SimConfig {
-            nodes: self.nodes,
-            duration_ms: self.duration_ms,
-            drop_probability: self.drop,
-            duplicate_probability: self.dup,
-            ..SimConfig::default()
-        };
-        match self.planted {
-            Some(PlantedBug::QuorumMinusOne) => config.register_bugs.quorum_minus_one = true,
-            Some(PlantedBug::SkipRecovery) => config.register_bugs.skip_recovery = true,
-            Some(PlantedBug::EarlyRemoval) => {
-                config.membership_bugs = MembershipBugs {
-                    declare_before_lease_expiry: true,
-                }
-            }
-            None => {}
-        }
-        config
-    }
-
-    /// The flags that reproduce a run of `seed`.
-    fn replay_command(&self, seed: u64) -> String {
-        let mut command = format!("roost sim --seed {seed} --seeds 1 --trace");
-        let defaults = SimArgs {
-            seeds: 1,
-            seed: 0,
-            trace: false,
-            nodes: 3,
-            duration_ms: 3000,
-            drop: 0.05,
-            dup: 0.02,
-            planted: None,
-        };
-        if self.nodes != defaults.nodes {
-            command += &format!(" --nodes {}", self.nodes);
-        }
-        if self.duration_ms != defaults.duration_ms {
-            command += &format!(" --duration-ms {}", self.duration_ms);
-        }
-        if self.drop != defaults.drop {
-            command += &format!(" --drop {}", self.drop);
-        }
-        if self.dup != defaults.dup {
-            command += &format!(" --dup {}", self.dup);
-        }
-        if let Some(bug) = self.planted {
-            let name = bug.to_possible_value().map(|v| v.get_name().to_owned());
-            command += &format!(" --planted {}", name.unwrap_or_default());
-        }
-        command
-    }
-}
-
-pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
-    let config = args.config();
-    config.validate().map_err(anyhow::Error::msg)?;
-    if args.trace || args.seeds == 1 {
-        let mut simulation = Simulation::new(config, args.seed);
-        if args.trace {
-            simulation = simulation.with_trace();
-        }
-        let report = simulation.run_in_place().clone();
-        for line in simulation.trace_lines() {
-            println!("{line}");
-        }
-        println!(
-            "seed {}: {} events, {} messages, {} ops completed, {} unknown, {} crashes, {} partitions, epoch {}, trace hash {:016x}",
-            report.seed,
-            report.events,
-            report.messages_delivered,
-            report.ops_completed,
-            report.ops_unknown,
-            report.crashes,
-            report.partitions,
-            report.max_epoch,
-            report.trace_hash
-        );
-        if let Some(violation) = report.violation {
-            bail!("seed {} violates safety: {violation}", report.seed);
-        }
-        return Ok(());
-    }
-    let started = Instant::now();
-    let result = campaign(&config, args.seed, args.seeds);
-    let elapsed = started.elapsed().as_secs_f64();
-    println!(
-        "{} seeds in {elapsed:.2} s: {} register ops completed, {} crashes, {} partitions, highest epoch {}",
-        result.seeds_run, result.ops_completed, result.crashes, result.partitions, result.max_epoch
-    );
-    if let Some(failure) = result.first_failure {
-        bail!(
-            "seed {} violates safety: {}\nreplay it: {}",
-            failure.seed,
-            failure.violation.unwrap_or_default(),
-            args.replay_command(failure.seed)
-        );
-    }
-    println!("no violations");
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -938,24 +798,11 @@ mod tests {
         let config = node.cluster.cluster().unwrap();
         assert_eq!(config.membership.lease_duration_ms, 300);
         assert_eq!(config.nodes.len(), 3);
-        let Command::Sim(sim) = parse(&["sim", "--seeds", "5", "--planted", "early-removal"])
-            .unwrap()
-            .command
-        else {
-            panic!("not sim");
-        };
-        assert!(sim.config().membership_bugs.declare_before_lease_expiry);
-        assert!(sim
-            .replay_command(9)
-            .contains("--seed 9 --seeds 1 --trace --planted early-removal"));
         for bad in [
             &["node", "--nodes", "0"][..],
             &["node", "--lease-ms", "0"],
             &["up", "--nodes", "65"],
             &["status", "--addr", "nowhere"],
-            &["sim", "--seeds", "0"],
-            &["sim", "--drop", "1.5"],
-            &["sim", "--planted", "nonsense"],
             &["bench", "transport", "--reps", "0"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be rejected");
@@ -969,22 +816,5 @@ mod tests {
         // A node id missing from the configuration is an error too.
         let config = roost_cluster::config::ClusterConfig::local(3);
         assert!(config.node(7).is_err());
-    }
-
-    #[test]
-    fn a_small_campaign_runs_from_the_cli() {
-        let Command::Sim(sim) = parse(&["sim", "--seeds", "20"]).unwrap().command else {
-            panic!("not sim");
-        };
-        super::sim(&sim).unwrap();
-        let Command::Sim(planted) =
-            parse(&["sim", "--seeds", "200", "--planted", "quorum-minus-one"])
-                .unwrap()
-                .command
-        else {
-            panic!("not sim");
-        };
-        let error = super::sim(&planted).unwrap_err().to_string();
-        assert!(error.contains("replay it: roost sim --seed"), "{error}");
     }
 }

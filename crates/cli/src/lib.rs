@@ -9,4 +9,5 @@ pub mod bench_transport;
 pub mod check;
 pub mod cluster;
 pub mod resp;
+pub mod sim;
 pub mod sites;

@@ -14,7 +14,7 @@ use clap::Parser;
 use roost_bench::engine;
 use roost_bench::smartmart;
 use roost_cli::args::{Benchmark, Cli, Command};
-use roost_cli::{bench_escrow, bench_resp, bench_transport, check, cluster, resp, sites};
+use roost_cli::{bench_escrow, bench_resp, bench_transport, check, cluster, resp, sim, sites};
 
 /// The command line as typed, for the results' `command` field.
 fn command_line(args: &[OsString]) -> String {
@@ -49,7 +49,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Node(args) => cluster::node(&args)?,
         Command::Up(args) => cluster::up(&args)?,
         Command::Status(args) => cluster::status(&args)?,
-        Command::Sim(args) => cluster::sim(&args)?,
+        Command::Sim(args) => sim::sim(&args)?,
         Command::Resp(args) => resp::run(&args)?,
         Command::Sites(command) => sites::run(&command)?,
     }

@@ -7,7 +7,8 @@
 //!   [`coordinator`] + [`etcd`], the shell and client that talk to it.
 //! * [`node`]: a node = membership + one protocol; epoch stamping and filtering.
 //! * [`register`]: the example protocol, an ABD atomic register.
-//! * [`sim`]: the deterministic simulator and its checkers.
+//! * [`sim`]: the deterministic simulator, generic over the protocol, its
+//!   workload and checkers; campaigns over seeds; the register's instance.
 //! * [`config`]: the cluster configuration file.
 //! * [`runtime`]: the tokio shell driving a node over `roost-net`, with the
 //!   admin HTTP endpoint.

@@ -11,28 +11,43 @@
 //! operation gets a larger tag, a read a tag at least as large) and (b) every
 //! read returns the value written with its tag.
 //!
+//! A replica coordinates up to [`MAX_IN_FLIGHT`] operations at once (several
+//! clients per node); its writes never share a tag, even when they queried
+//! the same largest one.
+//!
 //! Replicas live in memory: a process that restarts has lost its copy, so it
 //! answers no quorum until it has recovered the largest tag from a majority of
 //! recovered replicas (the first view, epoch 1, starts with nothing written, so
 //! its members are recovered from the start).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use roost_net::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Context, Effects, Input, Protocol, TimerId};
+use crate::protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId};
 
-/// A write's identity: larger counter wins, the writer's id breaks ties.
+/// A write's identity: larger counter wins, the writer's id and then its
+/// incarnation break ties.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 pub struct Tag {
     pub counter: u64,
     pub writer: u32,
+    /// A restarted writer has forgotten the counters it chose: a write it
+    /// left stored at a minority may hold a counter that a majority never
+    /// saw, which the next incarnation may choose again (the simulator found
+    /// it with five nodes: two values under one tag, and a lost write).
+    #[serde(default)]
+    pub incarnation: Incarnation,
 }
 
 pub type OpId = u64;
+
+/// The most operations (client ones and recovery) one replica coordinates at
+/// once; a command beyond it is rejected as [`RejectReason::Busy`].
+pub const MAX_IN_FLIGHT: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RegisterMsg {
@@ -52,7 +67,7 @@ pub enum RegisterCmd {
 pub enum RejectReason {
     /// No valid lease (or not a member of the view).
     NotServing,
-    /// One operation at a time per node.
+    /// [`MAX_IN_FLIGHT`] operations are in flight on this node already.
     Busy,
     /// This replica lost its state in a restart and has not recovered yet.
     Recovering,
@@ -117,7 +132,6 @@ enum Purpose {
 
 #[derive(Debug, Clone)]
 struct Pending {
-    op: OpId,
     purpose: Purpose,
     phase: Phase,
     epoch: Epoch,
@@ -151,7 +165,17 @@ pub struct Register {
     value: u64,
     recovered: bool,
     next_op: OpId,
-    pending: Option<Pending>,
+    /// The largest counter this incarnation chose for a write: two concurrent
+    /// writes of one node may query the same largest tag and still need tags
+    /// of their own.
+    chosen: u64,
+    /// This process's incarnation, as the view lists it once it is a member
+    /// (a write's tag carries it).
+    incarnation: Option<Incarnation>,
+    pending: BTreeMap<OpId, Pending>,
+    /// The retry timer is set and has not fired: a new operation must not
+    /// push it back (a steady stream of them would starve the retries).
+    timer_armed: bool,
 }
 
 impl Register {
@@ -163,7 +187,10 @@ impl Register {
             value: 0,
             recovered: bugs.skip_recovery,
             next_op: 1,
-            pending: None,
+            chosen: 0,
+            incarnation: None,
+            pending: BTreeMap::new(),
+            timer_armed: false,
         }
     }
 
@@ -175,6 +202,11 @@ impl Register {
         (self.tag, self.value)
     }
 
+    /// Operations this replica coordinates now (recovery included).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
     fn quorum(&self, ctx: &Context<'_>) -> usize {
         let majority = ctx.majority();
         if self.bugs.quorum_minus_one {
@@ -184,42 +216,57 @@ impl Register {
         }
     }
 
+    fn arm_timer(&mut self, fx: &mut Effects<RegisterMsg, RegisterOut>) {
+        if !self.timer_armed {
+            self.timer_armed = true;
+            fx.set_timer(RETRY_TIMER, self.config.retry_ms);
+        }
+    }
+
     fn begin(
         &mut self,
         ctx: &Context<'_>,
         purpose: Purpose,
         fx: &mut Effects<RegisterMsg, RegisterOut>,
     ) {
+        assert!(
+            self.pending.len() < MAX_IN_FLIGHT,
+            "callers check the bound"
+        );
         let op = self.next_op;
         self.next_op += 1;
-        self.pending = Some(Pending {
+        self.pending.insert(
             op,
-            purpose,
-            phase: Phase::Query,
-            epoch: ctx.view.epoch,
-            replied: BTreeSet::new(),
-            best: (Tag::default(), 0),
-            started_ms: ctx.now_ms,
-        });
+            Pending {
+                purpose,
+                phase: Phase::Query,
+                epoch: ctx.view.epoch,
+                replied: BTreeSet::new(),
+                best: (Tag::default(), 0),
+                started_ms: ctx.now_ms,
+            },
+        );
         if let Purpose::Client(cmd) = purpose {
             fx.output(RegisterOut::Accepted { op, cmd });
         }
-        self.broadcast(ctx, fx);
-        fx.set_timer(RETRY_TIMER, self.config.retry_ms);
+        self.broadcast(ctx, op, fx);
+        self.arm_timer(fx);
     }
 
-    /// Sends the current phase's request to every replica that has not
+    /// Sends `op`'s current phase's request to every replica that has not
     /// answered; this node answers itself directly.
-    fn broadcast(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
-        let Some(pending) = &self.pending else {
+    fn broadcast(
+        &mut self,
+        ctx: &Context<'_>,
+        op: OpId,
+        fx: &mut Effects<RegisterMsg, RegisterOut>,
+    ) {
+        let Some(pending) = self.pending.get(&op) else {
             return;
         };
-        let (op, phase, best) = (pending.op, pending.phase, pending.best);
+        let (phase, best) = (pending.phase, pending.best);
         for &node in ctx.nodes {
-            if pending.replied.contains(&node) {
-                continue;
-            }
-            if node == ctx.me {
+            if node == ctx.me || pending.replied.contains(&node) {
                 continue;
             }
             let msg = match phase {
@@ -232,12 +279,7 @@ impl Register {
             };
             fx.send(node, msg);
         }
-        if self.recovered
-            && !self
-                .pending
-                .as_ref()
-                .is_some_and(|p| p.replied.contains(&ctx.me))
-        {
+        if self.recovered && !pending.replied.contains(&ctx.me) {
             match phase {
                 Phase::Query => {
                     let (tag, value) = (self.tag, self.value);
@@ -267,15 +309,15 @@ impl Register {
         fx: &mut Effects<RegisterMsg, RegisterOut>,
     ) {
         let quorum = self.quorum(ctx);
-        let Some(pending) = &mut self.pending else {
-            return;
+        let Some(pending) = self.pending.get_mut(&op) else {
+            return; // finished, timed out, or of an earlier incarnation
         };
         let expected = match pending.phase {
             Phase::Query => query.is_some(),
             Phase::Store => query.is_none(),
         };
-        if pending.op != op || !expected || !pending.replied.insert(from) {
-            return; // stale, duplicated or of the other phase
+        if !expected || !pending.replied.insert(from) {
+            return; // duplicated or of the other phase
         }
         if let Some(reply) = query {
             pending.best = pending.best.max(reply);
@@ -286,32 +328,32 @@ impl Register {
         match (pending.phase, pending.purpose) {
             (Phase::Query, Purpose::Recover) => {
                 let (tag, value) = pending.best;
-                self.pending = None;
-                self.tag = tag;
-                self.value = value;
+                self.pending.remove(&op);
+                self.store(tag, value);
                 self.recovered = true;
                 fx.output(RegisterOut::Recovered { tag });
             }
             (Phase::Query, Purpose::Client(cmd)) => {
                 if let RegisterCmd::Write(value) = cmd {
+                    let counter = pending.best.0.counter.max(self.chosen) + 1;
+                    self.chosen = counter;
                     let tag = Tag {
-                        counter: pending.best.0.counter + 1,
+                        counter,
                         writer: ctx.me.0,
+                        incarnation: self
+                            .incarnation
+                            .expect("learned when the write was accepted"),
                     };
                     pending.best = (tag, value);
-                    fx.output(RegisterOut::Storing {
-                        op: pending.op,
-                        tag,
-                    });
+                    fx.output(RegisterOut::Storing { op, tag });
                 }
                 pending.phase = Phase::Store;
                 pending.replied.clear();
-                self.broadcast(ctx, fx);
+                self.broadcast(ctx, op, fx);
             }
             (Phase::Store, Purpose::Client(cmd)) => {
                 let (tag, value) = pending.best;
-                let op = pending.op;
-                self.pending = None;
+                self.pending.remove(&op);
                 fx.output(match cmd {
                     RegisterCmd::Write(_) => RegisterOut::Written { op, tag },
                     RegisterCmd::Read => RegisterOut::ReadDone { op, tag, value },
@@ -331,51 +373,64 @@ impl Register {
             Some(RejectReason::NotServing)
         } else if !self.recovered {
             Some(RejectReason::Recovering)
-        } else if self.pending.is_some() {
+        } else if self.pending.len() >= MAX_IN_FLIGHT {
             Some(RejectReason::Busy)
         } else {
             None
         };
         match reason {
             Some(reason) => fx.output(RegisterOut::Rejected { cmd, reason }),
-            None => self.begin(ctx, Purpose::Client(cmd), fx),
+            None => {
+                // Serving implies member: the view lists this very incarnation.
+                assert!(ctx.member, "serving without being a member");
+                self.incarnation = ctx.view.members.get(&ctx.me).copied();
+                self.begin(ctx, Purpose::Client(cmd), fx)
+            }
         }
     }
 
     fn on_timer(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
-        let Some(pending) = &self.pending else {
-            return;
-        };
-        if ctx.now_ms >= pending.started_ms + self.config.op_timeout_ms {
-            let op = pending.op;
-            let tag = match (pending.phase, pending.purpose) {
-                (Phase::Store, Purpose::Client(RegisterCmd::Write(_))) => Some(pending.best.0),
-                _ => None,
+        self.timer_armed = false;
+        let ops: Vec<OpId> = self.pending.keys().copied().collect();
+        let mut recover_again = false;
+        for op in ops {
+            let Some(pending) = self.pending.get_mut(&op) else {
+                continue;
             };
-            let client = matches!(pending.purpose, Purpose::Client(_));
-            self.pending = None;
-            if client {
-                fx.output(RegisterOut::TimedOut { op, tag });
-            } else {
-                self.maybe_recover(ctx, fx); // try again
+            if ctx.now_ms >= pending.started_ms + self.config.op_timeout_ms {
+                let tag = match (pending.phase, pending.purpose) {
+                    (Phase::Store, Purpose::Client(RegisterCmd::Write(_))) => Some(pending.best.0),
+                    _ => None,
+                };
+                let client = matches!(pending.purpose, Purpose::Client(_));
+                self.pending.remove(&op);
+                if client {
+                    fx.output(RegisterOut::TimedOut { op, tag });
+                } else {
+                    recover_again = true;
+                }
+                continue;
             }
-            return;
-        }
-        if pending.epoch != ctx.view.epoch {
-            // Replies of the old epoch are dropped: ask again in the new one.
-            if let Some(pending) = &mut self.pending {
+            if pending.epoch != ctx.view.epoch {
+                // Replies of the old epoch are dropped: ask again in the new one.
                 pending.epoch = ctx.view.epoch;
                 pending.replied.clear();
             }
+            self.broadcast(ctx, op, fx);
         }
-        self.broadcast(ctx, fx);
-        fx.set_timer(RETRY_TIMER, self.config.retry_ms);
+        if recover_again {
+            self.maybe_recover(ctx, fx); // try again
+        }
+        if !self.pending.is_empty() {
+            self.arm_timer(fx);
+        }
     }
 
     fn maybe_recover(&mut self, ctx: &Context<'_>, fx: &mut Effects<RegisterMsg, RegisterOut>) {
         // Membership is by incarnation: a restarted process finds its node id
         // in the view its previous incarnation belonged to, and is not a member.
-        if self.recovered || self.pending.is_some() || !ctx.member {
+        let recovering = self.pending.values().any(|p| p.purpose == Purpose::Recover);
+        if self.recovered || recovering || !ctx.member {
             return;
         }
         if ctx.view.epoch == Epoch(1) {

@@ -40,6 +40,7 @@ fn main() {
     let tag = Tag {
         counter: 7,
         writer: 1,
+        incarnation: 1,
     };
     let mut two = envelope(RegisterMsg::Query { op: 1 });
     two.extend(envelope(RegisterMsg::QueryReply {

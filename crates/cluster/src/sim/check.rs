@@ -1,0 +1,70 @@
+//! The membership's safety properties, as checkers any protocol's simulation
+//! includes (they look only at views and leases, never at the protocol):
+//! * [`ViewAgreement`]: two installs of one epoch have the same members;
+//! * [`LeaseSafety`]: after every event, no node serves in an epoch older
+//!   than an installed view that excludes it (a removed node stopped serving
+//!   before it was removed).
+
+use roost_net::Epoch;
+
+use super::core::{Checker, Violation, World};
+use crate::protocol::Protocol;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ViewAgreement;
+
+impl<P: Protocol, H> Checker<P, H> for ViewAgreement {
+    fn after_event(&mut self, world: &World<'_, P>, _: &H) -> Result<(), Violation> {
+        for (node, _, view) in world.installs {
+            let first = world
+                .views
+                .get(&view.epoch)
+                .expect("the core records every install before checking");
+            if first != view {
+                return Err(Violation::new(
+                    "view agreement",
+                    world.now_ms,
+                    format!(
+                        "{node} installed {} as {:?}, another node as {:?}",
+                        view.epoch, view.members, first.members
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeaseSafety;
+
+impl<P: Protocol, H> Checker<P, H> for LeaseSafety {
+    fn after_event(&mut self, world: &World<'_, P>, _: &H) -> Result<(), Violation> {
+        for slot in world.nodes {
+            let Some(node) = slot.node() else { continue };
+            if !node.serving(world.now_ms) {
+                continue;
+            }
+            let epoch = node.epoch();
+            let excluded = world
+                .views
+                .range(Epoch(epoch.0 + 1)..)
+                .find(|(_, view)| !view.contains(slot.id(), slot.incarnation()));
+            if let Some((later, _)) = excluded {
+                return Err(Violation::new(
+                    "lease safety",
+                    world.now_ms,
+                    format!("{} serves in {epoch}, but {later} excludes it", slot.id()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The membership checkers every protocol's simulation should include.
+pub type MembershipCheckers = (ViewAgreement, LeaseSafety);
+
+pub fn membership_checkers() -> MembershipCheckers {
+    (ViewAgreement, LeaseSafety)
+}

@@ -479,3 +479,139 @@ impl Protocol for Register {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::protocol::View;
+
+    const NODES: [NodeId; 5] = [NodeId(0), NodeId(1), NodeId(2), NodeId(3), NodeId(4)];
+
+    /// A 5-node view in epoch 1 in which node 0 is `incarnation`.
+    fn view_with(incarnation: Incarnation) -> View {
+        let mut members: BTreeMap<NodeId, Incarnation> = NODES.iter().map(|&n| (n, 1)).collect();
+        members.insert(NodeId(0), incarnation);
+        View {
+            epoch: Epoch(1),
+            members,
+        }
+    }
+
+    fn ctx(view: &View) -> Context<'_> {
+        Context {
+            now_ms: 0,
+            me: NodeId(0),
+            nodes: &NODES,
+            view,
+            member: true,
+            serving: true,
+        }
+    }
+
+    /// A recovered replica at node 0 (the first view starts recovered).
+    fn replica(view: &View) -> Register {
+        let mut register = Register::new(RegisterConfig::default(), RegisterBugs::default());
+        let mut fx = Effects::default();
+        register.on_input(&ctx(view), Input::ViewChange, &mut fx);
+        assert!(register.recovered(), "members of epoch 1 start recovered");
+        register
+    }
+
+    /// Starts a write of `value` and answers its query from nodes 1 and 2
+    /// with nothing written (with node 0 itself, a majority of 5); returns
+    /// the tag the write chose.
+    fn write_tag(register: &mut Register, view: &View, value: u64) -> Tag {
+        let mut fx = Effects::default();
+        register.on_input(
+            &ctx(view),
+            Input::Command(RegisterCmd::Write(value)),
+            &mut fx,
+        );
+        let op = fx
+            .outputs
+            .iter()
+            .find_map(|o| match o {
+                RegisterOut::Accepted { op, .. } => Some(*op),
+                _ => None,
+            })
+            .expect("accepted");
+        fx.clear();
+        for from in [NodeId(1), NodeId(2)] {
+            let msg = RegisterMsg::QueryReply {
+                op,
+                tag: Tag::default(),
+                value: 0,
+            };
+            register.on_input(&ctx(view), Input::Message { from, msg }, &mut fx);
+        }
+        fx.outputs
+            .iter()
+            .find_map(|o| match o {
+                RegisterOut::Storing { op: o, tag } if *o == op => Some(*tag),
+                _ => None,
+            })
+            .expect("the write reached its store phase")
+    }
+
+    #[test]
+    fn concurrent_writes_of_one_node_get_tags_of_their_own() {
+        let view = view_with(1);
+        let mut register = replica(&view);
+        // Both queries see the same largest tag (nothing written), and the
+        // first write has not stored yet when the second chooses.
+        let first = write_tag(&mut register, &view, 10);
+        let second = write_tag(&mut register, &view, 11);
+        assert_ne!(first, second);
+        assert!(second > first, "{first:?} then {second:?}");
+        assert_eq!(register.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_restarted_writer_never_reuses_a_tag_of_its_earlier_incarnation() {
+        // Incarnation 1 chose a tag and stored it at a minority only (its
+        // query saw nothing); incarnation 2 queries a majority that never saw
+        // it and picks the same counter: the incarnation keeps them apart.
+        let before = {
+            let view = view_with(1);
+            write_tag(&mut replica(&view), &view, 10)
+        };
+        let after = {
+            let view = view_with(2);
+            write_tag(&mut replica(&view), &view, 20)
+        };
+        assert_eq!(
+            before.counter, after.counter,
+            "same counter, as the bug had it"
+        );
+        assert_eq!((before.writer, after.writer), (0, 0));
+        assert_ne!(before, after, "two values under one tag");
+        assert_eq!((before.incarnation, after.incarnation), (1, 2));
+    }
+
+    #[test]
+    fn beyond_max_in_flight_a_command_is_rejected_as_busy() {
+        let view = view_with(1);
+        let mut register = replica(&view);
+        let mut fx = Effects::default();
+        for i in 0..MAX_IN_FLIGHT as u64 {
+            register.on_input(&ctx(&view), Input::Command(RegisterCmd::Write(i)), &mut fx);
+        }
+        assert_eq!(register.in_flight(), MAX_IN_FLIGHT);
+        assert!(!fx
+            .outputs
+            .iter()
+            .any(|o| matches!(o, RegisterOut::Rejected { .. })));
+        fx.clear();
+        register.on_input(&ctx(&view), Input::Command(RegisterCmd::Read), &mut fx);
+        assert_eq!(
+            fx.outputs,
+            vec![RegisterOut::Rejected {
+                cmd: RegisterCmd::Read,
+                reason: RejectReason::Busy
+            }]
+        );
+        assert_eq!(register.in_flight(), MAX_IN_FLIGHT, "nothing began");
+    }
+}

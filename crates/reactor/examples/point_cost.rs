@@ -1,0 +1,119 @@
+//! Cost of a small root transaction on a hash-indexed relation
+//! (`RelationDef::point_access_only`), served on its executor with no
+//! hand-off (as a RESP connection is): 64 reactors sharing 100,000 keys;
+//! per transaction a get, a get and a put of an existing key, or an insert
+//! of a new key and a delete of the previous one (two transactions per
+//! iteration). Median over rounds.
+//! `cargo run --release -p roost-reactor --example point_cost`
+
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use roost_reactor::{Database, Deployment, ReactorId, RelationDef, Schema};
+
+static KV: RelationDef<u64, u64> = RelationDef::new("shard", "kv").point_access_only();
+const REACTORS: u64 = 64;
+const KEYS: u64 = 100_000;
+const TXNS: u64 = 200_000;
+const ROUNDS: usize = 7;
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^ (x >> 33)
+}
+
+async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize) -> f64 {
+    let start = Instant::now();
+    for i in 0..TXNS {
+        let key = mix(i + (r as u64) * TXNS) % KEYS;
+        let reactor = reactors[(key % REACTORS) as usize];
+        match kind {
+            "get" => {
+                db.run(reactor, move |ctx| async move { ctx.get(&KV, &key) })
+                    .await
+                    .expect("get");
+            }
+            "get+put" => {
+                db.run(reactor, move |ctx| async move {
+                    let v = ctx.get(&KV, &key)?.unwrap_or(0);
+                    ctx.put(&KV, &key, &(v + 1))
+                })
+                .await
+                .expect("get+put");
+            }
+            _ => {
+                // A fresh key per transaction, deleting the one before:
+                // the relation keeps its size, every insert links a key.
+                let fresh = KEYS + i + (r as u64) * TXNS;
+                let reactor = reactors[(fresh % REACTORS) as usize];
+                let old = fresh - 1;
+                let old_reactor = reactors[(old % REACTORS) as usize];
+                db.run(reactor, move |ctx| async move { ctx.insert(&KV, &fresh, &1) })
+                    .await
+                    .expect("insert");
+                if old >= KEYS {
+                    db.run(old_reactor, move |ctx| async move { ctx.delete(&KV, &old) })
+                        .await
+                        .expect("delete");
+                }
+            }
+        }
+    }
+    start.elapsed().as_nanos() as f64 / TXNS as f64
+}
+
+fn main() {
+    let schema = Schema::new().reactor_type("shard", &[&KV]).expect("schema");
+    let db = Arc::new(Database::new(schema, Deployment::shared_everything(1)).expect("database"));
+    let reactors: Vec<ReactorId> = (0..REACTORS)
+        .map(|i| db.create_reactor("shard", &format!("shard-{i}")).unwrap())
+        .collect();
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
+        for &reactor in &reactors {
+            let keys: Vec<u64> = chunk
+                .iter()
+                .copied()
+                .filter(|k| reactors[(k % REACTORS) as usize] == reactor)
+                .collect();
+            db.run_blocking(reactor, move |ctx| {
+                let keys = keys.clone();
+                async move {
+                    for k in keys {
+                        ctx.put(&KV, &k, &k)?;
+                    }
+                    Ok(())
+                }
+            })
+            .expect("load");
+        }
+    }
+    let (tx, rx) = mpsc::channel();
+    let task_db = Arc::clone(&db);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(db.run_on_executor(0, move || {
+            roost_exec::spawn(async move {
+                for kind in ["get", "get+put", "insert+delete"] {
+                    let mut ns = Vec::new();
+                    for r in 0..ROUNDS {
+                        ns.push(round(&task_db, &reactors, kind, r).await);
+                    }
+                    ns.sort_by(f64::total_cmp);
+                    tx.send(format!(
+                        "{kind:>14}: median {:6.0} ns per iteration (min {:.0}, max {:.0}) over {ROUNDS} rounds of {TXNS}",
+                        ns[ns.len() / 2],
+                        ns[0],
+                        ns[ns.len() - 1]
+                    ))
+                    .unwrap();
+                }
+            })
+        }))
+        .expect("executor");
+    for line in rx.iter().take(3) {
+        println!("{line}");
+    }
+}

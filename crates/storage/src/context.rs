@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, Worker};
 use crate::error::{CommitError, TxError};
-use crate::relation::{KeyBounds, Relation, ScanDirection};
+use crate::relation::{KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 use crate::sync::Guard;
 use crate::txn::{abort_part, commit_parts, finish_part, CommitInfo, TxOps};
 
@@ -134,6 +134,21 @@ impl TxContext {
     ) -> Result<usize, TxError> {
         self.ops(guard, relation)
             .scan(relation, bounds, direction, limit, visit)
+    }
+
+    /// See [`Transaction::scan_partition`](crate::Transaction::scan_partition).
+    ///
+    /// # Safety
+    /// The guard rule of the module documentation.
+    pub unsafe fn scan_partition(
+        &mut self,
+        guard: &Guard,
+        relation: &Arc<Relation>,
+        prefix: [u8; PARTITION_PREFIX_BYTES],
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        self.ops(guard, relation)
+            .scan_partition(relation, prefix, visit)
     }
 
     /// Aborts: undoes placeholder inserts and clears the context for reuse.

@@ -49,9 +49,12 @@ async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize) -> f
                 let reactor = reactors[(fresh % REACTORS) as usize];
                 let old = fresh - 1;
                 let old_reactor = reactors[(old % REACTORS) as usize];
-                db.run(reactor, move |ctx| async move { ctx.insert(&KV, &fresh, &1) })
-                    .await
-                    .expect("insert");
+                db.run(
+                    reactor,
+                    move |ctx| async move { ctx.insert(&KV, &fresh, &1) },
+                )
+                .await
+                .expect("insert");
                 if old >= KEYS {
                     db.run(old_reactor, move |ctx| async move { ctx.delete(&KV, &old) })
                         .await

@@ -589,10 +589,10 @@ fn increments_race_catches_a_skipped_placement_check() {
 static POINTS: RelationDef<u32, i64> = RelationDef::new("ledger", "points").point_access_only();
 
 /// A hash-indexed relation serves point access inside transactions; a scan
-/// of it is a clear error, and moving its reactor (which would extract rows
-/// with a scan) is refused up front, leaving the data in place.
+/// of it is a clear error; its reactor moves between containers like any
+/// other, rows and all.
 #[test]
-fn point_access_relations_serve_points_and_refuse_scans() {
+fn point_access_relations_serve_points_refuse_scans_and_move() {
     let schema = Schema::new().reactor_type("ledger", &[&POINTS]).unwrap();
     let db = Database::new(schema, shared_nothing_ledgers()).unwrap();
     let ledger = db.create_reactor("ledger", "l0").unwrap();
@@ -604,16 +604,17 @@ fn point_access_relations_serve_points_and_refuse_scans() {
         Ok(())
     })
     .unwrap();
-    let sum = db
-        .run_blocking(ledger, |ctx| async move {
+    let sum = |db: &Database| {
+        db.run_blocking(ledger, |ctx| async move {
             let mut sum = 0;
             for k in 0..10u32 {
                 sum += ctx.get(&POINTS, &k)?.unwrap_or(0);
             }
             Ok(sum)
         })
-        .unwrap();
-    assert_eq!(sum, 45 - 3);
+        .unwrap()
+    };
+    assert_eq!(sum(&db), 45 - 3);
     let scanned = db.run_blocking(ledger, |ctx| async move {
         ctx.scan(&POINTS, .., roost_reactor::ScanDirection::Forward, 10)
     });
@@ -624,18 +625,15 @@ fn point_access_relations_serve_points_and_refuse_scans() {
         ),
         "{scanned:?}"
     );
-    let moved = db.move_reactor(ledger, "b");
-    assert_eq!(
-        moved,
-        Err(ReactorError::Immovable {
-            reactor_type: "ledger",
-            relation: "points"
-        })
-    );
-    let still = db
-        .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &9) })
+    db.move_reactor(ledger, "b").unwrap();
+    assert_eq!(db.container_of(ledger).unwrap(), "b");
+    assert_eq!(sum(&db), 45 - 3);
+    db.move_reactor(ledger, "a").unwrap();
+    assert_eq!(sum(&db), 45 - 3);
+    let absent = db
+        .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &3) })
         .unwrap();
-    assert_eq!(still, Some(9));
+    assert_eq!(absent, None, "a deleted row stays deleted across moves");
 }
 
 fn shared_nothing_ledgers() -> Deployment {

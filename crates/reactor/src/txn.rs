@@ -298,7 +298,8 @@ where
         };
         let outcome = root.finish(body);
         if outcome.is_err() {
-            if let Some(away) = root.state().unavailable.take() {
+            let away = root.state().unavailable.take();
+            if let Some(away) = away {
                 // Whatever the tree made of it, the attempt failed for want
                 // of a reactor: acquire it, then run again at once.
                 let key = db.key_of(away)?;

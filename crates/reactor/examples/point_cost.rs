@@ -4,7 +4,9 @@
 //! per transaction a get, a get and a put of an existing key, or an insert
 //! of a new key and a delete of the previous one (two transactions per
 //! iteration). Median over rounds.
-//! `cargo run --release -p roost-reactor --example point_cost`
+//! `cargo run --release -p roost-reactor --example point_cost [-- TXNS ROUNDS]`
+//! (defaults 200000 and 7). Executors do not spin, so that under callgrind
+//! (`--toggle-collect='*point_cost::round*'`) only the transactions count.
 
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
@@ -14,8 +16,6 @@ use roost_reactor::{Database, Deployment, ReactorId, RelationDef, Schema};
 static KV: RelationDef<u64, u64> = RelationDef::new("shard", "kv").point_access_only();
 const REACTORS: u64 = 64;
 const KEYS: u64 = 100_000;
-const TXNS: u64 = 200_000;
-const ROUNDS: usize = 7;
 
 fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
@@ -23,10 +23,10 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize) -> f64 {
+async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize, txns: u64) -> f64 {
     let start = Instant::now();
-    for i in 0..TXNS {
-        let key = mix(i + (r as u64) * TXNS) % KEYS;
+    for i in 0..txns {
+        let key = mix(i + (r as u64) * txns) % KEYS;
         let reactor = reactors[(key % REACTORS) as usize];
         match kind {
             "get" => {
@@ -45,7 +45,7 @@ async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize) -> f
             _ => {
                 // A fresh key per transaction, deleting the one before:
                 // the relation keeps its size, every insert links a key.
-                let fresh = KEYS + i + (r as u64) * TXNS;
+                let fresh = KEYS + i + (r as u64) * txns;
                 let reactor = reactors[(fresh % REACTORS) as usize];
                 let old = fresh - 1;
                 let old_reactor = reactors[(old % REACTORS) as usize];
@@ -63,12 +63,22 @@ async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize) -> f
             }
         }
     }
-    start.elapsed().as_nanos() as f64 / TXNS as f64
+    start.elapsed().as_nanos() as f64 / txns as f64
 }
 
 fn main() {
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .map_or(default, |a| a.parse().expect("a number"))
+    };
+    let (txns, rounds) = (arg(1, 200_000), arg(2, 7) as usize);
     let schema = Schema::new().reactor_type("shard", &[&KV]).expect("schema");
-    let db = Arc::new(Database::new(schema, Deployment::shared_everything(1)).expect("database"));
+    let deployment = Deployment::from_toml(
+        "spin_before_park_us = 0\nspin_while_active_us = 0\n[[containers]]\nname = \"main\"",
+    )
+    .expect("deployment");
+    let db = Arc::new(Database::new(schema, deployment).expect("database"));
     let reactors: Vec<ReactorId> = (0..REACTORS)
         .map(|i| db.create_reactor("shard", &format!("shard-{i}")).unwrap())
         .collect();
@@ -101,12 +111,12 @@ fn main() {
             roost_exec::spawn(async move {
                 for kind in ["get", "get+put", "insert+delete"] {
                     let mut ns = Vec::new();
-                    for r in 0..ROUNDS {
-                        ns.push(round(&task_db, &reactors, kind, r).await);
+                    for r in 0..rounds {
+                        ns.push(round(&task_db, &reactors, kind, r, txns).await);
                     }
                     ns.sort_by(f64::total_cmp);
                     tx.send(format!(
-                        "{kind:>14}: median {:6.0} ns per iteration (min {:.0}, max {:.0}) over {ROUNDS} rounds of {TXNS}",
+                        "{kind:>14}: median {:6.0} ns per iteration (min {:.0}, max {:.0}) over {rounds} rounds of {txns}",
                         ns[ns.len() / 2],
                         ns[0],
                         ns[ns.len() - 1]

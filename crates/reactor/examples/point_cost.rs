@@ -4,9 +4,10 @@
 //! per transaction a get, a get and a put of an existing key, or an insert
 //! of a new key and a delete of the previous one (two transactions per
 //! iteration). Median over rounds.
-//! `cargo run --release -p roost-reactor --example point_cost [-- TXNS ROUNDS]`
-//! (defaults 200000 and 7). Executors do not spin, so that under callgrind
-//! (`--toggle-collect='*point_cost::round*'`) only the transactions count.
+//! `cargo run --release -p roost-reactor --example point_cost [-- TXNS ROUNDS [KIND]]`
+//! (defaults 200000, 7, all three kinds). Executors do not spin, so that
+//! instructions per transaction under callgrind are the difference of two
+//! runs of one kind with different TXNS, divided by the difference.
 
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
@@ -73,6 +74,14 @@ fn main() {
             .map_or(default, |a| a.parse().expect("a number"))
     };
     let (txns, rounds) = (arg(1, 200_000), arg(2, 7) as usize);
+    let kinds: Vec<&'static str> = match std::env::args().nth(3) {
+        Some(kind) => vec![["get", "get+put", "insert+delete"]
+            .into_iter()
+            .find(|k| *k == kind)
+            .expect("KIND is get, get+put or insert+delete")],
+        None => vec!["get", "get+put", "insert+delete"],
+    };
+    let lines = kinds.len();
     let schema = Schema::new().reactor_type("shard", &[&KV]).expect("schema");
     let deployment = Deployment::from_toml(
         "spin_before_park_us = 0\nspin_while_active_us = 0\n[[containers]]\nname = \"main\"",
@@ -109,7 +118,7 @@ fn main() {
     runtime
         .block_on(db.run_on_executor(0, move || {
             roost_exec::spawn(async move {
-                for kind in ["get", "get+put", "insert+delete"] {
+                for kind in kinds {
                     let mut ns = Vec::new();
                     for r in 0..rounds {
                         ns.push(round(&task_db, &reactors, kind, r, txns).await);
@@ -126,7 +135,7 @@ fn main() {
             })
         }))
         .expect("executor");
-    for line in rx.iter().take(3) {
+    for line in rx.iter().take(lines) {
         println!("{line}");
     }
 }

@@ -14,7 +14,14 @@ use std::time::Instant;
 
 use roost_reactor::{Database, Deployment, ReactorId, RelationDef, Schema};
 
-static KV: RelationDef<u64, u64> = RelationDef::new("shard", "kv").point_access_only();
+static HASHED: RelationDef<u64, u64> = RelationDef::new("shard", "kv").point_access_only();
+/// With `POINT_COST_ORDERED=1`: the same on a B+-tree (another reactor type).
+static ORDERED: RelationDef<u64, u64> = RelationDef::new("ordered_shard", "kv");
+static KV: std::sync::OnceLock<&'static RelationDef<u64, u64>> = std::sync::OnceLock::new();
+
+fn kv() -> &'static RelationDef<u64, u64> {
+    KV.get().expect("chosen in main")
+}
 const REACTORS: u64 = 64;
 const KEYS: u64 = 100_000;
 
@@ -31,14 +38,14 @@ async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize, txns
         let reactor = reactors[(key % REACTORS) as usize];
         match kind {
             "get" => {
-                db.run(reactor, move |ctx| async move { ctx.get(&KV, &key) })
+                db.run(reactor, move |ctx| async move { ctx.get(kv(), &key) })
                     .await
                     .expect("get");
             }
             "get+put" => {
                 db.run(reactor, move |ctx| async move {
-                    let v = ctx.get(&KV, &key)?.unwrap_or(0);
-                    ctx.put(&KV, &key, &(v + 1))
+                    let v = ctx.get(kv(), &key)?.unwrap_or(0);
+                    ctx.put(kv(), &key, &(v + 1))
                 })
                 .await
                 .expect("get+put");
@@ -52,14 +59,17 @@ async fn round(db: &Database, reactors: &[ReactorId], kind: &str, r: usize, txns
                 let old_reactor = reactors[(old % REACTORS) as usize];
                 db.run(
                     reactor,
-                    move |ctx| async move { ctx.insert(&KV, &fresh, &1) },
+                    move |ctx| async move { ctx.insert(kv(), &fresh, &1) },
                 )
                 .await
                 .expect("insert");
                 if old >= KEYS {
-                    db.run(old_reactor, move |ctx| async move { ctx.delete(&KV, &old) })
-                        .await
-                        .expect("delete");
+                    db.run(
+                        old_reactor,
+                        move |ctx| async move { ctx.delete(kv(), &old) },
+                    )
+                    .await
+                    .expect("delete");
                 }
             }
         }
@@ -82,14 +92,26 @@ fn main() {
         None => vec!["get", "get+put", "insert+delete"],
     };
     let lines = kinds.len();
-    let schema = Schema::new().reactor_type("shard", &[&KV]).expect("schema");
+    let ordered = std::env::var("POINT_COST_ORDERED").is_ok_and(|v| v == "1");
+    let (reactor_type, relation) = if ordered {
+        ("ordered_shard", &ORDERED)
+    } else {
+        ("shard", &HASHED)
+    };
+    assert!(KV.set(relation).is_ok(), "chosen once");
+    let schema = Schema::new()
+        .reactor_type(reactor_type, &[relation])
+        .expect("schema");
     let deployment = Deployment::from_toml(
         "spin_before_park_us = 0\nspin_while_active_us = 0\n[[containers]]\nname = \"main\"",
     )
     .expect("deployment");
     let db = Arc::new(Database::new(schema, deployment).expect("database"));
     let reactors: Vec<ReactorId> = (0..REACTORS)
-        .map(|i| db.create_reactor("shard", &format!("shard-{i}")).unwrap())
+        .map(|i| {
+            db.create_reactor(reactor_type, &format!("shard-{i}"))
+                .unwrap()
+        })
         .collect();
     for chunk in (0..KEYS).collect::<Vec<_>>().chunks(1000) {
         for &reactor in &reactors {
@@ -102,7 +124,7 @@ fn main() {
                 let keys = keys.clone();
                 async move {
                     for k in keys {
-                        ctx.put(&KV, &k, &k)?;
+                        ctx.put(kv(), &k, &k)?;
                     }
                     Ok(())
                 }
@@ -115,7 +137,7 @@ fn main() {
     for (i, &reactor) in reactors.iter().enumerate() {
         db.run_blocking(reactor, move |ctx| async move {
             for k in (i as u64..KEYS).step_by(REACTORS as usize) {
-                ctx.get(&KV, &k)?;
+                ctx.get(kv(), &k)?;
             }
             Ok(())
         })

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::database::ReactorId;
+use crate::database::{Entry, ReactorId};
 use crate::executor::{with_local, Participant, PRESENT_MEMO_LIMIT};
 use crate::schema::RelationDef;
 use crate::txn::{ReactorError, Relocation, RootTxn};
@@ -50,38 +50,20 @@ pub struct ReactorCtx {
 impl ReactorCtx {
     /// Enters `container` (on the executor serving it for this root),
     /// creating the root's context there on first use, and checks the reactor
-    /// lives here and has not moved away from it.
+    /// lives there (see [`check_placement`](Self::check_placement)).
     pub(crate) fn enter(
         root: Arc<RootTxn>,
         reactor: ReactorId,
         container: usize,
     ) -> Result<Self, ReactorError> {
-        let relocation = root
-            .relocating
-            .filter(|(r, _)| *r == reactor)
-            .map(|(_, how)| how);
-        if relocation == Some(Relocation::In) {
-            // Installing it here: it is neither local nor present yet.
+        if root.relocating == Some((reactor, Relocation::In)) {
+            // Installing it here: it does not live here yet.
             return ReactorCtx::enter_unchecked(root, reactor, container);
         }
-        let planted_bug = root.db.skip_placement_check.load(Ordering::Relaxed);
         let entry = root.db.reactor_entry(reactor)?;
-        if !planted_bug {
-            if entry.remote {
-                return Err(root.unavailable(reactor));
-            }
-            if entry.moving && relocation.is_none() {
-                return Err(ReactorError::Tx(TxError::Conflict(
-                    ConflictKind::RecordUnlinked,
-                )));
-            }
-        }
+        check_placement(&root, reactor, entry, container)?;
         let ctx = ReactorCtx::enter_as(root, reactor, entry.reactor_type, container);
-        if !planted_bug && ctx.has_moved_away()? {
-            return Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
-            )));
-        }
+        ctx.observe_placement(entry);
         Ok(ctx)
     }
 
@@ -114,38 +96,30 @@ impl ReactorCtx {
         }
     }
 
-    /// Reads this reactor's row in the container's moved-away relation (as part
-    /// of the transaction, so a concurrent move aborts it).
-    fn has_moved_away(&self) -> Result<bool, ReactorError> {
-        if self.participant.present.borrow().contains(&self.reactor) {
-            return Ok(false);
+    /// Adds this reactor's placement word, as checked on entering it, to the
+    /// transaction's read set: commit fails if a move, export or install of
+    /// it began since (every one rewrites the word, with a new epoch, before
+    /// it touches a row). Once per reactor per container per transaction.
+    fn observe_placement(&self, entry: Entry) {
+        if self.root.db.skip_placement_check.load(Ordering::Relaxed) {
+            return;
         }
-        let relation = &self.root.db.containers[self.container].moved_away;
-        let key = self.reactor.0.to_be_bytes();
-        // SAFETY: the participant's guard lives until the context is released.
-        let moved = self
-            .with_context(|c, g| unsafe { c.get_with(g, relation, &key, |_| ()) })?
-            .is_some();
-        let mut present = self.participant.present.borrow_mut();
-        if !moved && present.len() < PRESENT_MEMO_LIMIT {
-            present.push(self.reactor);
+        let mut observed = self.participant.present.borrow_mut();
+        if observed.contains(&self.reactor) {
+            return;
         }
-        Ok(moved)
-    }
-
-    pub(crate) fn set_moved_away(&self, moved: bool) -> Result<(), ReactorError> {
-        self.participant.present.borrow_mut().clear();
-        let relation = &self.root.db.containers[self.container].moved_away;
-        let key = self.reactor.0.to_be_bytes();
-        // SAFETY: as above.
-        self.with_context(|c, g| unsafe {
-            if moved {
-                c.put(g, relation, &key, &[]).map(|_| ())
-            } else {
-                c.delete(g, relation, &key).map(|_| ())
-            }
-        })?;
-        Ok(())
+        let slot = self
+            .root
+            .db
+            .placements
+            .slot(self.reactor)
+            .expect("an entered reactor has a slot");
+        // SAFETY: slots live as long as the database, which the root holds
+        // until its contexts have committed or aborted.
+        self.with_context(|c, _| unsafe { c.observe_version(slot, entry.word) });
+        if observed.len() < PRESENT_MEMO_LIMIT {
+            observed.push(self.reactor);
+        }
     }
 
     /// Every row of this reactor, per schema relation index, as raw bytes
@@ -470,31 +444,25 @@ impl ReactorCtx {
         let root = Arc::clone(&self.root);
         root.call_started();
         let entry = match root.db.reactor_entry(target) {
-            Ok(entry) if entry.remote => {
-                let e = root.unavailable(target);
-                return Call::failed(&root, e);
-            }
             Ok(entry) => entry,
             Err(e) => return Call::failed(&root, e),
         };
         let (reactor_type, container) = (entry.reactor_type, entry.container as usize);
-        if container == self.container {
+        if container == self.container || entry.remote {
+            // This reactor's own placement was checked and observed when the
+            // transaction entered it.
+            if target != self.reactor {
+                if let Err(e) = check_placement(&root, target, entry, self.container) {
+                    return Call::failed(&root, e);
+                }
+            }
             let child = ReactorCtx {
                 reactor: target,
                 reactor_type,
                 ..self.clone()
             };
             if target != self.reactor {
-                match child.has_moved_away() {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        return Call::failed(
-                            &root,
-                            ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked)),
-                        )
-                    }
-                    Err(e) => return Call::failed(&root, e),
-                }
+                child.observe_placement(entry);
             }
             let future: Pin<Box<dyn Future<Output = Result<T, ReactorError>>>> =
                 Box::pin(procedure(child));
@@ -520,23 +488,16 @@ impl ReactorCtx {
             return Ok(Some(self.clone()));
         }
         let entry = self.root.db.reactor_entry(target)?;
-        if entry.remote {
-            return Err(self.root.unavailable(target));
-        }
-        if entry.container as usize != self.container {
+        if entry.container as usize != self.container && !entry.remote {
             return Ok(None);
         }
-        let reactor_type = entry.reactor_type;
+        check_placement(&self.root, target, entry, self.container)?;
         let child = ReactorCtx {
             reactor: target,
-            reactor_type,
+            reactor_type: entry.reactor_type,
             ..self.clone()
         };
-        if child.has_moved_away()? {
-            return Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
-            )));
-        }
+        child.observe_placement(entry);
         Ok(Some(child))
     }
 
@@ -583,6 +544,33 @@ impl ReactorCtx {
             state: CallState::Remote(result),
         }
     }
+}
+
+/// Whether a transaction may enter `reactor` in `container` given its
+/// placement `entry`: it lives here (else the placement must acquire it), in
+/// that container (else it moved since the caller looked), and no move,
+/// export or install of it is in progress, unless this transaction is that
+/// relocation. Entering while one is in progress would let a transaction
+/// observe the relocation's own word and commit after it moved the rows.
+fn check_placement(
+    root: &RootTxn,
+    reactor: ReactorId,
+    entry: Entry,
+    container: usize,
+) -> Result<(), ReactorError> {
+    if root.db.skip_placement_check.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    if entry.remote {
+        return Err(root.unavailable(reactor));
+    }
+    let relocating = root.relocating == Some((reactor, Relocation::Out));
+    if (entry.moving && !relocating) || entry.container as usize != container {
+        return Err(ReactorError::Tx(TxError::Conflict(
+            ConflictKind::RecordUnlinked,
+        )));
+    }
+    Ok(())
 }
 
 /// Runs a dispatched call on this executor: polled once at once, and

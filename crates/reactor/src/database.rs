@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -33,7 +33,8 @@ pub const MAX_REACTORS: usize = 1 << 28;
 const PLACEMENT_SEGMENT_SLOTS: usize = 1 << 16;
 const PLACEMENT_SEGMENTS: usize = MAX_REACTORS / PLACEMENT_SEGMENT_SLOTS;
 /// A placement slot packs the container (bits 0..15), the reactor type
-/// (bits 15..30) and two flags into one atomic word.
+/// (bits 15..30), two flags, and (bits 32..64) an epoch that moves with
+/// every change of the slot, into one atomic word.
 const FIELD_BITS: u32 = 15;
 const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
 /// The reactor lives in another database; `container` is where transactions
@@ -41,6 +42,7 @@ const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
 const REMOTE_BIT: u32 = 1 << 30;
 /// A move, export or install of the reactor is in progress (at most one).
 const MOVING_BIT: u32 = 1 << 31;
+const EPOCH_SHIFT: u32 = 32;
 /// Reactor types a schema may declare.
 pub const MAX_REACTOR_TYPES: usize = 1 << FIELD_BITS;
 /// Containers a deployment may declare.
@@ -53,34 +55,43 @@ pub(crate) struct Entry {
     pub(crate) container: u16,
     pub(crate) remote: bool,
     pub(crate) moving: bool,
+    /// The whole word read, epoch included: the placement record a
+    /// transaction entering the reactor observes, validated at its commit
+    /// (ignored when packing).
+    pub(crate) word: u64,
 }
 
 impl Entry {
-    fn pack(self) -> u32 {
-        debug_assert!(u32::from(self.container) <= FIELD_MASK);
-        debug_assert!(u32::from(self.reactor_type) <= FIELD_MASK);
-        u32::from(self.container)
+    /// The word for these fields at `epoch`.
+    fn pack(&self, epoch: u64) -> u64 {
+        assert!(u32::from(self.container) <= FIELD_MASK);
+        assert!(u32::from(self.reactor_type) <= FIELD_MASK);
+        let low = u32::from(self.container)
             | (u32::from(self.reactor_type) << FIELD_BITS)
             | if self.remote { REMOTE_BIT } else { 0 }
-            | if self.moving { MOVING_BIT } else { 0 }
+            | if self.moving { MOVING_BIT } else { 0 };
+        (epoch << EPOCH_SHIFT) | u64::from(low)
     }
 
-    fn unpack(packed: u32) -> Self {
+    #[inline]
+    fn unpack(word: u64) -> Self {
+        let low = word as u32;
         Entry {
-            container: (packed & FIELD_MASK) as u16,
-            reactor_type: ((packed >> FIELD_BITS) & FIELD_MASK) as u16,
-            remote: packed & REMOTE_BIT != 0,
-            moving: packed & MOVING_BIT != 0,
+            container: (low & FIELD_MASK) as u16,
+            reactor_type: ((low >> FIELD_BITS) & FIELD_MASK) as u16,
+            remote: low & REMOTE_BIT != 0,
+            moving: low & MOVING_BIT != 0,
+            word,
         }
     }
 }
 
 /// Reactor handle to placement slot, read on every call without a lock (a
 /// shared read lock would bounce its cache line between executors): slots
-/// are atomics in segments allocated as the directory grows. Written only
-/// under the directory's write lock.
+/// are atomics in segments allocated as the directory grows, never freed
+/// before the database. Written only under the directory's write lock.
 pub(crate) struct PlacementTable {
-    segments: Box<[OnceLock<Box<[AtomicU32]>>]>,
+    segments: Box<[OnceLock<Box<[AtomicU64]>>]>,
     len: AtomicU32,
 }
 
@@ -92,18 +103,21 @@ impl PlacementTable {
         }
     }
 
-    fn slot(&self, id: u32) -> Option<&AtomicU32> {
-        if id >= self.len.load(Ordering::Acquire) {
+    /// The slot of a reactor (what a transaction entering it observes).
+    #[inline]
+    pub(crate) fn slot(&self, id: ReactorId) -> Option<&AtomicU64> {
+        if id.0 >= self.len.load(Ordering::Acquire) {
             return None;
         }
-        let id = id as usize;
+        let id = id.0 as usize;
         self.segments[id / PLACEMENT_SEGMENT_SLOTS]
             .get()
             .map(|s| &s[id % PLACEMENT_SEGMENT_SLOTS])
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: ReactorId) -> Option<Entry> {
-        Some(Entry::unpack(self.slot(id.0)?.load(Ordering::Acquire)))
+        Some(Entry::unpack(self.slot(id)?.load(Ordering::Acquire)))
     }
 
     /// Appends an entry; the caller holds the directory's write lock.
@@ -112,22 +126,29 @@ impl PlacementTable {
         assert!(id < MAX_REACTORS, "checked by the caller");
         let segment = self.segments[id / PLACEMENT_SEGMENT_SLOTS].get_or_init(|| {
             (0..PLACEMENT_SEGMENT_SLOTS)
-                .map(|_| AtomicU32::new(0))
+                .map(|_| AtomicU64::new(0))
                 .collect()
         });
-        segment[id % PLACEMENT_SEGMENT_SLOTS].store(entry.pack(), Ordering::Release);
+        segment[id % PLACEMENT_SEGMENT_SLOTS].store(entry.pack(0), Ordering::Release);
         self.len.store(id as u32 + 1, Ordering::Release);
         ReactorId(id as u32)
     }
 
-    /// Rewrites an entry; the caller holds the directory's write lock.
+    /// Rewrites an entry, moving its epoch (so that a transaction that
+    /// observed any earlier word fails validation); the caller holds the
+    /// directory's write lock.
     fn update(&self, id: ReactorId, change: impl FnOnce(&mut Entry)) {
-        let slot = self.slot(id.0).expect("existing reactor");
-        let mut entry = Entry::unpack(slot.load(Ordering::Acquire));
-        let reactor_type = entry.reactor_type;
+        let slot = self.slot(id).expect("existing reactor");
+        let word = slot.load(Ordering::Acquire);
+        let mut entry = Entry::unpack(word);
         change(&mut entry);
-        assert_eq!(entry.reactor_type, reactor_type, "a reactor keeps its type");
-        slot.store(entry.pack(), Ordering::Release);
+        assert_eq!(
+            entry.reactor_type,
+            Entry::unpack(word).reactor_type,
+            "a reactor keeps its type"
+        );
+        let epoch = (word >> EPOCH_SHIFT).wrapping_add(1) & u64::from(u32::MAX);
+        slot.store(entry.pack(epoch), Ordering::SeqCst);
     }
 
     fn len(&self) -> usize {
@@ -149,10 +170,6 @@ pub(crate) struct Directory {
 pub(crate) struct Container {
     /// One storage relation per schema relation: this container's memory.
     pub(crate) relations: Vec<Arc<Relation>>,
-    /// Placement as data: a row per reactor that moved out of this container.
-    /// Every transaction entering a reactor here reads its (absent) row, so a
-    /// move, which inserts it, aborts every transaction that raced with it.
-    pub(crate) moved_away: Arc<Relation>,
     /// Indexes into `DbShared::executors`.
     pub(crate) executors: Vec<usize>,
     round_robin: AtomicUsize,
@@ -176,10 +193,12 @@ pub(crate) struct DbShared {
 }
 
 impl DbShared {
+    #[inline]
     pub(crate) fn reactor_entry(&self, reactor: ReactorId) -> Result<Entry, ReactorError> {
-        self.placements.get(reactor).ok_or_else(|| {
-            ReactorError::Directory(DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))
-        })
+        match self.placements.get(reactor) {
+            Some(entry) => Ok(entry),
+            None => Err(no_such_reactor(reactor)),
+        }
     }
 
     /// The key of a reactor this database has a handle on.
@@ -202,6 +221,11 @@ impl DbShared {
         };
         c.executors[slot % c.executors.len()]
     }
+}
+
+#[cold]
+fn no_such_reactor(reactor: ReactorId) -> ReactorError {
+    ReactorError::Directory(DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))
 }
 
 /// An embedded Roost database of reactors.
@@ -276,14 +300,8 @@ impl Database {
                 })?;
                 executors.push(handle);
             }
-            // Ordered although point access only: it is nearly always empty,
-            // and an empty tree answers faster than a key can be hashed.
-            let moved_away = engine
-                .create_relation(&format!("{}/moved_away", spec.name))
-                .map_err(|e| DeploymentError::Toml(e.to_string()))?;
             containers.push(Container {
                 relations,
-                moved_away,
                 executors: own,
                 round_robin: AtomicUsize::new(0),
             });
@@ -372,6 +390,7 @@ impl Database {
                 container,
                 remote: false,
                 moving: false,
+                word: 0,
             },
         )
     }
@@ -422,6 +441,7 @@ impl Database {
                 container: start,
                 remote: true,
                 moving: false,
+                word: 0,
             },
         )
     }
@@ -465,6 +485,9 @@ impl Database {
             return None;
         }
         self.shared.placements.update(reactor, |e| e.moving = true);
+        // Before the relocation touches any row: a committer that validated
+        // the slot's old word has locked its records by then, or sees this.
+        fence(Ordering::SeqCst);
         Some(entry)
     }
 
@@ -625,6 +648,7 @@ impl Database {
                         container,
                         remote: true,
                         moving: true,
+                        word: 0,
                     },
                 )?,
             }

@@ -1,8 +1,9 @@
 //! Relocating a reactor. A move between containers is one transaction that
-//! extracts every row of the reactor in its container (deleting them and
-//! marking it moved away) and installs them in the target container
-//! (clearing any old moved-away mark there); both halves commit together or
-//! not at all. An export is the first half alone, handing the rows out in a
+//! extracts (deletes) every row of the reactor in its container and installs
+//! them in the target container; both halves commit together or not at all.
+//! The database marks the reactor's placement slot moving before it starts
+//! (which fails every transaction that entered the reactor before, at its
+//! commit, and turns away new ones) and points it at the target after. An export is the first half alone, handing the rows out in a
 //! form another database understands (relation names, keys without the
 //! local reactor prefix); an install is the second half alone, in the
 //! receiving database.
@@ -19,25 +20,21 @@ use crate::txn::ReactorError;
 
 pub(crate) async fn move_out(ctx: ReactorCtx, target: usize) -> Result<(), ReactorError> {
     let rows = ctx.extract_rows(true)?;
-    ctx.set_moved_away(true)?;
-    ctx.call_in_container(target, move |there| async move {
-        there.set_moved_away(false)?;
-        there.install_rows(&rows)
-    })
+    ctx.call_in_container(
+        target,
+        move |there| async move { there.install_rows(&rows) },
+    )
     .await
 }
 
 pub(crate) async fn export(ctx: ReactorCtx) -> Result<Vec<ExtractedRow>, ReactorError> {
-    let rows = ctx.extract_rows(true)?;
-    ctx.set_moved_away(true)?;
-    Ok(rows)
+    ctx.extract_rows(true)
 }
 
 pub(crate) async fn install(
     ctx: ReactorCtx,
     rows: Arc<Vec<ExtractedRow>>,
 ) -> Result<(), ReactorError> {
-    ctx.set_moved_away(false)?;
     ctx.install_rows(&rows)
 }
 

@@ -301,17 +301,11 @@ where
             let away = root.state().unavailable.take();
             if let Some(away) = away {
                 // Whatever the tree made of it, the attempt failed for want
-                // of a reactor: acquire it, then run again at once.
-                let key = db.key_of(away)?;
-                match db.placement.acquire(&key).await {
-                    Ok(()) => continue,
-                    Err(cause) => {
-                        return Err(ReactorError::Unavailable {
-                            reactor: key,
-                            cause,
-                        })
-                    }
-                }
+                // of a reactor: acquire it, then run again at once. Boxed:
+                // the acquisition's state stays out of every transaction's
+                // future.
+                Box::pin(acquire(&db, away)).await?;
+                continue;
             }
         }
         match outcome {
@@ -333,6 +327,18 @@ where
         attempts: MAX_ATTEMPTS,
         last,
     }))
+}
+
+/// Asks the placement to bring `reactor` here.
+async fn acquire(db: &DbShared, reactor: ReactorId) -> Result<(), ReactorError> {
+    let key = db.key_of(reactor)?;
+    db.placement
+        .acquire(&key)
+        .await
+        .map_err(|cause| ReactorError::Unavailable {
+            reactor: key,
+            cause,
+        })
 }
 
 #[cfg(test)]

@@ -151,6 +151,23 @@ impl TxContext {
             .scan_partition(relation, prefix, visit)
     }
 
+    /// Adds a version word kept outside the engine to the read set: commit
+    /// fails unless `word` still holds `observed` when it validates (after
+    /// the write sets are locked and fenced, as a record's TID is checked).
+    /// Whoever changes the word must do so, and fence (`SeqCst`), before
+    /// reading or writing the records the word guards: then a committer that
+    /// validated the old value locked its records before they were touched.
+    ///
+    /// # Safety
+    /// `word` stays alive until this context commits or aborts.
+    pub unsafe fn observe_version(&mut self, word: &std::sync::atomic::AtomicU64, observed: u64) {
+        self.worker.buffers.versions.push(crate::txn::VersionEntry {
+            word: std::ptr::NonNull::from(word),
+            observed,
+            phantom: false,
+        });
+    }
+
     /// Aborts: undoes placeholder inserts and clears the context for reuse.
     ///
     /// # Safety

@@ -117,10 +117,8 @@ impl PartitionRef {
         unsafe { self.0.as_ref() }
     }
 
-    pub(crate) fn version(&self) -> u64 {
-        self.get()
-            .version
-            .load(std::sync::atomic::Ordering::Acquire)
+    pub(crate) fn version_word(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.get().version
     }
 }
 

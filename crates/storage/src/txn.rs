@@ -29,12 +29,9 @@ use std::ptr::NonNull;
 
 use crate::btree::{LeafChange, LeafRef, SlotKey};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
-use crate::key::EncodedKey;
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
-use crate::relation::{
-    IndexChange, KeyBounds, PartitionRef, Relation, ScanDirection, PARTITION_PREFIX_BYTES,
-};
+use crate::relation::{IndexChange, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 use crate::sync::Guard;
 use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
 use crate::{PlantedBugs, Worker};
@@ -94,11 +91,23 @@ struct NodeEntry {
     records_from: u32,
 }
 
-/// A partition listing: the partition and the version its copy matched.
+/// A version word validated at commit: a listed partition's (checked with
+/// the phantom set) or one kept outside the engine (the reactor layer's
+/// placement slot, checked with the read set).
 #[derive(Clone, Copy, Debug)]
-struct PartitionEntry {
-    partition: PartitionRef,
-    observed: u64,
+pub(crate) struct VersionEntry {
+    pub(crate) word: NonNull<std::sync::atomic::AtomicU64>,
+    pub(crate) observed: u64,
+    pub(crate) phantom: bool,
+}
+
+impl VersionEntry {
+    fn unchanged(&self) -> bool {
+        // SAFETY: a partition lives as long as its relation, which the
+        // transaction keeps alive; an external word, by the contract of
+        // `TxContext::observe_version`.
+        unsafe { self.word.as_ref() }.load(std::sync::atomic::Ordering::Acquire) == self.observed
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -153,9 +162,9 @@ pub(crate) struct TxBuffers {
     /// The records each scan visited, absent placeholders included (for
     /// the re-check of a leaf whose version moved).
     scanned: Vec<RecordRef>,
-    partitions: Vec<PartitionEntry>,
-    /// A partition listing's copy of its entries (kept for reuse).
-    listing: Vec<(EncodedKey, RecordRef)>,
+    /// Partition listings and observed external words. (Every field here
+    /// is moved with each pooled context, so they stay few.)
+    pub(crate) versions: Vec<VersionEntry>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
     /// The last index lookup: relation, key, and the record found (`None`:
@@ -171,7 +180,7 @@ impl TxBuffers {
             && self.misses.is_empty()
             && self.nodes.is_empty()
             && self.scans.is_empty()
-            && self.partitions.is_empty()
+            && self.versions.is_empty()
     }
 
     fn clear(&mut self) {
@@ -182,7 +191,7 @@ impl TxBuffers {
         self.nodes.clear();
         self.scans.clear();
         self.scanned.clear();
-        self.partitions.clear();
+        self.versions.clear();
         self.arena.clear();
         self.last_lookup = None;
     }
@@ -249,11 +258,7 @@ impl TxBuffers {
 /// commit re-checks that part of the scan (which skips own inserts).
 /// A partition listing is carried likewise across the transaction's own
 /// link into that partition.
-fn note_index_change(
-    nodes: &mut [NodeEntry],
-    partitions: &mut [PartitionEntry],
-    change: IndexChange,
-) {
+fn note_index_change(nodes: &mut [NodeEntry], versions: &mut [VersionEntry], change: IndexChange) {
     match change {
         IndexChange::Leaf(LeafChange::Inserted {
             leaf,
@@ -270,9 +275,10 @@ fn note_index_change(
         }
         IndexChange::Leaf(LeafChange::Split) => {}
         IndexChange::Partition { partition, before } => {
-            for entry in partitions
+            let word = NonNull::from(partition.version_word());
+            for entry in versions
                 .iter_mut()
-                .filter(|e| e.partition == partition && e.observed == before)
+                .filter(|e| e.phantom && e.word == word && e.observed == before)
             {
                 entry.observed = before + 1;
             }
@@ -366,10 +372,10 @@ impl TxOps<'_> {
         // The lookup just missed: insert at once (finding the record if one
         // was linked since).
         let bufs = &mut self.worker.buffers;
-        let (nodes, partitions) = (&mut bufs.nodes[..], &mut bufs.partitions[..]);
+        let (nodes, versions) = (&mut bufs.nodes[..], &mut bufs.versions[..]);
         let (record, created) =
             relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard, &mut |c| {
-                note_index_change(nodes, partitions, c)
+                note_index_change(nodes, versions, c)
             });
         let bufs = self.bufs();
         let span = match bufs.last_lookup {
@@ -663,19 +669,18 @@ impl TxOps<'_> {
         prefix: [u8; PARTITION_PREFIX_BYTES],
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize, TxError> {
-        let mut listing = std::mem::take(&mut self.worker.buffers.listing);
-        listing.clear();
+        let mut listing = Vec::new();
         let Some((partition, observed)) = relation.list_partition(prefix, self.guard, &mut listing)
         else {
-            self.worker.buffers.listing = listing;
             return Err(TxError::NotPartitioned {
                 relation: relation.name().to_owned(),
             });
         };
         let bufs = &mut self.worker.buffers;
-        bufs.partitions.push(PartitionEntry {
-            partition,
+        bufs.versions.push(VersionEntry {
+            word: NonNull::from(partition.version_word()),
             observed,
+            phantom: true,
         });
         let mut delivered = 0usize;
         for (key, record) in &listing {
@@ -706,8 +711,6 @@ impl TxOps<'_> {
                 break;
             }
         }
-        listing.clear();
-        self.worker.buffers.listing = listing;
         Ok(delivered)
     }
 }
@@ -964,15 +967,14 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
                 return Err(CommitError::Conflict(ConflictKind::ReadValidation));
             }
         }
+        if bufs.versions.iter().any(|v| !v.phantom && !v.unchanged()) {
+            return Err(CommitError::Conflict(ConflictKind::ReadValidation));
+        }
     }
     if planted.skip_phantom_validation {
         return Ok(());
     }
-    if bufs
-        .partitions
-        .iter()
-        .any(|p| p.partition.version() != p.observed)
-    {
+    if bufs.versions.iter().any(|v| v.phantom && !v.unchanged()) {
         return Err(CommitError::Conflict(ConflictKind::Phantom));
     }
     for m in &bufs.misses {

@@ -638,6 +638,7 @@ impl Database {
                         e.container = container;
                         e.moving = true;
                     });
+                    fence(Ordering::SeqCst);
                     reactor
                 }
                 None => self.register(

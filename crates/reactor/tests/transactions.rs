@@ -815,3 +815,70 @@ fn shared_nothing_ledgers() -> Deployment {
     )
     .unwrap()
 }
+
+/// A transaction inserts new rows into a warehouse (a hash-indexed and an
+/// ordered relation) and, before it commits, waits while the warehouse
+/// moves. The move carries only committed rows, so the transaction's
+/// inserts must not commit into the container the warehouse left: it must
+/// fail validation (its placement observation changed) and run again there.
+/// Returns whether an insert was lost.
+fn blind_inserts_waiting_across_a_move(planted_bug: bool) -> bool {
+    use std::sync::Mutex;
+    let shop = shop(shared_nothing());
+    if planted_bug {
+        shop.db.plant_bug_skip_placement_check();
+    }
+    let (w, customer) = (shop.warehouses[0], shop.customers[0]);
+    let from = shop.db.container_of(w).unwrap().to_owned();
+    let to = if from == "w0" { "w1" } else { "w0" };
+    let (inserted_tx, inserted) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go) = tokio::sync::oneshot::channel::<()>();
+    let go = Arc::new(Mutex::new(Some(go)));
+    let inserted_tx = Arc::new(Mutex::new(inserted_tx));
+    std::thread::scope(|s| {
+        let db = &shop.db;
+        let inserter = s.spawn(move || {
+            db.run_blocking(customer, move |ctx| {
+                let (go, inserted_tx) = (Arc::clone(&go), Arc::clone(&inserted_tx));
+                async move {
+                    ctx.call(w, |c| async move {
+                        c.insert(&ORDERS, &777, &1)?;
+                        c.insert(&STOCK, &777, &1)
+                    })
+                    .await?;
+                    // The first attempt waits (uncommitted) for the move.
+                    let first = go.lock().unwrap().take();
+                    if let Some(go) = first {
+                        inserted_tx.lock().unwrap().send(()).unwrap();
+                        let _ = go.await;
+                    }
+                    Ok(())
+                }
+            })
+        });
+        inserted.recv().unwrap();
+        shop.db.move_reactor(w, to).unwrap();
+        go_tx.send(()).unwrap();
+        inserter.join().unwrap().unwrap();
+    });
+    let (order, stock) = shop
+        .db
+        .run_blocking(w, |ctx| async move {
+            Ok((ctx.get(&ORDERS, &777)?, ctx.get(&STOCK, &777)?))
+        })
+        .unwrap();
+    order.is_none() || stock.is_none()
+}
+
+#[test]
+fn blind_inserts_waiting_across_a_move_are_not_lost() {
+    assert!(!blind_inserts_waiting_across_a_move(false));
+}
+
+#[test]
+fn blind_inserts_waiting_across_a_move_catch_a_skipped_placement_check() {
+    assert!(
+        blind_inserts_waiting_across_a_move(true),
+        "the test missed a planted bug"
+    );
+}

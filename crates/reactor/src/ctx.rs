@@ -50,7 +50,7 @@ pub struct ReactorCtx {
 impl ReactorCtx {
     /// Enters `container` (on the executor serving it for this root),
     /// creating the root's context there on first use, and checks the reactor
-    /// lives there (see [`check_placement`](Self::check_placement)).
+    /// lives there (see `check_placement`) and observes its placement word.
     pub(crate) fn enter(
         root: Arc<RootTxn>,
         reactor: ReactorId,

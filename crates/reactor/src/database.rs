@@ -565,12 +565,14 @@ impl Database {
     }
 
     /// Takes the reactor `key` out of this database, in one transaction that
-    /// extracts (deletes) all its rows and marks it moved away, while other
-    /// transactions keep running: those that raced with it abort (they read
-    /// the placement record it writes) and, finding the reactor remote, wait
-    /// for the placement to acquire it. Returns its rows, keyed by relation
+    /// extracts (deletes) all its rows, while other transactions keep
+    /// running: those that raced with it fail validation (the placement word
+    /// they observed changed) and, finding the reactor remote, wait for the
+    /// placement to acquire it. Returns its rows, keyed by relation
     /// name and key without this database's prefix, and its new placement
     /// version, for [`install_reactor`](Self::install_reactor) elsewhere.
+    /// Blocks, as [`run_blocking`](Self::run_blocking) does (not from an
+    /// async runtime or an executor).
     pub fn export_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
         let reactor = self.reactor_by_key(key)?;
         let entry = self.try_begin_move(reactor).ok_or(ExportError::Busy)?;
@@ -597,7 +599,8 @@ impl Database {
     /// Installs a reactor exported by another database (or this one) here,
     /// in the container the placement names, in one transaction. The
     /// reactor must not be local here already, and `exported` must be newer
-    /// than any copy this database had. Returns its handle here.
+    /// than any copy this database had. Returns its handle here. Blocks, as
+    /// [`run_blocking`](Self::run_blocking) does.
     pub fn install_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
         let key = exported.key();
         let type_index = self.type_index(key.reactor_type())?;

@@ -21,10 +21,11 @@
 //! transaction's attempt aborts, awaits the acquisition, and runs again. The
 //! answer for a local reactor is cached in the database's lock-free placement
 //! table (one atomic load per entry, the per-call hot path), which moves,
-//! exports and installs keep current; the placement record each transaction
-//! reads on entering a reactor (its container's `moved_away` row, validated
-//! at commit) is what makes the cache safe: a transaction that raced with an
-//! export or move fails validation and runs again.
+//! exports and installs keep current. That cache is also the placement record:
+//! a transaction entering a reactor observes its slot word and commit
+//! validates it unchanged, and every move, export or install rewrites the word
+//! (and fences) before it touches a row, so a transaction that raced with one
+//! fails validation and runs again.
 //!
 //! [`LocalPlacement`] is the single-node placement: every reactor is local,
 //! in the container the deployment's rules name, and nothing is ever

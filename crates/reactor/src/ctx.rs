@@ -11,26 +11,30 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use roost_storage::{ConflictKind, KeyCodec, Relation, ScanDirection, TxError};
+use roost_storage::{
+    ConflictKind, IndexKind, KeyCodec, Relation, ScanDirection, TxError, PARTITION_PREFIX_BYTES,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
-use crate::database::ReactorId;
+use crate::database::{Entry, ReactorId};
 use crate::executor::{with_local, Participant, PRESENT_MEMO_LIMIT};
 use crate::schema::RelationDef;
-use crate::txn::{ReactorError, RootTxn};
+use crate::txn::{ReactorError, Relocation, RootTxn};
 
-/// Bytes of the reactor id that prefixes every key: a reactor's rows are one
-/// contiguous range of each relation.
+/// Bytes of the reactor handle that prefixes every key: a reactor's rows are
+/// one contiguous range of each ordered relation, and one partition of each
+/// hash-indexed one.
 const REACTOR_PREFIX_BYTES: usize = 4;
+const _: () = assert!(REACTOR_PREFIX_BYTES == PARTITION_PREFIX_BYTES);
 
 /// One row of a reactor being moved: schema relation index, key without the
 /// reactor prefix, value bytes.
 pub(crate) struct ExtractedRow {
-    relation: usize,
-    key: Vec<u8>,
-    value: Vec<u8>,
+    pub(crate) relation: usize,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Vec<u8>,
 }
 
 /// What a procedure sees. Cheap to clone; lives on its executor.
@@ -46,24 +50,20 @@ pub struct ReactorCtx {
 impl ReactorCtx {
     /// Enters `container` (on the executor serving it for this root),
     /// creating the root's context there on first use, and checks the reactor
-    /// has not moved away from it.
+    /// lives there (see `check_placement`) and observes its placement word.
     pub(crate) fn enter(
         root: Arc<RootTxn>,
         reactor: ReactorId,
         container: usize,
     ) -> Result<Self, ReactorError> {
-        let planted_bug = root.db.skip_placement_check.load(Ordering::Relaxed);
-        if !planted_bug && root.moving != Some(reactor) && root.db.placements.is_moving(reactor) {
-            return Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
-            )));
+        if root.relocating == Some((reactor, Relocation::In)) {
+            // Installing it here: it does not live here yet.
+            return ReactorCtx::enter_unchecked(root, reactor, container);
         }
-        let ctx = ReactorCtx::enter_unchecked(root, reactor, container)?;
-        if !planted_bug && ctx.has_moved_away()? {
-            return Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
-            )));
-        }
+        let entry = root.db.reactor_entry(reactor)?;
+        check_placement(&root, reactor, entry, container)?;
+        let ctx = ReactorCtx::enter_as(root, reactor, entry.reactor_type, container);
+        ctx.observe_placement(entry);
         Ok(ctx)
     }
 
@@ -73,59 +73,59 @@ impl ReactorCtx {
         reactor: ReactorId,
         container: usize,
     ) -> Result<Self, ReactorError> {
-        let (reactor_type, _) = root.db.reactor_entry(reactor)?;
+        let reactor_type = root.db.reactor_entry(reactor)?.reactor_type;
+        Ok(ReactorCtx::enter_as(root, reactor, reactor_type, container))
+    }
+
+    fn enter_as(
+        root: Arc<RootTxn>,
+        reactor: ReactorId,
+        reactor_type: u16,
+        container: usize,
+    ) -> Self {
         let (participant, created) = with_local(|l| l.participant(root.id));
         if created {
             root.register_context(container, &participant.context);
         }
-        Ok(ReactorCtx {
+        ReactorCtx {
             root,
             reactor,
             reactor_type,
             container,
             participant,
-        })
+        }
     }
 
-    /// Reads this reactor's row in the container's moved-away relation (as part
-    /// of the transaction, so a concurrent move aborts it).
-    fn has_moved_away(&self) -> Result<bool, ReactorError> {
-        // A type that cannot move was never moved away.
-        if self.root.db.immovable[self.reactor_type as usize].is_some()
-            || self.participant.present.borrow().contains(&self.reactor)
-        {
-            return Ok(false);
+    /// Adds this reactor's placement word, as checked on entering it, to the
+    /// transaction's read set: commit fails if a move, export or install of
+    /// it began since (every one rewrites the word, with a new epoch, before
+    /// it touches a row). Once per reactor per container per transaction.
+    fn observe_placement(&self, entry: Entry) {
+        if self.root.db.skip_placement_check.load(Ordering::Relaxed) {
+            return;
         }
-        let relation = &self.root.db.containers[self.container].moved_away;
-        let key = self.reactor.0.to_be_bytes();
-        // SAFETY: the participant's guard lives until the context is released.
-        let moved = self
-            .with_context(|c, g| unsafe { c.get_with(g, relation, &key, |_| ()) })?
-            .is_some();
-        let mut present = self.participant.present.borrow_mut();
-        if !moved && present.len() < PRESENT_MEMO_LIMIT {
-            present.push(self.reactor);
+        let mut observed = self.participant.present.borrow_mut();
+        if observed.contains(&self.reactor) {
+            return;
         }
-        Ok(moved)
-    }
-
-    pub(crate) fn set_moved_away(&self, moved: bool) -> Result<(), ReactorError> {
-        self.participant.present.borrow_mut().clear();
-        let relation = &self.root.db.containers[self.container].moved_away;
-        let key = self.reactor.0.to_be_bytes();
-        // SAFETY: as above.
-        self.with_context(|c, g| unsafe {
-            if moved {
-                c.put(g, relation, &key, &[]).map(|_| ())
-            } else {
-                c.delete(g, relation, &key).map(|_| ())
-            }
-        })?;
-        Ok(())
+        let slot = self
+            .root
+            .db
+            .placements
+            .slot(self.reactor)
+            .expect("an entered reactor has a slot");
+        // SAFETY: slots live as long as the database, which the root holds
+        // until its contexts have committed or aborted.
+        self.with_context(|c, _| unsafe { c.observe_version(slot, entry.word) });
+        if observed.len() < PRESENT_MEMO_LIMIT {
+            observed.push(self.reactor);
+        }
     }
 
     /// Every row of this reactor, per schema relation index, as raw bytes
-    /// (keys without the reactor prefix), deleting them if `remove`.
+    /// (keys without the reactor prefix), deleting them if `remove`. Visits
+    /// this reactor's rows only: a range scan of each ordered relation, a
+    /// partition listing of each hash-indexed one.
     pub(crate) fn extract_rows(&self, remove: bool) -> Result<Vec<ExtractedRow>, ReactorError> {
         let schema = &self.root.db.schema;
         let my_type = schema.reactor_types[self.reactor_type as usize];
@@ -142,21 +142,29 @@ impl ReactorCtx {
         {
             let relation = &self.root.db.containers[self.container].relations[index];
             let mut found: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            // SAFETY: as above.
+            let mut collect = |k: &[u8], v: &[u8]| {
+                found.push((k.to_vec(), v.to_vec()));
+                true
+            };
+            // SAFETY: the participant's guard lives until the context is released.
             self.with_context(|c, g| unsafe {
-                c.scan(
-                    g,
-                    relation,
-                    (Bound::Included(&prefix[..]), upper),
-                    ScanDirection::Forward,
-                    usize::MAX,
-                    |k, v| {
-                        found.push((k.to_vec(), v.to_vec()));
-                        true
-                    },
-                )
+                match relation.index_kind() {
+                    IndexKind::Ordered => c.scan(
+                        g,
+                        relation,
+                        (Bound::Included(&prefix[..]), upper),
+                        ScanDirection::Forward,
+                        usize::MAX,
+                        &mut collect,
+                    ),
+                    IndexKind::PartitionedHash => {
+                        c.scan_partition(g, relation, prefix, &mut collect)
+                    }
+                    IndexKind::Hashed => unreachable!("reactor relations are never plain-hashed"),
+                }
             })?;
             for (key, value) in found {
+                assert_eq!(key[..REACTOR_PREFIX_BYTES], prefix, "a row of this reactor");
                 if remove {
                     // SAFETY: as above.
                     self.with_context(|c, g| unsafe { c.delete(g, relation, &key) })?;
@@ -171,7 +179,8 @@ impl ReactorCtx {
         Ok(rows)
     }
 
-    /// Installs rows extracted by `extract_rows` for this reactor here.
+    /// Installs rows extracted by `extract_rows` for this reactor here (as
+    /// inserts: a reactor has no rows where it is installed).
     pub(crate) fn install_rows(&self, rows: &[ExtractedRow]) -> Result<(), ReactorError> {
         for ExtractedRow {
             relation,
@@ -184,7 +193,7 @@ impl ReactorCtx {
             full.extend_from_slice(&self.reactor.0.to_be_bytes());
             full.extend_from_slice(key);
             // SAFETY: as above.
-            self.with_context(|c, g| unsafe { c.put(g, relation, &full, value) })?;
+            self.with_context(|c, g| unsafe { c.insert(g, relation, &full, value) })?;
         }
         Ok(())
     }
@@ -434,28 +443,26 @@ impl ReactorCtx {
     {
         let root = Arc::clone(&self.root);
         root.call_started();
-        let (reactor_type, container) = match root.db.reactor_entry(target) {
+        let entry = match root.db.reactor_entry(target) {
             Ok(entry) => entry,
             Err(e) => return Call::failed(&root, e),
         };
-        let container = container as usize;
-        if container == self.container {
+        let (reactor_type, container) = (entry.reactor_type, entry.container as usize);
+        if container == self.container || entry.remote {
+            // This reactor's own placement was checked and observed when the
+            // transaction entered it.
+            if target != self.reactor {
+                if let Err(e) = check_placement(&root, target, entry, self.container) {
+                    return Call::failed(&root, e);
+                }
+            }
             let child = ReactorCtx {
                 reactor: target,
                 reactor_type,
                 ..self.clone()
             };
             if target != self.reactor {
-                match child.has_moved_away() {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        return Call::failed(
-                            &root,
-                            ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked)),
-                        )
-                    }
-                    Err(e) => return Call::failed(&root, e),
-                }
+                child.observe_placement(entry);
             }
             let future: Pin<Box<dyn Future<Output = Result<T, ReactorError>>>> =
                 Box::pin(procedure(child));
@@ -480,20 +487,17 @@ impl ReactorCtx {
         if target == self.reactor {
             return Ok(Some(self.clone()));
         }
-        let (reactor_type, container) = self.root.db.reactor_entry(target)?;
-        if container as usize != self.container {
+        let entry = self.root.db.reactor_entry(target)?;
+        if entry.container as usize != self.container && !entry.remote {
             return Ok(None);
         }
+        check_placement(&self.root, target, entry, self.container)?;
         let child = ReactorCtx {
             reactor: target,
-            reactor_type,
+            reactor_type: entry.reactor_type,
             ..self.clone()
         };
-        if child.has_moved_away()? {
-            return Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
-            )));
-        }
+        child.observe_placement(entry);
         Ok(Some(child))
     }
 
@@ -540,6 +544,33 @@ impl ReactorCtx {
             state: CallState::Remote(result),
         }
     }
+}
+
+/// Whether a transaction may enter `reactor` in `container` given its
+/// placement `entry`: it lives here (else the placement must acquire it), in
+/// that container (else it moved since the caller looked), and no move,
+/// export or install of it is in progress, unless this transaction is that
+/// relocation. Entering while one is in progress would let a transaction
+/// observe the relocation's own word and commit after it moved the rows.
+fn check_placement(
+    root: &RootTxn,
+    reactor: ReactorId,
+    entry: Entry,
+    container: usize,
+) -> Result<(), ReactorError> {
+    if root.db.skip_placement_check.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    if entry.remote {
+        return Err(root.unavailable(reactor));
+    }
+    let relocating = root.relocating == Some((reactor, Relocation::Out));
+    if (entry.moving && !relocating) || entry.container as usize != container {
+        return Err(ReactorError::Tx(TxError::Conflict(
+            ConflictKind::RecordUnlinked,
+        )));
+    }
+    Ok(())
 }
 
 /// Runs a dispatched call on this executor: polled once at once, and

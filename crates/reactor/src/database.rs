@@ -1,44 +1,97 @@
-//! The database: schema, deployment (containers, executors, placement), the
-//! reactor directory, and the entry points that run root transactions.
+//! The database: schema, deployment (containers, executors), the reactor
+//! directory and placement table (see [`crate::placement`] for the seam that
+//! says where reactors live), moves, exports and installs, and the entry
+//! points that run root transactions.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use roost_storage::{Engine, EngineConfig, IndexKind, Relation};
+use roost_storage::{Engine, EngineConfig, Relation};
 use tokio::sync::oneshot;
 
 use crate::ctx::ReactorCtx;
 use crate::deployment::{Deployment, RouterPolicy};
-use crate::error::{DeploymentError, DirectoryError};
+use crate::error::{DeploymentError, DirectoryError, ExportError, InstallError};
 use crate::executor::{ExecutorHandle, SpinBudget};
+use crate::placement::{LocalPlacement, Location, Placement, ReactorKey};
+use crate::relocate::ExportedReactor;
 use crate::schema::Schema;
-use crate::txn::{run_root, ReactorError};
+use crate::txn::{run_root, ReactorError, Relocation};
 
-/// A reactor's identity: dense, assigned by the directory.
+/// A handle on a reactor in this database: dense, assigned by the directory,
+/// cheap to pass to [`ReactorCtx::call`]. Not meaningful in another database:
+/// a reactor's identity across a cluster is its [`ReactorKey`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReactorId(pub u32);
+pub struct ReactorId(pub(crate) u32);
 
 /// Most reactors one database holds.
 pub const MAX_REACTORS: usize = 1 << 28;
-const MAX_REACTOR_NAME_BYTES: usize = 256;
 
 const PLACEMENT_SEGMENT_SLOTS: usize = 1 << 16;
-/// In a placement slot: a move of the reactor is in progress. Bits 0..16 hold
-/// the container, bits 16..31 the reactor type.
-const MOVING_BIT: u32 = 1 << 31;
-/// Reactor types a schema may declare (they share a slot with the moving bit).
-pub const MAX_REACTOR_TYPES: usize = 1 << 15;
 const PLACEMENT_SEGMENTS: usize = MAX_REACTORS / PLACEMENT_SEGMENT_SLOTS;
+/// A placement slot packs the container (bits 0..15), the reactor type
+/// (bits 15..30), two flags, and (bits 32..64) an epoch that moves with
+/// every change of the slot, into one atomic word.
+const FIELD_BITS: u32 = 15;
+const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
+/// The reactor lives in another database; `container` is where transactions
+/// on it start (and wait for the placement to acquire it).
+const REMOTE_BIT: u32 = 1 << 30;
+/// A move, export or install of the reactor is in progress (at most one).
+const MOVING_BIT: u32 = 1 << 31;
+const EPOCH_SHIFT: u32 = 32;
+/// Reactor types a schema may declare.
+pub const MAX_REACTOR_TYPES: usize = 1 << FIELD_BITS;
+/// Containers a deployment may declare.
+pub const MAX_CONTAINERS: usize = 1 << FIELD_BITS;
 
-/// Reactor id to (reactor type, container), read on every call without a lock
-/// (a shared read lock would bounce its cache line between executors): slots
-/// are atomics in segments allocated as the directory grows. Written only under
-/// the directory's write lock.
+/// One reactor's placement slot, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) reactor_type: u16,
+    pub(crate) container: u16,
+    pub(crate) remote: bool,
+    pub(crate) moving: bool,
+    /// The whole word read, epoch included: the placement record a
+    /// transaction entering the reactor observes, validated at its commit
+    /// (ignored when packing).
+    pub(crate) word: u64,
+}
+
+impl Entry {
+    /// The word for these fields at `epoch`.
+    fn pack(&self, epoch: u64) -> u64 {
+        assert!(u32::from(self.container) <= FIELD_MASK);
+        assert!(u32::from(self.reactor_type) <= FIELD_MASK);
+        let low = u32::from(self.container)
+            | (u32::from(self.reactor_type) << FIELD_BITS)
+            | if self.remote { REMOTE_BIT } else { 0 }
+            | if self.moving { MOVING_BIT } else { 0 };
+        (epoch << EPOCH_SHIFT) | u64::from(low)
+    }
+
+    #[inline]
+    fn unpack(word: u64) -> Self {
+        let low = word as u32;
+        Entry {
+            container: (low & FIELD_MASK) as u16,
+            reactor_type: ((low >> FIELD_BITS) & FIELD_MASK) as u16,
+            remote: low & REMOTE_BIT != 0,
+            moving: low & MOVING_BIT != 0,
+            word,
+        }
+    }
+}
+
+/// Reactor handle to placement slot, read on every call without a lock (a
+/// shared read lock would bounce its cache line between executors): slots
+/// are atomics in segments allocated as the directory grows, never freed
+/// before the database. Written only under the directory's write lock.
 pub(crate) struct PlacementTable {
-    segments: Box<[OnceLock<Box<[AtomicU32]>>]>,
+    segments: Box<[OnceLock<Box<[AtomicU64]>>]>,
     len: AtomicU32,
 }
 
@@ -50,62 +103,52 @@ impl PlacementTable {
         }
     }
 
-    fn slot(&self, id: u32) -> Option<&AtomicU32> {
-        if id >= self.len.load(Ordering::Acquire) {
+    /// The slot of a reactor (what a transaction entering it observes).
+    #[inline]
+    pub(crate) fn slot(&self, id: ReactorId) -> Option<&AtomicU64> {
+        if id.0 >= self.len.load(Ordering::Acquire) {
             return None;
         }
-        let id = id as usize;
+        let id = id.0 as usize;
         self.segments[id / PLACEMENT_SEGMENT_SLOTS]
             .get()
             .map(|s| &s[id % PLACEMENT_SEGMENT_SLOTS])
     }
 
-    pub(crate) fn get(&self, id: ReactorId) -> Option<(u16, u16)> {
-        let packed = self.slot(id.0)?.load(Ordering::Acquire);
-        Some((((packed & !MOVING_BIT) >> 16) as u16, packed as u16))
-    }
-
-    /// Whether a move of the reactor is in progress.
-    pub(crate) fn is_moving(&self, id: ReactorId) -> bool {
-        self.slot(id.0)
-            .is_some_and(|s| s.load(Ordering::Acquire) & MOVING_BIT != 0)
-    }
-
-    /// Marks a move as started or finished; the caller holds the write lock.
-    fn set_moving(&self, id: ReactorId, moving: bool) {
-        let slot = self.slot(id.0).expect("existing reactor");
-        let packed = slot.load(Ordering::Acquire) & !MOVING_BIT;
-        slot.store(
-            if moving { packed | MOVING_BIT } else { packed },
-            Ordering::Release,
-        );
+    #[inline]
+    pub(crate) fn get(&self, id: ReactorId) -> Option<Entry> {
+        Some(Entry::unpack(self.slot(id)?.load(Ordering::Acquire)))
     }
 
     /// Appends an entry; the caller holds the directory's write lock.
-    fn push(&self, reactor_type: u16, container: u16) -> ReactorId {
+    fn push(&self, entry: Entry) -> ReactorId {
         let id = self.len.load(Ordering::Acquire) as usize;
         assert!(id < MAX_REACTORS, "checked by the caller");
         let segment = self.segments[id / PLACEMENT_SEGMENT_SLOTS].get_or_init(|| {
             (0..PLACEMENT_SEGMENT_SLOTS)
-                .map(|_| AtomicU32::new(0))
+                .map(|_| AtomicU64::new(0))
                 .collect()
         });
-        segment[id % PLACEMENT_SEGMENT_SLOTS].store(
-            (u32::from(reactor_type) << 16) | u32::from(container),
-            Ordering::Release,
-        );
+        segment[id % PLACEMENT_SEGMENT_SLOTS].store(entry.pack(0), Ordering::Release);
         self.len.store(id as u32 + 1, Ordering::Release);
         ReactorId(id as u32)
     }
 
-    /// Points a reactor at another container; the caller holds the write lock.
-    fn set_container(&self, id: ReactorId, container: u16) {
-        let slot = self.slot(id.0).expect("existing reactor");
-        let reactor_type = slot.load(Ordering::Acquire) >> 16;
-        slot.store(
-            (reactor_type << 16) | u32::from(container),
-            Ordering::Release,
+    /// Rewrites an entry, moving its epoch (so that a transaction that
+    /// observed any earlier word fails validation); the caller holds the
+    /// directory's write lock.
+    fn update(&self, id: ReactorId, change: impl FnOnce(&mut Entry)) {
+        let slot = self.slot(id).expect("existing reactor");
+        let word = slot.load(Ordering::Acquire);
+        let mut entry = Entry::unpack(word);
+        change(&mut entry);
+        assert_eq!(
+            entry.reactor_type,
+            Entry::unpack(word).reactor_type,
+            "a reactor keeps its type"
         );
+        let epoch = (word >> EPOCH_SHIFT).wrapping_add(1) & u64::from(u32::MAX);
+        slot.store(entry.pack(epoch), Ordering::SeqCst);
     }
 
     fn len(&self) -> usize {
@@ -115,16 +158,18 @@ impl PlacementTable {
 
 #[derive(Default)]
 pub(crate) struct Directory {
-    by_name: HashMap<Box<str>, ReactorId>,
+    by_name: HashMap<Arc<str>, ReactorId>,
+    /// Names by handle (shared with `by_name`).
+    names: Vec<Arc<str>>,
+    /// Placement versions other than zero: every move, export and install
+    /// of a reactor moves its version, and an install must bring a newer
+    /// one than this database last had (no stale copy comes back).
+    versions: HashMap<ReactorId, u64>,
 }
 
 pub(crate) struct Container {
     /// One storage relation per schema relation: this container's memory.
     pub(crate) relations: Vec<Arc<Relation>>,
-    /// Placement as data: a row per reactor that moved out of this container.
-    /// Every transaction entering a reactor here reads its (absent) row, so a
-    /// move, which inserts it, aborts every transaction that raced with it.
-    pub(crate) moved_away: Arc<Relation>,
     /// Indexes into `DbShared::executors`.
     pub(crate) executors: Vec<usize>,
     round_robin: AtomicUsize,
@@ -140,20 +185,31 @@ pub(crate) struct DbShared {
     /// Names; taken for writing when reactors are created or moved.
     pub(crate) directory: RwLock<Directory>,
     pub(crate) placements: PlacementTable,
+    /// Where reactors live (the seam a cluster's ownership plugs into).
+    pub(crate) placement: Arc<dyn Placement>,
     pub(crate) next_txn_id: AtomicU64,
     /// Planted bug for tests: skip the placement checks on entering a reactor.
     pub(crate) skip_placement_check: AtomicBool,
-    /// Per reactor type (schema order): its point-access-only relation, if
-    /// any. Such a type's reactors never move (a move extracts rows with a
-    /// scan), so entering one needs no moved-away check.
-    pub(crate) immovable: Vec<Option<&'static str>>,
 }
 
 impl DbShared {
-    pub(crate) fn reactor_entry(&self, reactor: ReactorId) -> Result<(u16, u16), ReactorError> {
-        self.placements.get(reactor).ok_or_else(|| {
-            ReactorError::Directory(DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))
-        })
+    #[inline]
+    pub(crate) fn reactor_entry(&self, reactor: ReactorId) -> Result<Entry, ReactorError> {
+        match self.placements.get(reactor) {
+            Some(entry) => Ok(entry),
+            None => Err(no_such_reactor(reactor)),
+        }
+    }
+
+    /// The key of a reactor this database has a handle on.
+    pub(crate) fn key_of(&self, reactor: ReactorId) -> Result<ReactorKey, DirectoryError> {
+        let entry = self
+            .placements
+            .get(reactor)
+            .ok_or_else(|| DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))?;
+        let directory = self.directory.read().expect("directory lock");
+        let name = &directory.names[reactor.0 as usize];
+        ReactorKey::new(self.schema.reactor_types[entry.reactor_type as usize], name)
     }
 
     /// The router: picks one of a container's executors for a reactor.
@@ -165,6 +221,11 @@ impl DbShared {
         };
         c.executors[slot % c.executors.len()]
     }
+}
+
+#[cold]
+fn no_such_reactor(reactor: ReactorId) -> ReactorError {
+    ReactorError::Directory(DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))
 }
 
 /// An embedded Roost database of reactors.
@@ -184,7 +245,23 @@ impl Database {
         deployment: Deployment,
         config: EngineConfig,
     ) -> Result<Self, DeploymentError> {
+        let placement = Arc::new(LocalPlacement::new(&deployment));
+        Database::with_placement(schema, deployment, config, placement)
+    }
+
+    /// A database whose reactors live where `placement` says (a cluster's
+    /// ownership layer; [`LocalPlacement`] is what [`Database::new`] uses).
+    pub fn with_placement(
+        schema: Schema,
+        deployment: Deployment,
+        config: EngineConfig,
+        placement: Arc<dyn Placement>,
+    ) -> Result<Self, DeploymentError> {
         deployment.validate(&schema)?;
+        assert!(
+            schema.reactor_types.len() <= MAX_REACTOR_TYPES,
+            "schemas declare at most 2^15 reactor types"
+        );
         static NEXT_DB_ID: AtomicU64 = AtomicU64::new(1);
         let db_id = NEXT_DB_ID.fetch_add(1, Ordering::Relaxed);
         let engine = Engine::new(config);
@@ -223,29 +300,12 @@ impl Database {
                 })?;
                 executors.push(handle);
             }
-            // Ordered although point access only: it is nearly always empty,
-            // and an empty tree answers faster than a key can be hashed.
-            let moved_away = engine
-                .create_relation(&format!("{}/moved_away", spec.name))
-                .map_err(|e| DeploymentError::Toml(e.to_string()))?;
             containers.push(Container {
                 relations,
-                moved_away,
                 executors: own,
                 round_robin: AtomicUsize::new(0),
             });
         }
-        let immovable = schema
-            .reactor_types
-            .iter()
-            .map(|&t| {
-                schema
-                    .relations
-                    .iter()
-                    .find(|r| r.reactor_type() == t && r.index_kind() == IndexKind::Hashed)
-                    .map(|r| r.name())
-            })
-            .collect();
         Ok(Database {
             shared: Arc::new(DbShared {
                 db_id,
@@ -255,47 +315,84 @@ impl Database {
                 executors,
                 directory: RwLock::new(Directory::default()),
                 placements: PlacementTable::new(),
+                placement,
                 skip_placement_check: AtomicBool::new(false),
-                immovable,
                 next_txn_id: AtomicU64::new(1),
             }),
         })
     }
 
-    /// Creates a reactor of `reactor_type` named `name`, placed by the deployment.
-    pub fn create_reactor(
-        &self,
-        reactor_type: &str,
-        name: &str,
-    ) -> Result<ReactorId, DirectoryError> {
-        if name.is_empty() || name.len() > MAX_REACTOR_NAME_BYTES {
-            return Err(DirectoryError::BadName);
-        }
-        let type_index = self
+    fn type_index(&self, reactor_type: &str) -> Result<u16, DirectoryError> {
+        let index = self
             .shared
             .schema
             .reactor_types
             .iter()
             .position(|t| *t == reactor_type)
             .ok_or_else(|| DirectoryError::UnknownReactorType(reactor_type.to_owned()))?;
-        assert!(
-            type_index < MAX_REACTOR_TYPES,
-            "schemas declare fewer than 2^15 reactor types"
-        );
-        let container = self.shared.deployment.place(name, reactor_type);
+        Ok(u16::try_from(index).expect("fewer than 2^15 reactor types"))
+    }
+
+    /// The local container `placement` answers for `key`, if it answers one.
+    fn placed_here(&self, key: &ReactorKey) -> Result<Option<u16>, DirectoryError> {
+        match self.shared.placement.locate(key) {
+            Location::Local { container } if container < self.shared.containers.len() => {
+                Ok(Some(container as u16))
+            }
+            Location::Local { container } => {
+                Err(DirectoryError::NoSuchContainer(format!("#{container}")))
+            }
+            Location::Remote | Location::Unknown => Ok(None),
+        }
+    }
+
+    /// Adds a reactor to the directory; the caller holds its write lock and
+    /// checked the name is free.
+    fn register(
+        &self,
+        directory: &mut Directory,
+        name: &str,
+        entry: Entry,
+    ) -> Result<ReactorId, DirectoryError> {
+        debug_assert!(!directory.by_name.contains_key(name));
+        if self.shared.placements.len() >= MAX_REACTORS {
+            return Err(DirectoryError::Full(MAX_REACTORS));
+        }
+        let id = self.shared.placements.push(entry);
+        let name: Arc<str> = name.into();
+        assert_eq!(directory.names.len(), id.0 as usize, "handles are dense");
+        directory.names.push(Arc::clone(&name));
+        directory.by_name.insert(name, id);
+        Ok(id)
+    }
+
+    /// Creates a reactor of `reactor_type` named `name`, in the container its
+    /// placement names (the deployment's rules, with [`LocalPlacement`]).
+    pub fn create_reactor(
+        &self,
+        reactor_type: &str,
+        name: &str,
+    ) -> Result<ReactorId, DirectoryError> {
+        let key = ReactorKey::new(reactor_type, name)?;
+        let type_index = self.type_index(reactor_type)?;
+        let container = self
+            .placed_here(&key)?
+            .ok_or_else(|| DirectoryError::NotPlacedHere(key.to_string()))?;
         let mut directory = self.shared.directory.write().expect("directory lock");
         if directory.by_name.contains_key(name) {
             return Err(DirectoryError::AlreadyExists(name.to_owned()));
         }
-        if self.shared.placements.len() >= MAX_REACTORS {
-            return Err(DirectoryError::Full(MAX_REACTORS));
-        }
-        let id = self
-            .shared
-            .placements
-            .push(type_index as u16, container as u16);
-        directory.by_name.insert(name.into(), id);
-        Ok(id)
+        self.register(
+            &mut directory,
+            name,
+            Entry {
+                reactor_type: type_index,
+                container,
+                remote: false,
+                moving: false,
+                word: 0,
+            },
+        )
     }
 
     pub fn reactor(&self, name: &str) -> Result<ReactorId, DirectoryError> {
@@ -307,17 +404,127 @@ impl Database {
             .ok_or_else(|| DirectoryError::NoSuchReactor(name.to_owned()))
     }
 
+    /// The handle on the reactor `key` names. A reactor this database does
+    /// not hold, which its placement says lives elsewhere, gets a handle
+    /// here: transactions on it wait for the placement to acquire it.
+    pub fn reactor_by_key(&self, key: &ReactorKey) -> Result<ReactorId, DirectoryError> {
+        let type_index = self.type_index(key.reactor_type())?;
+        let known = |directory: &Directory| -> Result<Option<ReactorId>, DirectoryError> {
+            let Some(&id) = directory.by_name.get(key.name()) else {
+                return Ok(None);
+            };
+            let entry = self.shared.placements.get(id).expect("registered");
+            if entry.reactor_type != type_index {
+                return Err(DirectoryError::TypeMismatch {
+                    name: key.name().to_owned(),
+                    existing: self.shared.schema.reactor_types[entry.reactor_type as usize],
+                });
+            }
+            Ok(Some(id))
+        };
+        if let Some(id) = known(&self.shared.directory.read().expect("directory lock"))? {
+            return Ok(id);
+        }
+        if self.shared.placement.locate(key) != Location::Remote {
+            return Err(DirectoryError::NoSuchReactor(key.to_string()));
+        }
+        let start = self.shared.deployment.place(key.name(), key.reactor_type()) as u16;
+        let mut directory = self.shared.directory.write().expect("directory lock");
+        if let Some(id) = known(&directory)? {
+            return Ok(id);
+        }
+        self.register(
+            &mut directory,
+            key.name(),
+            Entry {
+                reactor_type: type_index,
+                container: start,
+                remote: true,
+                moving: false,
+                word: 0,
+            },
+        )
+    }
+
+    /// The cluster-wide identity of a reactor this database has a handle on.
+    pub fn key_of(&self, reactor: ReactorId) -> Result<ReactorKey, DirectoryError> {
+        self.shared.key_of(reactor)
+    }
+
+    /// Where a reactor lives, as this database sees it.
+    pub fn location(&self, reactor: ReactorId) -> Result<Location, DirectoryError> {
+        let entry = self
+            .shared
+            .placements
+            .get(reactor)
+            .ok_or_else(|| DirectoryError::NoSuchReactor(format!("#{}", reactor.0)))?;
+        Ok(if entry.remote {
+            Location::Remote
+        } else {
+            Location::Local {
+                container: entry.container as usize,
+            }
+        })
+    }
+
     /// The container a reactor lives in, by name from the deployment.
     pub fn container_of(&self, reactor: ReactorId) -> Result<&str, ReactorError> {
-        let (_, container) = self.shared.reactor_entry(reactor)?;
-        Ok(&self.shared.deployment.containers[container as usize].name)
+        let entry = self.shared.reactor_entry(reactor)?;
+        if entry.remote {
+            return Err(DirectoryError::NotLocal(self.shared.key_of(reactor)?.to_string()).into());
+        }
+        Ok(&self.shared.deployment.containers[entry.container as usize].name)
+    }
+
+    /// Marks a move, export or install of `reactor` as started, unless one
+    /// is in progress. Returns the entry as it was.
+    fn try_begin_move(&self, reactor: ReactorId) -> Option<Entry> {
+        let _directory = self.shared.directory.write().expect("directory lock");
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.moving {
+            return None;
+        }
+        self.shared.placements.update(reactor, |e| e.moving = true);
+        // Before the relocation touches any row: a committer that validated
+        // the slot's old word has locked its records by then, or sees this.
+        fence(Ordering::SeqCst);
+        Some(entry)
+    }
+
+    /// Ends a move, export or install: `change` applied (if it committed)
+    /// and the moving mark cleared, under the directory's lock. A committed
+    /// change moves the placement version: to `installed` (an install's,
+    /// newer than this database's), else one up. Returns the version.
+    fn end_move(
+        &self,
+        reactor: ReactorId,
+        change: Option<impl FnOnce(&mut Entry)>,
+        installed: Option<u64>,
+    ) -> u64 {
+        let mut directory = self.shared.directory.write().expect("directory lock");
+        let committed = change.is_some();
+        self.shared.placements.update(reactor, |e| {
+            assert!(e.moving, "a move in progress");
+            if let Some(change) = change {
+                change(e);
+            }
+            e.moving = false;
+        });
+        let version = directory.versions.entry(reactor).or_insert(0);
+        if committed {
+            let next = installed.unwrap_or(*version + 1);
+            assert!(next > *version, "placement versions only grow");
+            *version = next;
+        }
+        *version
     }
 
     /// Moves `reactor` to container `to` while other transactions keep running:
     /// one transaction extracts all its rows from its container and installs
     /// them in `to`, committed atomically across both; then the directory
     /// points at `to`. Transactions that raced with the move abort and retry;
-    /// none sees the reactor half-moved.
+    /// none sees the reactor half-moved. Waits for a move, export or install
+    /// of the reactor already in progress.
     pub fn move_reactor(&self, reactor: ReactorId, to: &str) -> Result<(), ReactorError> {
         let target = self
             .shared
@@ -328,29 +535,146 @@ impl Database {
             .ok_or_else(|| {
                 ReactorError::Directory(DirectoryError::NoSuchContainer(to.to_owned()))
             })?;
-        let (reactor_type, from) = self.shared.reactor_entry(reactor)?;
-        if from as usize == target {
-            return Ok(());
+        self.shared.reactor_entry(reactor)?;
+        let entry = loop {
+            match self.try_begin_move(reactor) {
+                Some(entry) => break entry,
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        };
+        if entry.remote {
+            let key = self.shared.key_of(reactor);
+            self.end_move(reactor, None::<fn(&mut Entry)>, None);
+            return Err(DirectoryError::NotLocal(key?.to_string()).into());
         }
-        if let Some(relation) = self.shared.immovable[reactor_type as usize] {
-            return Err(ReactorError::Immovable {
-                reactor_type: self.shared.schema.reactor_types[reactor_type as usize],
-                relation,
-            });
+        if entry.container as usize == target {
+            self.end_move(reactor, None::<fn(&mut Entry)>, None);
+            return Ok(());
         }
         // While the move runs, new transactions on the reactor back off instead
         // of racing it: under steady load a long move would otherwise keep
         // losing validation to short transactions (OCC starves long writers).
-        self.set_moving(reactor, true);
-        let moved = self.run_blocking_with(reactor, Some(reactor), move |ctx| {
+        let moved = self.run_blocking_with(reactor, Some((reactor, Relocation::Out)), move |ctx| {
             crate::relocate::move_out(ctx, target)
         });
-        let _directory = self.shared.directory.write().expect("directory lock");
-        if moved.is_ok() {
-            self.shared.placements.set_container(reactor, target as u16);
-        }
-        self.shared.placements.set_moving(reactor, false);
+        let change = moved
+            .is_ok()
+            .then_some(|e: &mut Entry| e.container = target as u16);
+        self.end_move(reactor, change, None);
         moved
+    }
+
+    /// Takes the reactor `key` out of this database, in one transaction that
+    /// extracts (deletes) all its rows, while other transactions keep
+    /// running: those that raced with it fail validation (the placement word
+    /// they observed changed) and, finding the reactor remote, wait for the
+    /// placement to acquire it. Returns its rows, keyed by relation
+    /// name and key without this database's prefix, and its new placement
+    /// version, for [`install_reactor`](Self::install_reactor) elsewhere.
+    /// Blocks, as [`run_blocking`](Self::run_blocking) does (not from an
+    /// async runtime or an executor).
+    pub fn export_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
+        let reactor = self.reactor_by_key(key)?;
+        let entry = self.try_begin_move(reactor).ok_or(ExportError::Busy)?;
+        if entry.remote {
+            self.end_move(reactor, None::<fn(&mut Entry)>, None);
+            return Err(DirectoryError::NotLocal(key.to_string()).into());
+        }
+        let rows = self.run_blocking_with(reactor, Some((reactor, Relocation::Out)), |ctx| {
+            crate::relocate::export(ctx)
+        });
+        match rows {
+            Ok(rows) => {
+                let rows = crate::relocate::encode_rows(&self.shared.schema, &rows);
+                let version = self.end_move(reactor, Some(|e: &mut Entry| e.remote = true), None);
+                Ok(ExportedReactor::new(key.clone(), version, rows))
+            }
+            Err(e) => {
+                self.end_move(reactor, None::<fn(&mut Entry)>, None);
+                Err(ExportError::Transaction(e))
+            }
+        }
+    }
+
+    /// Installs a reactor exported by another database (or this one) here,
+    /// in the container the placement names, in one transaction. The
+    /// reactor must not be local here already, and `exported` must be newer
+    /// than any copy this database had. Returns its handle here. Blocks, as
+    /// [`run_blocking`](Self::run_blocking) does.
+    pub fn install_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
+        let key = exported.key();
+        let type_index = self.type_index(key.reactor_type())?;
+        let rows = Arc::new(crate::relocate::decode_rows(
+            &self.shared.schema,
+            key.reactor_type(),
+            exported.rows(),
+        )?);
+        let container = self
+            .placed_here(key)?
+            .ok_or_else(|| InstallError::NotPlacedHere(key.clone()))?;
+        let reactor = {
+            let mut directory = self.shared.directory.write().expect("directory lock");
+            match directory.by_name.get(key.name()).copied() {
+                Some(reactor) => {
+                    let entry = self.shared.placements.get(reactor).expect("registered");
+                    if entry.reactor_type != type_index {
+                        return Err(DirectoryError::TypeMismatch {
+                            name: key.name().to_owned(),
+                            existing: self.shared.schema.reactor_types[entry.reactor_type as usize],
+                        }
+                        .into());
+                    }
+                    if entry.moving {
+                        return Err(InstallError::Busy);
+                    }
+                    if !entry.remote {
+                        return Err(InstallError::AlreadyLocal(key.clone()));
+                    }
+                    let have = directory.versions.get(&reactor).copied().unwrap_or(0);
+                    if have >= exported.version() {
+                        return Err(InstallError::Stale {
+                            have,
+                            got: exported.version(),
+                        });
+                    }
+                    self.shared.placements.update(reactor, |e| {
+                        e.container = container;
+                        e.moving = true;
+                    });
+                    fence(Ordering::SeqCst);
+                    reactor
+                }
+                None => self.register(
+                    &mut directory,
+                    key.name(),
+                    Entry {
+                        reactor_type: type_index,
+                        container,
+                        remote: true,
+                        moving: true,
+                        word: 0,
+                    },
+                )?,
+            }
+        };
+        let installed =
+            self.run_blocking_with(reactor, Some((reactor, Relocation::In)), move |ctx| {
+                crate::relocate::install(ctx, Arc::clone(&rows))
+            });
+        match installed {
+            Ok(()) => {
+                self.end_move(
+                    reactor,
+                    Some(|e: &mut Entry| e.remote = false),
+                    Some(exported.version()),
+                );
+                Ok(reactor)
+            }
+            Err(e) => {
+                self.end_move(reactor, None::<fn(&mut Entry)>, None);
+                Err(InstallError::Transaction(e))
+            }
+        }
     }
 
     /// Plants a bug for the tests that show the move tests can fail: entering
@@ -362,9 +686,17 @@ impl Database {
             .store(true, Ordering::Relaxed);
     }
 
-    fn set_moving(&self, reactor: ReactorId, moving: bool) {
-        let _directory = self.shared.directory.write().expect("directory lock");
-        self.shared.placements.set_moving(reactor, moving);
+    /// Index entries that partition listings (moves and exports of reactors
+    /// with hash-indexed relations) copied so far, over every container: for
+    /// the test that extraction visits only the moving reactor's rows.
+    #[doc(hidden)]
+    pub fn partition_entries_listed(&self) -> u64 {
+        self.shared
+            .containers
+            .iter()
+            .flat_map(|c| &c.relations)
+            .map(|r| r.partition_entries_listed())
+            .sum()
     }
 
     /// Runs `procedure` on `reactor` as a root transaction, retrying it on
@@ -433,7 +765,7 @@ impl Database {
     fn run_blocking_with<T, F, Fut>(
         &self,
         reactor: ReactorId,
-        moving: Option<ReactorId>,
+        relocating: Option<(ReactorId, Relocation)>,
         procedure: F,
     ) -> Result<T, ReactorError>
     where
@@ -441,7 +773,7 @@ impl Database {
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        let (executor, job, result) = self.prepare(reactor, moving, procedure)?;
+        let (executor, job, result) = self.prepare(reactor, relocating, procedure)?;
         if !self.shared.executors[executor].submit_blocking(job) {
             return Err(ReactorError::Shutdown);
         }
@@ -462,7 +794,7 @@ impl Database {
     fn prepare<T, F, Fut>(
         &self,
         reactor: ReactorId,
-        moving: Option<ReactorId>,
+        relocating: Option<(ReactorId, Relocation)>,
         procedure: F,
     ) -> Result<
         (
@@ -477,7 +809,9 @@ impl Database {
         F: Fn(ReactorCtx) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, ReactorError>> + 'static,
     {
-        let (_, container) = self.shared.reactor_entry(reactor)?;
+        // A remote reactor's transaction starts in the container its slot
+        // names and waits there for the placement to acquire it.
+        let container = self.shared.reactor_entry(reactor)?.container;
         // On one of the container's own executors, the transaction stays
         // there: serving it where the caller is costs no hand-off.
         let executor = crate::executor::current_executor(self.shared.db_id)
@@ -495,7 +829,7 @@ impl Database {
             // transaction whose reactors all live in this container commits
             // within its first poll.
             crate::ctx::run_soon(async move {
-                let outcome = run_root(shared, reactor, executor, moving, procedure).await;
+                let outcome = run_root(shared, reactor, executor, relocating, procedure).await;
                 let _ = reply.send(outcome);
             });
         });

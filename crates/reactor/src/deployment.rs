@@ -170,6 +170,9 @@ impl Deployment {
         if self.containers.is_empty() {
             return Err(DeploymentError::NoContainers);
         }
+        if self.containers.len() > crate::database::MAX_CONTAINERS {
+            return Err(DeploymentError::TooManyContainers(self.containers.len()));
+        }
         for (i, c) in self.containers.iter().enumerate() {
             if self.containers[..i].iter().any(|o| o.name == c.name) {
                 return Err(DeploymentError::DuplicateContainer(c.name.clone()));

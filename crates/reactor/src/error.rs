@@ -4,6 +4,9 @@ use thiserror::Error;
 
 pub use roost_storage::TxError;
 
+use crate::placement::ReactorKey;
+use crate::txn::ReactorError;
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SchemaError {
     #[error("reactor type `{0}` declared twice")]
@@ -43,6 +46,8 @@ pub enum DeploymentError {
     Toml(String),
     #[error("deployment has no containers")]
     NoContainers,
+    #[error("deployment has {0} containers; at most 32768")]
+    TooManyContainers(usize),
     #[error("container `{0}` declared twice")]
     DuplicateContainer(String),
     #[error("container `{container}` needs 1..=64 executors, got {executors}")]
@@ -78,4 +83,50 @@ pub enum DirectoryError {
     NoSuchContainer(String),
     #[error("the directory is full ({0} reactors)")]
     Full(usize),
+    #[error("reactor `{name}` exists here with type `{existing}`")]
+    TypeMismatch {
+        name: String,
+        existing: &'static str,
+    },
+    #[error("reactor `{0}` does not live in this database")]
+    NotLocal(String),
+    #[error("the placement does not put reactor `{0}` in this database")]
+    NotPlacedHere(String),
+}
+
+/// Errors of [`Database::export_reactor`](crate::Database::export_reactor).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    #[error("a move, export or install of the reactor is in progress")]
+    Busy,
+    /// The extracting transaction failed (retries exhausted, shutdown).
+    #[error("export transaction: {0}")]
+    Transaction(ReactorError),
+}
+
+/// Errors of [`Database::install_reactor`](crate::Database::install_reactor).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum InstallError {
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    #[error("exported rows do not decode: {0}")]
+    Malformed(String),
+    #[error("reactor type `{reactor_type}` has no relation `{relation}` in this schema")]
+    UnknownRelation {
+        reactor_type: String,
+        relation: String,
+    },
+    #[error("the placement does not put reactor `{0}` in this database")]
+    NotPlacedHere(ReactorKey),
+    #[error("reactor `{0}` already lives in this database")]
+    AlreadyLocal(ReactorKey),
+    #[error("stale export: this database had placement version {have}, the export has {got}")]
+    Stale { have: u64, got: u64 },
+    #[error("a move, export or install of the reactor is in progress")]
+    Busy,
+    /// The installing transaction failed (retries exhausted, shutdown).
+    #[error("install transaction: {0}")]
+    Transaction(ReactorError),
 }

@@ -36,13 +36,13 @@ pub(crate) struct Participant {
     /// commit or abort: the storage rule for detached contexts.
     pub(crate) guard: Guard,
     pub(crate) context: Arc<Mutex<TxContext>>,
-    /// Reactors this transaction already found not moved away from this
-    /// container: that read is in the read set (validated at commit), so
-    /// repeating it on every call into the reactor adds nothing.
+    /// Reactors whose placement word this transaction already observed in
+    /// this container: that observation is in the read set (validated at
+    /// commit), so repeating it on every call into the reactor adds nothing.
     pub(crate) present: RefCell<Vec<crate::database::ReactorId>>,
 }
 
-/// Reactors remembered per participant as present (a small linear set).
+/// Reactors remembered per participant as observed (a small linear set).
 pub(crate) const PRESENT_MEMO_LIMIT: usize = 16;
 
 pub(crate) struct ExecutorLocal {

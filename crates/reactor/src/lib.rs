@@ -6,7 +6,10 @@
 //! - [`Schema`], [`RelationDef`]: reactor types and their typed relations;
 //! - [`Deployment`]: containers, executors, placement, router (TOML);
 //! - [`Database`]: the directory of reactors and the entry points
-//!   ([`Database::run`], [`Database::run_blocking`]);
+//!   ([`Database::run`], [`Database::run_blocking`]); moves between
+//!   containers, and exports and installs between databases;
+//! - [`ReactorKey`], [`Placement`]: a reactor's cluster-wide identity and
+//!   the one seam that says where it lives ([`placement`]);
 //! - [`ReactorCtx`]: what a procedure sees: typed access to its reactor's
 //!   relations and [`ReactorCtx::call`].
 
@@ -15,14 +18,19 @@ mod database;
 pub mod deployment;
 pub mod error;
 mod executor;
+pub mod placement;
 mod relocate;
 pub mod schema;
 mod txn;
 
 pub use ctx::{Call, ReactorCtx};
-pub use database::{Database, ReactorId, MAX_REACTORS};
+pub use database::{Database, ReactorId, MAX_CONTAINERS, MAX_REACTORS, MAX_REACTOR_TYPES};
 pub use deployment::{ContainerSpec, Deployment, PlacementSpec, RouterPolicy};
-pub use error::{DeploymentError, DirectoryError, SchemaError};
+pub use error::{DeploymentError, DirectoryError, ExportError, InstallError, SchemaError};
+pub use placement::{
+    Acquire, AcquireError, LocalPlacement, Location, Placement, ReactorKey, MAX_REACTOR_NAME_BYTES,
+};
+pub use relocate::ExportedReactor;
 pub use roost_storage::{
     EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs, ScanDirection, TxError,
 };

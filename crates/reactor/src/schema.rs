@@ -38,11 +38,11 @@ impl<K, V> RelationDef<K, V> {
 
     /// This relation only ever gets point access (get, put, delete: no
     /// scans), so it is hash-indexed: lookups cost about a fifth of the
-    /// B+-tree's. Its reactors cannot move between containers (moving
-    /// extracts a reactor's rows with a range scan).
+    /// B+-tree's. Partitioned by reactor, so a move or export lists a
+    /// reactor's rows without visiting other reactors'.
     pub const fn point_access_only(self) -> Self {
         RelationDef {
-            index_kind: IndexKind::Hashed,
+            index_kind: IndexKind::PartitionedHash,
             ..self
         }
     }

@@ -23,6 +23,18 @@ use crate::ctx::ReactorCtx;
 use crate::database::{DbShared, ReactorId};
 use crate::error::{DirectoryError, SchemaError};
 use crate::executor::with_local;
+use crate::placement::{AcquireError, ReactorKey};
+
+/// Which half of a relocation a root transaction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Relocation {
+    /// A move or export: it enters the reactor where it lives (checking
+    /// it is there) while other transactions back off.
+    Out,
+    /// An install: it enters the reactor where it is being installed,
+    /// which is not yet marked present there.
+    In,
+}
 
 /// Attempts of a root transaction before giving up on conflicts.
 const MAX_ATTEMPTS: u32 = 1000;
@@ -45,10 +57,12 @@ pub enum ReactorError {
     },
     #[error("the database is shutting down")]
     Shutdown,
-    #[error("reactors of type `{reactor_type}` cannot move: their relation `{relation}` is point-access only (hash-indexed, so its rows cannot be extracted by a scan)")]
-    Immovable {
-        reactor_type: &'static str,
-        relation: &'static str,
+    /// The transaction entered a reactor that lives elsewhere, and the
+    /// placement could not bring it here.
+    #[error("reactor `{reactor}` is not here and could not be acquired: {cause}")]
+    Unavailable {
+        reactor: ReactorKey,
+        cause: AcquireError,
     },
 }
 
@@ -76,6 +90,9 @@ struct RootState {
     members: Vec<Member>,
     /// The first error anywhere in the call tree aborts the whole transaction.
     error: Option<ReactorError>,
+    /// A reactor the tree entered that lives elsewhere: the attempt aborts
+    /// and waits for the placement to acquire it.
+    unavailable: Option<ReactorId>,
 }
 
 /// One attempt of a root transaction.
@@ -86,9 +103,9 @@ pub(crate) struct RootTxn {
     /// Calls started and not yet finished, anywhere in the tree.
     outstanding: AtomicUsize,
     all_done: Notify,
-    /// The reactor this transaction is moving, if it is a move: it may enter
-    /// that reactor while other transactions back off.
-    pub(crate) moving: Option<ReactorId>,
+    /// The reactor this transaction relocates, if it is a move, export or
+    /// install: it may enter that reactor while other transactions back off.
+    pub(crate) relocating: Option<(ReactorId, Relocation)>,
 }
 
 impl RootTxn {
@@ -138,6 +155,14 @@ impl RootTxn {
         if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.all_done.notify_waiters();
         }
+    }
+
+    /// Notes that the tree entered `reactor`, which lives elsewhere, and
+    /// returns the error that aborts this attempt (retried once the
+    /// placement acquired it).
+    pub(crate) fn unavailable(&self, reactor: ReactorId) -> ReactorError {
+        self.state().unavailable.get_or_insert(reactor);
+        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked))
     }
 
     fn record_error(&self, error: &ReactorError) {
@@ -228,7 +253,7 @@ pub(crate) async fn run_root<T, F, Fut>(
     db: Arc<DbShared>,
     reactor: ReactorId,
     executor: usize,
-    moving: Option<ReactorId>,
+    relocating: Option<(ReactorId, Relocation)>,
     procedure: Arc<F>,
 ) -> Result<T, ReactorError>
 where
@@ -249,10 +274,9 @@ where
             state: Mutex::new(RootState::default()),
             outstanding: AtomicUsize::new(0),
             all_done: Notify::new(),
-            moving,
+            relocating,
         });
-        let (_, container) = db.reactor_entry(reactor)?;
-        let container = container as usize;
+        let container = db.reactor_entry(reactor)?.container as usize;
         {
             let mut state = root.state();
             state.members.push(Member {
@@ -272,7 +296,19 @@ where
             Ok(v) => (Some(v), Ok(())),
             Err(e) => (None, Err(e)),
         };
-        match root.finish(body) {
+        let outcome = root.finish(body);
+        if outcome.is_err() {
+            let away = root.state().unavailable.take();
+            if let Some(away) = away {
+                // Whatever the tree made of it, the attempt failed for want
+                // of a reactor: acquire it, then run again at once. Boxed:
+                // the acquisition's state stays out of every transaction's
+                // future.
+                Box::pin(acquire(&db, away)).await?;
+                continue;
+            }
+        }
+        match outcome {
             Ok(()) => return Ok(value.expect("a committed body produced a value")),
             Err(ReactorError::Tx(TxError::Conflict(kind))) => last = kind,
             Err(e) => {
@@ -291,6 +327,18 @@ where
         attempts: MAX_ATTEMPTS,
         last,
     }))
+}
+
+/// Asks the placement to bring `reactor` here.
+async fn acquire(db: &DbShared, reactor: ReactorId) -> Result<(), ReactorError> {
+    let key = db.key_of(reactor)?;
+    db.placement
+        .acquire(&key)
+        .await
+        .map_err(|cause| ReactorError::Unavailable {
+            reactor: key,
+            cause,
+        })
 }
 
 #[cfg(test)]

@@ -12,6 +12,10 @@ static STOCK: RelationDef<u32, i64> = RelationDef::new("warehouse", "stock");
 static SOLD: RelationDef<u32, i64> = RelationDef::new("customer", "sold");
 static NOTES: RelationDef<u32, String> = RelationDef::new("customer", "notes");
 static COUNT: RelationDef<u32, u64> = RelationDef::new("warehouse", "count");
+/// Hash-indexed: every warehouse move also extracts these by partition.
+static HASHED_COUNT: RelationDef<u32, u64> =
+    RelationDef::new("warehouse", "hashed_count").point_access_only();
+static ORDERS: RelationDef<u64, u64> = RelationDef::new("warehouse", "orders").point_access_only();
 
 const WAREHOUSES: u32 = 4;
 const ITEMS: u32 = 3;
@@ -19,7 +23,7 @@ const INITIAL_STOCK: i64 = 40;
 
 fn schema() -> Schema {
     Schema::new()
-        .reactor_type("warehouse", &[&STOCK, &COUNT])
+        .reactor_type("warehouse", &[&STOCK, &COUNT, &HASHED_COUNT, &ORDERS])
         .unwrap()
         .reactor_type("customer", &[&SOLD, &NOTES])
         .unwrap()
@@ -496,10 +500,10 @@ fn moves_extract_every_row_while_neighbours_split_and_merge_leaves() {
     );
 }
 
-/// Increments race with a reactor moving back and forth. Returns how many
-/// increments saw the reactor half-moved (its row missing) plus whether any
-/// increment was lost.
-fn increments_racing_moves(planted_bug: bool) -> u64 {
+/// Increments of a row of `count` race with a reactor moving back and
+/// forth. Returns how many increments saw the reactor half-moved (its row
+/// missing) plus whether any increment was lost.
+fn increments_racing_moves(planted_bug: bool, count: &'static RelationDef<u32, u64>) -> u64 {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let shop = shop(shared_nothing());
     if planted_bug {
@@ -507,7 +511,7 @@ fn increments_racing_moves(planted_bug: bool) -> u64 {
     }
     let w = shop.warehouses[0];
     shop.db
-        .run_blocking(w, |ctx| async move { ctx.insert(&COUNT, &0, &0) })
+        .run_blocking(w, move |ctx| async move { ctx.insert(count, &0, &0) })
         .unwrap();
     let (committed, half_moved, stop) =
         (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
@@ -523,9 +527,9 @@ fn increments_racing_moves(planted_bug: bool) -> u64 {
                 (Arc::clone(&shop.db), &committed, &half_moved, &stop);
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) && started.elapsed() < incrementing_for {
-                    let result = db.run_blocking(w, |ctx| async move {
-                        match ctx.get(&COUNT, &0)? {
-                            Some(n) => ctx.put(&COUNT, &0, &(n + 1)),
+                    let result = db.run_blocking(w, move |ctx| async move {
+                        match ctx.get(count, &0)? {
+                            Some(n) => ctx.put(count, &0, &(n + 1)),
                             None => Err(ReactorError::user_abort(
                                 "the row is missing: the reactor was half-moved",
                             )),
@@ -563,36 +567,198 @@ fn increments_racing_moves(planted_bug: bool) -> u64 {
             stop.store(true, Ordering::Relaxed);
         });
     });
-    let count = shop
+    let total = shop
         .db
-        .run_blocking(w, |ctx| async move { ctx.get(&COUNT, &0) })
+        .run_blocking(w, move |ctx| async move { ctx.get(count, &0) })
         .unwrap();
-    let lost = u64::from(count != Some(committed.load(Ordering::Relaxed)));
+    let lost = u64::from(total != Some(committed.load(Ordering::Relaxed)));
     half_moved.load(Ordering::Relaxed) + lost
 }
 
 #[test]
 fn increments_race_with_moves() {
-    assert_eq!(
-        increments_racing_moves(false),
-        0,
-        "an increment saw a half-moved reactor or was lost"
-    );
+    for count in [&COUNT, &HASHED_COUNT] {
+        assert_eq!(
+            increments_racing_moves(false, count),
+            0,
+            "an increment of `{}` saw a half-moved reactor or was lost",
+            count.name()
+        );
+    }
 }
 
 #[test]
 fn increments_race_catches_a_skipped_placement_check() {
-    let caught = (0..5).any(|_| increments_racing_moves(true) > 0);
-    assert!(caught, "the move test missed a planted bug");
+    for count in [&COUNT, &HASHED_COUNT] {
+        let caught = (0..5).any(|_| increments_racing_moves(true, count) > 0);
+        assert!(
+            caught,
+            "the move test of `{}` missed a planted bug",
+            count.name()
+        );
+    }
+}
+
+/// Orders are inserted under fresh keys into a hash-indexed relation, and
+/// transferred between existing ones, while the reactor moves back and
+/// forth: after every move and at the end every committed order is there
+/// exactly once with its value (a row left behind would make a later move
+/// back into that container fail: installs insert), and the total is
+/// conserved.
+#[test]
+fn hashed_rows_inserted_while_moving_are_neither_lost_nor_duplicated() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Mutex;
+    const INITIAL: u64 = 50;
+    let shop = shop(shared_nothing());
+    let w = shop.warehouses[0];
+    shop.db
+        .run_blocking(w, |ctx| async move {
+            for id in 0..INITIAL {
+                ctx.insert(&ORDERS, &id, &10)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (next_id, stop) = (AtomicU64::new(INITIAL), AtomicBool::new(false));
+    let inserted: Mutex<Vec<u64>> = Mutex::new((0..INITIAL).collect());
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (db, next_id, stop, inserted) = (&shop.db, &next_id, &stop, &inserted);
+            s.spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed)
+                    && started.elapsed() < std::time::Duration::from_secs(20)
+                {
+                    i += 1;
+                    if t == 0 && i % 2 == 0 {
+                        // Move one unit between two existing orders.
+                        let (a, b) = (i % INITIAL, (i * 7 + 3) % INITIAL);
+                        db.run_blocking(w, move |ctx| async move {
+                            let va = ctx.get(&ORDERS, &a)?.expect("initial order");
+                            let vb = ctx.get(&ORDERS, &b)?.expect("initial order");
+                            if a != b && va > 0 {
+                                ctx.put(&ORDERS, &a, &(va - 1))?;
+                                ctx.put(&ORDERS, &b, &(vb + 1))?;
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                        continue;
+                    }
+                    let id = next_id.fetch_add(1, Ordering::Relaxed);
+                    db.run_blocking(w, move |ctx| async move { ctx.insert(&ORDERS, &id, &1) })
+                        .unwrap();
+                    inserted.lock().unwrap().push(id);
+                }
+            });
+        }
+        let (db, stop, inserted) = (&shop.db, &stop, &inserted);
+        s.spawn(move || {
+            let destinations = ["customers", "w1", "w0"];
+            for i in 0..30 {
+                let to = destinations[i % destinations.len()];
+                db.move_reactor(w, to).expect("move commits");
+                assert_eq!(db.container_of(w).unwrap(), to);
+                // Every order committed before the move is there.
+                let ids = inserted.lock().unwrap().clone();
+                let missing = db
+                    .run_blocking(w, move |ctx| {
+                        let ids = ids.clone();
+                        async move {
+                            let mut missing = 0;
+                            for id in ids {
+                                missing += u64::from(ctx.get(&ORDERS, &id)?.is_none());
+                            }
+                            Ok(missing)
+                        }
+                    })
+                    .unwrap();
+                assert_eq!(missing, 0, "orders lost by move {i} to {to}");
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    let ids = inserted.into_inner().unwrap();
+    let added = ids.len() as u64 - INITIAL;
+    assert!(added > 0, "orders were inserted while the reactor moved");
+    let (present, total) = shop
+        .db
+        .run_blocking(w, move |ctx| {
+            let ids = ids.clone();
+            async move {
+                let (mut present, mut total) = (0u64, 0u64);
+                for id in ids {
+                    if let Some(v) = ctx.get(&ORDERS, &id)? {
+                        present += 1;
+                        total += v;
+                    }
+                }
+                Ok((present, total))
+            }
+        })
+        .unwrap();
+    assert_eq!(present, INITIAL + added, "every committed order, once");
+    assert_eq!(total, INITIAL * 10 + added, "transfers conserve the total");
+    // One more move carries exactly those rows (and the stock rows).
+    let listed = shop.db.partition_entries_listed();
+    shop.db.move_reactor(w, "w1").unwrap();
+    let hashed_rows = shop.db.partition_entries_listed() - listed;
+    assert_eq!(
+        hashed_rows,
+        INITIAL + added,
+        "no duplicate or stray hashed row"
+    );
+}
+
+/// Extracting a reactor for a move visits its own rows, not its relation's:
+/// one reactor's 10 hash-indexed rows among 10,000 reactors' 100,000.
+#[test]
+fn extraction_visits_only_the_moving_reactors_rows() {
+    const REACTORS: u32 = 10_000;
+    const ROWS: u32 = 10;
+    let schema = Schema::new().reactor_type("ledger", &[&POINTS]).unwrap();
+    let db = Database::new(schema, shared_nothing_ledgers()).unwrap();
+    let ledgers: Vec<ReactorId> = (0..REACTORS)
+        .map(|i| db.create_reactor("ledger", &format!("l{i}")).unwrap())
+        .collect();
+    for &ledger in &ledgers {
+        db.run_blocking(ledger, |ctx| async move {
+            for k in 0..ROWS {
+                ctx.insert(&POINTS, &k, &i64::from(k))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    let moving = ledgers[REACTORS as usize / 2];
+    let before = db.partition_entries_listed();
+    db.move_reactor(moving, "b").unwrap();
+    assert_eq!(
+        db.partition_entries_listed() - before,
+        u64::from(ROWS),
+        "the move listed the reactor's own rows and no others"
+    );
+    let sum = db
+        .run_blocking(moving, |ctx| async move {
+            let mut sum = 0;
+            for k in 0..ROWS {
+                sum += ctx.get(&POINTS, &k)?.expect("moved row");
+            }
+            Ok(sum)
+        })
+        .unwrap();
+    assert_eq!(sum, (0..i64::from(ROWS)).sum::<i64>());
 }
 
 static POINTS: RelationDef<u32, i64> = RelationDef::new("ledger", "points").point_access_only();
 
 /// A hash-indexed relation serves point access inside transactions; a scan
-/// of it is a clear error, and moving its reactor (which would extract rows
-/// with a scan) is refused up front, leaving the data in place.
+/// of it is a clear error; its reactor moves between containers like any
+/// other, rows and all.
 #[test]
-fn point_access_relations_serve_points_and_refuse_scans() {
+fn point_access_relations_serve_points_refuse_scans_and_move() {
     let schema = Schema::new().reactor_type("ledger", &[&POINTS]).unwrap();
     let db = Database::new(schema, shared_nothing_ledgers()).unwrap();
     let ledger = db.create_reactor("ledger", "l0").unwrap();
@@ -604,16 +770,17 @@ fn point_access_relations_serve_points_and_refuse_scans() {
         Ok(())
     })
     .unwrap();
-    let sum = db
-        .run_blocking(ledger, |ctx| async move {
+    let sum = |db: &Database| {
+        db.run_blocking(ledger, |ctx| async move {
             let mut sum = 0;
             for k in 0..10u32 {
                 sum += ctx.get(&POINTS, &k)?.unwrap_or(0);
             }
             Ok(sum)
         })
-        .unwrap();
-    assert_eq!(sum, 45 - 3);
+        .unwrap()
+    };
+    assert_eq!(sum(&db), 45 - 3);
     let scanned = db.run_blocking(ledger, |ctx| async move {
         ctx.scan(&POINTS, .., roost_reactor::ScanDirection::Forward, 10)
     });
@@ -624,18 +791,15 @@ fn point_access_relations_serve_points_and_refuse_scans() {
         ),
         "{scanned:?}"
     );
-    let moved = db.move_reactor(ledger, "b");
-    assert_eq!(
-        moved,
-        Err(ReactorError::Immovable {
-            reactor_type: "ledger",
-            relation: "points"
-        })
-    );
-    let still = db
-        .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &9) })
+    db.move_reactor(ledger, "b").unwrap();
+    assert_eq!(db.container_of(ledger).unwrap(), "b");
+    assert_eq!(sum(&db), 45 - 3);
+    db.move_reactor(ledger, "a").unwrap();
+    assert_eq!(sum(&db), 45 - 3);
+    let absent = db
+        .run_blocking(ledger, |ctx| async move { ctx.get(&POINTS, &3) })
         .unwrap();
-    assert_eq!(still, Some(9));
+    assert_eq!(absent, None, "a deleted row stays deleted across moves");
 }
 
 fn shared_nothing_ledgers() -> Deployment {
@@ -650,4 +814,71 @@ fn shared_nothing_ledgers() -> Deployment {
         "#,
     )
     .unwrap()
+}
+
+/// A transaction inserts new rows into a warehouse (a hash-indexed and an
+/// ordered relation) and, before it commits, waits while the warehouse
+/// moves. The move carries only committed rows, so the transaction's
+/// inserts must not commit into the container the warehouse left: it must
+/// fail validation (its placement observation changed) and run again there.
+/// Returns whether an insert was lost.
+fn blind_inserts_waiting_across_a_move(planted_bug: bool) -> bool {
+    use std::sync::Mutex;
+    let shop = shop(shared_nothing());
+    if planted_bug {
+        shop.db.plant_bug_skip_placement_check();
+    }
+    let (w, customer) = (shop.warehouses[0], shop.customers[0]);
+    let from = shop.db.container_of(w).unwrap().to_owned();
+    let to = if from == "w0" { "w1" } else { "w0" };
+    let (inserted_tx, inserted) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go) = tokio::sync::oneshot::channel::<()>();
+    let go = Arc::new(Mutex::new(Some(go)));
+    let inserted_tx = Arc::new(Mutex::new(inserted_tx));
+    std::thread::scope(|s| {
+        let db = &shop.db;
+        let inserter = s.spawn(move || {
+            db.run_blocking(customer, move |ctx| {
+                let (go, inserted_tx) = (Arc::clone(&go), Arc::clone(&inserted_tx));
+                async move {
+                    ctx.call(w, |c| async move {
+                        c.insert(&ORDERS, &777, &1)?;
+                        c.insert(&STOCK, &777, &1)
+                    })
+                    .await?;
+                    // The first attempt waits (uncommitted) for the move.
+                    let first = go.lock().unwrap().take();
+                    if let Some(go) = first {
+                        inserted_tx.lock().unwrap().send(()).unwrap();
+                        let _ = go.await;
+                    }
+                    Ok(())
+                }
+            })
+        });
+        inserted.recv().unwrap();
+        shop.db.move_reactor(w, to).unwrap();
+        go_tx.send(()).unwrap();
+        inserter.join().unwrap().unwrap();
+    });
+    let (order, stock) = shop
+        .db
+        .run_blocking(w, |ctx| async move {
+            Ok((ctx.get(&ORDERS, &777)?, ctx.get(&STOCK, &777)?))
+        })
+        .unwrap();
+    order.is_none() || stock.is_none()
+}
+
+#[test]
+fn blind_inserts_waiting_across_a_move_are_not_lost() {
+    assert!(!blind_inserts_waiting_across_a_move(false));
+}
+
+#[test]
+fn blind_inserts_waiting_across_a_move_catch_a_skipped_placement_check() {
+    assert!(
+        blind_inserts_waiting_across_a_move(true),
+        "the test missed a planted bug"
+    );
 }

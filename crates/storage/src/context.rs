@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, Worker};
 use crate::error::{CommitError, TxError};
-use crate::relation::{KeyBounds, Relation, ScanDirection};
+use crate::relation::{KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 use crate::sync::Guard;
 use crate::txn::{abort_part, commit_parts, finish_part, CommitInfo, TxOps};
 
@@ -134,6 +134,38 @@ impl TxContext {
     ) -> Result<usize, TxError> {
         self.ops(guard, relation)
             .scan(relation, bounds, direction, limit, visit)
+    }
+
+    /// See [`Transaction::scan_partition`](crate::Transaction::scan_partition).
+    ///
+    /// # Safety
+    /// The guard rule of the module documentation.
+    pub unsafe fn scan_partition(
+        &mut self,
+        guard: &Guard,
+        relation: &Arc<Relation>,
+        prefix: [u8; PARTITION_PREFIX_BYTES],
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        self.ops(guard, relation)
+            .scan_partition(relation, prefix, visit)
+    }
+
+    /// Adds a version word kept outside the engine to the read set: commit
+    /// fails unless `word` still holds `observed` when it validates (after
+    /// the write sets are locked and fenced, as a record's TID is checked).
+    /// Whoever changes the word must do so, and fence (`SeqCst`), before
+    /// reading or writing the records the word guards: then a committer that
+    /// validated the old value locked its records before they were touched.
+    ///
+    /// # Safety
+    /// `word` stays alive until this context commits or aborts.
+    pub unsafe fn observe_version(&mut self, word: &std::sync::atomic::AtomicU64, observed: u64) {
+        self.worker.buffers.versions.push(crate::txn::VersionEntry {
+            word: std::ptr::NonNull::from(word),
+            observed,
+            phantom: false,
+        });
     }
 
     /// Aborts: undoes placeholder inserts and clears the context for reuse.

@@ -42,6 +42,10 @@ pub enum TxError {
     Codec(String),
     #[error("relation `{relation}` is hash-indexed: it has no order to scan")]
     ScanOfHashedRelation { relation: String },
+    #[error(
+        "relation `{relation}` is not a partitioned hashed relation: it has no partitions to list"
+    )]
+    NotPartitioned { relation: String },
     #[error("gave up after {attempts} attempts; last conflict: {last}")]
     RetriesExhausted { attempts: u32, last: ConflictKind },
 }

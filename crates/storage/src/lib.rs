@@ -3,7 +3,8 @@
 //! - [`key`]: order-preserving encoding of typed keys;
 //! - [`Relation`]: an ordered map of records on Roost's concurrent B+-tree
 //!   (optimistic lock coupling; leaf versions are Silo's node set), or a
-//!   hashed one;
+//!   hashed one (optionally partitioned by a key prefix, to list one
+//!   partition's records);
 //! - [`tid`]: Silo's TID word (lock, latest, absent, sequence, epoch);
 //! - [`Transaction`]: Silo OCC with read/write sets and phantom protection;
 //! - [`Table`]: a typed layer (keys via [`KeyCodec`], values via serde);
@@ -39,7 +40,7 @@ pub use context::{commit_contexts, TxContext};
 pub use engine::{Engine, EngineConfig, PlantedBugs, RetryPolicy, Worker, WorkerStats};
 pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, TxError};
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
-pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection};
+pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 #[cfg(loom)]
 pub use sync::loom_iteration;
 pub use sync::Guard;

@@ -1,11 +1,15 @@
 //! Relations: maps from encoded keys to records on a concurrent index, either
 //! ordered (Roost's B+-tree with optimistic lock coupling, [`crate::btree`]:
 //! point access and range scans whose leaf versions are Silo's node set) or
-//! hashed (`scc::HashIndex`: point access only). The index holds record
-//! pointers; records hold the TID word and the value, so the index never
-//! changes when a value does.
+//! hashed (`scc::HashIndex`: point access only), optionally partitioned by a
+//! key prefix so one partition's records can be listed without visiting the
+//! rest. The index holds record pointers; records hold the TID word and the
+//! value, so the index never changes when a value does.
 
+use std::collections::HashMap;
 use std::ops::Bound;
+use std::ptr::NonNull;
+use std::sync::Mutex;
 
 use foldhash::quality::RandomState;
 use scc::HashIndex;
@@ -52,17 +56,131 @@ pub enum IndexKind {
     /// choosing keys cannot precompute colliding ones (std's SipHash cost
     /// about 500 instructions per 30-byte key, a tenth of a GET).
     Hashed,
+    /// [`Hashed`](Self::Hashed), with its keys grouped into partitions by
+    /// their first [`PARTITION_PREFIX_BYTES`] bytes (zero-padded), so that
+    /// one partition's records can be listed
+    /// ([`Transaction::scan_partition`](crate::Transaction::scan_partition))
+    /// in time proportional to that partition, not to the relation. Point
+    /// access to an existing key costs what `Hashed` costs (the same single
+    /// hash index); linking a new key or unlinking one also takes its
+    /// partition's lock and updates its key set.
+    PartitionedHash,
+}
+
+impl IndexKind {
+    /// Whether range scans are served (only the B+-tree has an order).
+    pub fn is_ordered(self) -> bool {
+        self == IndexKind::Ordered
+    }
+}
+
+/// Bytes of a key's start that name its partition in an
+/// [`IndexKind::PartitionedHash`] relation (the reactor layer's reactor id).
+pub const PARTITION_PREFIX_BYTES: usize = 4;
+
+/// The partition of `key`: its first bytes, zero-padded when it is shorter.
+fn partition_of(key: &[u8]) -> [u8; PARTITION_PREFIX_BYTES] {
+    let mut prefix = [0u8; PARTITION_PREFIX_BYTES];
+    let n = key.len().min(PARTITION_PREFIX_BYTES);
+    prefix[..n].copy_from_slice(&key[..n]);
+    prefix
+}
+
+/// One partition's keys, kept beside the hash index. Its lock is taken to
+/// link or unlink a key (both the hash index and the set change under it, so
+/// the set is exactly the index's entries of the partition whenever the lock
+/// is free) and to copy the set; point lookups never take it. The holder
+/// never waits for a record lock (a lister reads records after releasing
+/// it), so a committer that holds record locks and unlinks cannot deadlock.
+pub(crate) struct Partition {
+    /// Moves (under the lock) whenever a key is linked in: a listing
+    /// validated unchanged saw every key linked before commit. A key that
+    /// leaves is caught by its record's TID, in the listing's read set.
+    /// (std's atomics under loom too: hashed indexes are not model-checked.)
+    version: std::sync::atomic::AtomicU64,
+    keys: Mutex<HashMap<EncodedKey, RecordRef, RandomState>>,
+}
+
+/// A partition, never freed before its relation: a transaction keeps its
+/// relations alive, so its listings' partitions stay valid with them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PartitionRef(NonNull<Partition>);
+
+// SAFETY: points into a `Partition` (atomics and a mutex) owned by a
+// relation that outlives every holder.
+unsafe impl Send for PartitionRef {}
+unsafe impl Sync for PartitionRef {}
+
+impl PartitionRef {
+    fn get(&self) -> &Partition {
+        // SAFETY: see the type's documentation.
+        unsafe { self.0.as_ref() }
+    }
+
+    pub(crate) fn version_word(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.get().version
+    }
+}
+
+struct PartitionedHash {
+    hash: HashIndex<EncodedKey, RecordRef, RandomState>,
+    /// Partition prefix to partition; partitions are created on first use
+    /// and freed only when the relation drops.
+    partitions: HashIndex<[u8; PARTITION_PREFIX_BYTES], PartitionRef, RandomState>,
+    /// Index entries copied by partition listings (for tests: extraction
+    /// visits only the partition's entries).
+    listed: std::sync::atomic::AtomicU64,
+}
+
+impl PartitionedHash {
+    fn partition(&self, prefix: [u8; PARTITION_PREFIX_BYTES], guard: &Guard) -> PartitionRef {
+        loop {
+            if let Some(p) = with_hash_guard(guard, |g| self.partitions.peek(&prefix, g).copied()) {
+                return p;
+            }
+            let fresh = PartitionRef(NonNull::from(Box::leak(Box::new(Partition {
+                version: std::sync::atomic::AtomicU64::new(0),
+                keys: Mutex::new(HashMap::with_hasher(RandomState::default())),
+            }))));
+            match self.partitions.insert_sync(prefix, fresh) {
+                Ok(()) => return fresh,
+                // SAFETY: never published.
+                Err(_) => drop(unsafe { Box::from_raw(fresh.0.as_ptr()) }),
+            }
+        }
+    }
+}
+
+/// A change an index made while linking a key, for the linking transaction's
+/// own phantom bookkeeping.
+pub(crate) enum IndexChange {
+    Leaf(LeafChange),
+    /// A key was linked into `partition`, whose version was `before`.
+    Partition {
+        partition: PartitionRef,
+        before: u64,
+    },
 }
 
 enum Index {
     Ordered(BTree),
     Hashed(HashIndex<EncodedKey, RecordRef, RandomState>),
+    PartitionedHash(PartitionedHash),
 }
 
 /// A relation: one index of records.
 pub struct Relation {
     name: String,
     index: Index,
+}
+
+fn lock_keys(
+    partition: &Partition,
+) -> std::sync::MutexGuard<'_, HashMap<EncodedKey, RecordRef, RandomState>> {
+    partition
+        .keys
+        .lock()
+        .expect("a partition's holder does not panic")
 }
 
 impl std::fmt::Debug for Relation {
@@ -83,6 +201,11 @@ impl Relation {
             index: match kind {
                 IndexKind::Ordered => Index::Ordered(BTree::new()),
                 IndexKind::Hashed => Index::Hashed(HashIndex::with_hasher(RandomState::default())),
+                IndexKind::PartitionedHash => Index::PartitionedHash(PartitionedHash {
+                    hash: HashIndex::with_hasher(RandomState::default()),
+                    partitions: HashIndex::with_hasher(RandomState::default()),
+                    listed: std::sync::atomic::AtomicU64::new(0),
+                }),
             },
         }
     }
@@ -95,6 +218,7 @@ impl Relation {
         match self.index {
             Index::Ordered(_) => IndexKind::Ordered,
             Index::Hashed(_) => IndexKind::Hashed,
+            Index::PartitionedHash(_) => IndexKind::PartitionedHash,
         }
     }
 
@@ -103,6 +227,17 @@ impl Relation {
         match &self.index {
             Index::Ordered(tree) => tree.len(),
             Index::Hashed(hash) => hash.len(),
+            Index::PartitionedHash(p) => p.hash.len(),
+        }
+    }
+
+    /// Index entries copied by partition listings so far (zero unless the
+    /// relation is partitioned): what a test counts to show a listing
+    /// visits its partition only.
+    pub fn partition_entries_listed(&self) -> u64 {
+        match &self.index {
+            Index::PartitionedHash(p) => p.listed.load(std::sync::atomic::Ordering::Relaxed),
+            _ => 0,
         }
     }
 
@@ -112,7 +247,7 @@ impl Relation {
         // than an `EncodedKey` so a long key is not copied to the heap.
         match &self.index {
             Index::Ordered(tree) => tree.get(key, guard),
-            Index::Hashed(hash) => {
+            Index::Hashed(hash) | Index::PartitionedHash(PartitionedHash { hash, .. }) => {
                 with_hash_guard(guard, |g| hash.peek(&KeyProbe::new(key), g).copied())
             }
         }
@@ -120,19 +255,43 @@ impl Relation {
 
     /// Links `record` under `key` unless the key already has a record; on
     /// failure hands `record` back. `observe` learns of the leaves an
-    /// ordered index changed (for the inserter's node set).
+    /// ordered index changed and the partition a partitioned one did (for
+    /// the inserter's phantom bookkeeping).
     fn link(
         &self,
         key: &[u8],
         record: RecordRef,
         guard: &Guard,
-        observe: &mut dyn FnMut(LeafChange),
+        observe: &mut dyn FnMut(IndexChange),
     ) -> Result<(), RecordRef> {
         match &self.index {
-            Index::Ordered(tree) => tree.insert(key, record, guard, observe),
+            Index::Ordered(tree) => {
+                tree.insert(key, record, guard, &mut |c| observe(IndexChange::Leaf(c)))
+            }
             Index::Hashed(hash) => hash
                 .insert_sync(EncodedKey::from_slice(key), record)
                 .map_err(|(_, record)| record),
+            Index::PartitionedHash(p) => {
+                let partition = p.partition(partition_of(key), guard);
+                let before = {
+                    let mut keys = lock_keys(partition.get());
+                    let owned = EncodedKey::from_slice(key);
+                    p.hash
+                        .insert_sync(owned.clone(), record)
+                        .map_err(|(_, record)| record)?;
+                    let previous = keys.insert(owned, record);
+                    assert!(
+                        previous.is_none(),
+                        "a partition's set holds exactly the hash index's keys of the partition"
+                    );
+                    let version = &partition.get().version;
+                    let before = version.load(std::sync::atomic::Ordering::Relaxed);
+                    version.store(before + 1, std::sync::atomic::Ordering::Release);
+                    before
+                };
+                observe(IndexChange::Partition { partition, before });
+                Ok(())
+            }
         }
     }
 
@@ -140,10 +299,36 @@ impl Relation {
     fn for_each_record(&self, guard: &Guard, mut f: impl FnMut(RecordRef)) {
         match &self.index {
             Index::Ordered(tree) => tree.for_each(guard, f),
-            Index::Hashed(hash) => {
+            Index::Hashed(hash) | Index::PartitionedHash(PartitionedHash { hash, .. }) => {
                 with_hash_guard(guard, |g| hash.iter(g).for_each(|(_, r)| f(*r)))
             }
         }
+    }
+
+    /// Copies partition `prefix`'s entries into `out` and returns the
+    /// partition with the version the copy matches; `None` unless the
+    /// relation is partitioned. Creates the (empty) partition if it has
+    /// none, so that a key linked later still moves a version.
+    pub(crate) fn list_partition(
+        &self,
+        prefix: [u8; PARTITION_PREFIX_BYTES],
+        guard: &Guard,
+        out: &mut Vec<(EncodedKey, RecordRef)>,
+    ) -> Option<(PartitionRef, u64)> {
+        let Index::PartitionedHash(p) = &self.index else {
+            return None;
+        };
+        let partition = p.partition(prefix, guard);
+        let keys = lock_keys(partition.get());
+        let version = partition
+            .get()
+            .version
+            .load(std::sync::atomic::Ordering::Relaxed);
+        out.extend(keys.iter().map(|(k, r)| (k.clone(), *r)));
+        drop(keys);
+        p.listed
+            .fetch_add(out.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Some((partition, version))
     }
 
     /// Finds the record for `key`, creating an absent placeholder if there is
@@ -153,7 +338,7 @@ impl Relation {
         key: &[u8],
         value_capacity_bytes: usize,
         guard: &Guard,
-        observe: &mut dyn FnMut(LeafChange),
+        observe: &mut dyn FnMut(IndexChange),
     ) -> (RecordRef, bool) {
         // Bounded: each failed insert means another thread linked a record for
         // this key, which the next lookup finds unless it is unlinked again.
@@ -179,7 +364,7 @@ impl Relation {
         key: &[u8],
         value_capacity_bytes: usize,
         guard: &Guard,
-        observe: &mut dyn FnMut(LeafChange),
+        observe: &mut dyn FnMut(IndexChange),
     ) -> (RecordRef, bool) {
         let record = RecordRef::placeholder(value_capacity_bytes);
         match self.link(key, record, guard, observe) {
@@ -213,6 +398,22 @@ impl Relation {
             Index::Hashed(hash) => {
                 hash.remove_if_sync(&KeyProbe::new(key), |current| *current == record)
             }
+            Index::PartitionedHash(p) => {
+                let partition = p.partition(partition_of(key), guard);
+                let mut keys = lock_keys(partition.get());
+                let removed = p
+                    .hash
+                    .remove_if_sync(&KeyProbe::new(key), |current| *current == record);
+                if removed {
+                    let listed = keys.remove(key);
+                    assert_eq!(
+                        listed,
+                        Some(record),
+                        "the partition's set mirrors the hash index"
+                    );
+                }
+                removed
+            }
         }
     }
 
@@ -237,7 +438,7 @@ impl Relation {
                 on_leaf,
                 visit,
             )),
-            Index::Hashed(_) => None,
+            Index::Hashed(_) | Index::PartitionedHash(_) => None,
         }
     }
 
@@ -323,7 +524,7 @@ impl Relation {
     pub fn leaf_count(&self) -> Option<usize> {
         match &self.index {
             Index::Ordered(tree) => Some(tree.leaf_count(&Guard::new())),
-            Index::Hashed(_) => None,
+            Index::Hashed(_) | Index::PartitionedHash(_) => None,
         }
     }
 
@@ -352,8 +553,22 @@ impl Drop for Relation {
         let mut records: Vec<RecordRef> = Vec::with_capacity(self.index_len());
         self.for_each_record(&guard, |r| records.push(r));
         drop(guard);
-        if let Index::Hashed(hash) = &self.index {
-            hash.clear_sync();
+        match &self.index {
+            Index::Hashed(hash) => hash.clear_sync(),
+            Index::PartitionedHash(p) => {
+                p.hash.clear_sync();
+                let mut partitions = Vec::new();
+                with_hash_guard(&Guard::new(), |g| {
+                    p.partitions.iter(g).for_each(|(_, q)| partitions.push(*q))
+                });
+                p.partitions.clear_sync();
+                for partition in partitions {
+                    // SAFETY: exclusive access (above); each was leaked once
+                    // by `PartitionedHash::partition` and is freed once here.
+                    drop(unsafe { Box::from_raw(partition.0.as_ptr()) });
+                }
+            }
+            Index::Ordered(_) => {}
         }
         // An ordered index frees its nodes when it drops, after this.
         for record in records {

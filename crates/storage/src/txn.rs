@@ -17,7 +17,9 @@
 //! a leaf it scanned carries the node-set entry forward (Silo §4.6). A key
 //! read as missing is looked up again at commit (the hashed index has no
 //! leaves). Granularity is the scanned leaves: an insert next to the range
-//! in a scanned leaf is a (rare) false conflict.
+//! in a scanned leaf is a (rare) false conflict. A listing of a partitioned
+//! hashed relation's partition ([`Transaction::scan_partition`]) records the
+//! partition's version instead, which every key linked into it moves.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,7 +31,7 @@ use crate::btree::{LeafChange, LeafRef, SlotKey};
 use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
-use crate::relation::{IndexKind, KeyBounds, Relation, ScanDirection};
+use crate::relation::{IndexChange, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 use crate::sync::Guard;
 use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
 use crate::{PlantedBugs, Worker};
@@ -89,6 +91,25 @@ struct NodeEntry {
     records_from: u32,
 }
 
+/// A version word validated at commit: a listed partition's (checked with
+/// the phantom set) or one kept outside the engine (the reactor layer's
+/// placement slot, checked with the read set).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VersionEntry {
+    pub(crate) word: NonNull<std::sync::atomic::AtomicU64>,
+    pub(crate) observed: u64,
+    pub(crate) phantom: bool,
+}
+
+impl VersionEntry {
+    fn unchanged(&self) -> bool {
+        // SAFETY: a partition lives as long as its relation, which the
+        // transaction keeps alive; an external word, by the contract of
+        // `TxContext::observe_version`.
+        unsafe { self.word.as_ref() }.load(std::sync::atomic::Ordering::Acquire) == self.observed
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum SpanBound {
     Included(Span),
@@ -141,6 +162,9 @@ pub(crate) struct TxBuffers {
     /// The records each scan visited, absent placeholders included (for
     /// the re-check of a leaf whose version moved).
     scanned: Vec<RecordRef>,
+    /// Partition listings and observed external words. (Every field here
+    /// is moved with each pooled context, so they stay few.)
+    pub(crate) versions: Vec<VersionEntry>,
     arena: Vec<u8>,
     scratch: Vec<u8>,
     /// The last index lookup: relation, key, and the record found (`None`:
@@ -156,6 +180,7 @@ impl TxBuffers {
             && self.misses.is_empty()
             && self.nodes.is_empty()
             && self.scans.is_empty()
+            && self.versions.is_empty()
     }
 
     fn clear(&mut self) {
@@ -166,6 +191,7 @@ impl TxBuffers {
         self.nodes.clear();
         self.scans.clear();
         self.scanned.clear();
+        self.versions.clear();
         self.arena.clear();
         self.last_lookup = None;
     }
@@ -230,19 +256,32 @@ impl TxBuffers {
 /// before the insert is the recorded one) takes the version after it. A
 /// split is not carried: the leaf's entry then fails the version check and
 /// commit re-checks that part of the scan (which skips own inserts).
-fn note_leaf_change(nodes: &mut [NodeEntry], change: LeafChange) {
-    if let LeafChange::Inserted {
-        leaf,
-        before,
-        after,
-    } = change
-    {
-        assert_ne!(before, after, "an insert moves its leaf's version");
-        for entry in nodes
-            .iter_mut()
-            .filter(|e| e.leaf == leaf && e.version == before)
-        {
-            entry.version = after;
+/// A partition listing is carried likewise across the transaction's own
+/// link into that partition.
+fn note_index_change(nodes: &mut [NodeEntry], versions: &mut [VersionEntry], change: IndexChange) {
+    match change {
+        IndexChange::Leaf(LeafChange::Inserted {
+            leaf,
+            before,
+            after,
+        }) => {
+            assert_ne!(before, after, "an insert moves its leaf's version");
+            for entry in nodes
+                .iter_mut()
+                .filter(|e| e.leaf == leaf && e.version == before)
+            {
+                entry.version = after;
+            }
+        }
+        IndexChange::Leaf(LeafChange::Split) => {}
+        IndexChange::Partition { partition, before } => {
+            let word = NonNull::from(partition.version_word());
+            for entry in versions
+                .iter_mut()
+                .filter(|e| e.phantom && e.word == word && e.observed == before)
+            {
+                entry.observed = before + 1;
+            }
         }
     }
 }
@@ -332,10 +371,11 @@ impl TxOps<'_> {
         }
         // The lookup just missed: insert at once (finding the record if one
         // was linked since).
-        let nodes = &mut self.worker.buffers.nodes[..];
+        let bufs = &mut self.worker.buffers;
+        let (nodes, versions) = (&mut bufs.nodes[..], &mut bufs.versions[..]);
         let (record, created) =
             relation.insert_placeholder_or_find(key, value_capacity_bytes, self.guard, &mut |c| {
-                note_leaf_change(nodes, c)
+                note_index_change(nodes, versions, c)
             });
         let bufs = self.bufs();
         let span = match bufs.last_lookup {
@@ -521,7 +561,7 @@ impl TxOps<'_> {
                 check_key(k)?;
             }
         }
-        if relation.index_kind() == IndexKind::Hashed {
+        if !relation.index_kind().is_ordered() {
             return Err(TxError::ScanOfHashedRelation {
                 relation: relation.name().to_owned(),
             });
@@ -616,6 +656,63 @@ impl TxOps<'_> {
         });
         Ok(delivered)
     }
+
+    /// Passes every present record of the partition `prefix` of a
+    /// partitioned hashed relation to `visit`, in no order, until it returns
+    /// `false`; returns how many it passed. Visits the partition's entries
+    /// only. Serializable like a scan: commit fails if a key was linked into
+    /// the partition meanwhile (its version moved) or a listed record
+    /// changed.
+    pub fn scan_partition(
+        &mut self,
+        relation: &Relation,
+        prefix: [u8; PARTITION_PREFIX_BYTES],
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        let mut listing = Vec::new();
+        let Some((partition, observed)) = relation.list_partition(prefix, self.guard, &mut listing)
+        else {
+            return Err(TxError::NotPartitioned {
+                relation: relation.name().to_owned(),
+            });
+        };
+        let bufs = &mut self.worker.buffers;
+        bufs.versions.push(VersionEntry {
+            word: NonNull::from(partition.version_word()),
+            observed,
+            phantom: true,
+        });
+        let mut delivered = 0usize;
+        for (key, record) in &listing {
+            let key = key.as_slice();
+            if let Some(i) = bufs.find_write(*record) {
+                let entry = bufs.writes[i];
+                if entry.op == WriteOp::Delete {
+                    continue;
+                }
+                delivered += 1;
+                if !visit(key, bufs.bytes(entry.value)) {
+                    break;
+                }
+                continue;
+            }
+            let tid = record.read_into(&mut bufs.scratch);
+            // Absent placeholders are read too (as a scan reads them): an
+            // insert listed uncommitted that commits first moves their TID.
+            bufs.reads.push(ReadEntry {
+                record: *record,
+                observed: tid,
+            });
+            if tid.is_absent() || !tid.is_latest() {
+                continue;
+            }
+            delivered += 1;
+            if !visit(key, &bufs.scratch) {
+                break;
+            }
+        }
+        Ok(delivered)
+    }
 }
 
 impl<'w, 'r> Transaction<'w, 'r> {
@@ -692,6 +789,20 @@ impl<'w, 'r> Transaction<'w, 'r> {
         visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize, TxError> {
         self.ops().scan(relation, bounds, direction, limit, visit)
+    }
+
+    /// Every present record of partition
+    /// `prefix` of a [`PartitionedHash`](crate::IndexKind::PartitionedHash)
+    /// relation, in no order, until `visit` returns `false`; returns how
+    /// many. Visits that partition's entries only, and is serializable like
+    /// a scan: commit fails if a key was linked into the partition meanwhile.
+    pub fn scan_partition(
+        &mut self,
+        relation: &'r Relation,
+        prefix: [u8; PARTITION_PREFIX_BYTES],
+        visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<usize, TxError> {
+        self.ops().scan_partition(relation, prefix, visit)
     }
 
     /// Commits: Silo's lock, validate, install. On a conflict the transaction is
@@ -856,9 +967,15 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
                 return Err(CommitError::Conflict(ConflictKind::ReadValidation));
             }
         }
+        if bufs.versions.iter().any(|v| !v.phantom && !v.unchanged()) {
+            return Err(CommitError::Conflict(ConflictKind::ReadValidation));
+        }
     }
     if planted.skip_phantom_validation {
         return Ok(());
+    }
+    if bufs.versions.iter().any(|v| v.phantom && !v.unchanged()) {
+        return Err(CommitError::Conflict(ConflictKind::Phantom));
     }
     for m in &bufs.misses {
         let relation = relation_ref(m.relation);

@@ -151,3 +151,43 @@ fn cross_context_transfers_conserve_the_total() {
     unsafe { commit_contexts(&mut [&mut ca, &mut cb], &guard) }.unwrap();
     assert_eq!(total, (2 * ACCOUNTS * 100) as i64, "the total moved");
 }
+
+/// A version word observed by a context (the reactor layer's placement
+/// slot) is validated at commit like a record read: changed, the commit
+/// fails and installs nothing, read-only or not; unchanged, it commits.
+#[test]
+fn an_observed_version_word_is_validated_at_commit() {
+    use roost_storage::{CommitError, ConflictKind};
+    let engine = Engine::default();
+    let rel = engine.create_relation("r").unwrap();
+    let guard = Guard::new();
+    let word = AtomicU64::new(7);
+    let mut ctx = TxContext::new(&engine);
+    // SAFETY: `word` outlives every context below.
+    unsafe { ctx.observe_version(&word, 7) };
+    assert!(!ctx.is_untouched());
+    write(&mut ctx, &guard, &rel, 1, 5).unwrap();
+    // SAFETY: one guard for everything.
+    unsafe { commit_contexts(&mut [&mut ctx], &guard).unwrap() };
+    for read_only in [false, true] {
+        unsafe { ctx.observe_version(&word, 7) };
+        if read_only {
+            assert_eq!(read(&mut ctx, &guard, &rel, 1).unwrap(), 5);
+        } else {
+            write(&mut ctx, &guard, &rel, 1, 6).unwrap();
+        }
+        word.store(8, Ordering::SeqCst);
+        assert_eq!(
+            unsafe { commit_contexts(&mut [&mut ctx], &guard) }.unwrap_err(),
+            CommitError::Conflict(ConflictKind::ReadValidation)
+        );
+        word.store(7, Ordering::SeqCst);
+        assert!(ctx.is_untouched(), "aborted and cleared");
+    }
+    assert_eq!(
+        read(&mut ctx, &guard, &rel, 1).unwrap(),
+        5,
+        "nothing installed"
+    );
+    unsafe { commit_contexts(&mut [&mut ctx], &guard).unwrap() };
+}

@@ -534,7 +534,11 @@ fn first_appends(planted: PlantedBugs, deadline: Duration, kind: IndexKind) -> u
 
 #[test]
 fn first_writes_to_a_new_key_lose_no_update() {
-    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+    for kind in [
+        IndexKind::Ordered,
+        IndexKind::Hashed,
+        IndexKind::PartitionedHash,
+    ] {
         assert_eq!(
             first_appends(PlantedBugs::default(), stress_duration(), kind),
             0,
@@ -614,7 +618,11 @@ fn decode(v: &[u8]) -> i64 {
 
 #[test]
 fn churning_keys_lose_no_count() {
-    for kind in [IndexKind::Ordered, IndexKind::Hashed] {
+    for kind in [
+        IndexKind::Ordered,
+        IndexKind::Hashed,
+        IndexKind::PartitionedHash,
+    ] {
         assert_eq!(
             churn(PlantedBugs::default(), stress_duration(), kind),
             0,

@@ -111,8 +111,9 @@ impl<T> Sender<T> {
                     Err(now) => position = now,
                 }
             } else if (sequence.wrapping_sub(position) as isize) < 0 {
-                // The slot still holds the value pushed one lap ago.
-                debug_assert_eq!(position.wrapping_sub(sequence), capacity);
+                // The slot still holds the value pushed one lap ago, at
+                // `position - capacity`, whose push left `sequence` one above it.
+                debug_assert_eq!(position.wrapping_sub(sequence), capacity - 1);
                 return Err(value);
             } else {
                 position = ring.tail.0.load(Ordering::Relaxed);

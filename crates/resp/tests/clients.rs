@@ -212,9 +212,6 @@ async fn exact_error_texts() {
         err("ERR wrong number of arguments for 'mset' command")
     );
     for (args, what) in [
-        (&["SET", "k", "v", "EX", "10"][..], "expiry"),
-        (&["EXPIRE", "k", "10"][..], "expiry"),
-        (&["TTL", "k"][..], "expiry"),
         (&["SUBSCRIBE", "ch"][..], "pub/sub"),
         (&["PUBLISH", "ch", "m"][..], "pub/sub"),
     ] {

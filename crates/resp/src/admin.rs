@@ -171,7 +171,11 @@ impl Clients {
     }
 
     fn get(&self, id: u64) -> Option<Arc<ClientInfo>> {
-        self.by_id.lock().expect("client registry").get(&id).cloned()
+        self.by_id
+            .lock()
+            .expect("client registry")
+            .get(&id)
+            .cloned()
     }
 }
 
@@ -229,7 +233,9 @@ pub(crate) fn client(shared: &ServerShared, info: &ClientInfo, args: &Args) -> F
                         let Some(id) = parse_i64(id) else {
                             return Frame::error("ERR Invalid client ID");
                         };
-                        if let Some(client) = u64::try_from(id).ok().and_then(|id| shared.clients.get(id)) {
+                        if let Some(client) =
+                            u64::try_from(id).ok().and_then(|id| shared.clients.get(id))
+                        {
                             found.push(client);
                         }
                     }
@@ -307,7 +313,10 @@ const PARAMETERS: &[(&str, Settable)] = &[
     ("maxclients", Settable::MaxClients),
     ("maxmemory", Settable::Fixed("not evicting keys")),
     ("maxmemory-policy", Settable::Fixed("not evicting keys")),
-    ("notify-keyspace-events", Settable::Fixed("without keyspace notifications")),
+    (
+        "notify-keyspace-events",
+        Settable::Fixed("without keyspace notifications"),
+    ),
     ("port", Settable::Immutable),
     ("proto-max-bulk-len", Settable::Immutable),
     ("save", Settable::Fixed("not persisting to disk")),
@@ -415,9 +424,7 @@ fn config_set(shared: &ServerShared, pairs: &[Vec<u8>]) -> Frame {
             Settable::Fixed(what) => {
                 let current = parameter_value(shared, name);
                 if !value.eq_ignore_ascii_case(&current) {
-                    return failed(&format!(
-                        "Roost runs {what}: only '{current}' is supported"
-                    ));
+                    return failed(&format!("Roost runs {what}: only '{current}' is supported"));
                 }
             }
             Settable::MaxClients | Settable::Hz => {
@@ -478,7 +485,9 @@ pub(crate) fn command(args: &Args) -> Frame {
     let named = || args[2..].iter().map(|name| lookup(name));
     match sub.to_ascii_lowercase().as_slice() {
         b"count" if args.len() == 2 => Frame::Integer(all.len() as i64),
-        b"list" if args.len() == 2 => Frame::Array(all.iter().map(|s| Frame::bulk(s.name)).collect()),
+        b"list" if args.len() == 2 => {
+            Frame::Array(all.iter().map(|s| Frame::bulk(s.name)).collect())
+        }
         b"info" if args.len() == 2 => Frame::Array(all.iter().map(command_info).collect()),
         b"info" => Frame::Array(
             named()
@@ -487,7 +496,7 @@ pub(crate) fn command(args: &Args) -> Frame {
         ),
         b"docs" if args.len() == 2 => Frame::Map(all.iter().map(command_docs).collect()),
         b"docs" => Frame::Map(named().flatten().map(command_docs).collect()),
-        b"getkeys" if args.len() >= 3 => getkeys(&args[2..]),
+        b"getkeys" if args.len() >= 4 => getkeys(&args[2..]),
         b"help" if args.len() == 2 => help(COMMAND_HELP),
         b"count" | b"list" | b"getkeys" | b"help" => wrong_subcommand_arity("command", sub),
         _ => unknown_subcommand("command", sub),
@@ -554,7 +563,13 @@ fn resident_bytes() -> u64 {
             status
                 .lines()
                 .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
         })
         .map_or(0, |kb| kb * 1024)
 }
@@ -797,7 +812,7 @@ mod tests {
             Frame::error("ERR Invalid command specified")
         );
         assert_eq!(
-            keys("ping"),
+            keys("ping x"),
             Frame::error("ERR The command has no key arguments")
         );
         assert_eq!(

@@ -673,8 +673,8 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
         }),
         "setrange" => {
             let offset = integer(&a[1])?;
-            let offset = usize::try_from(offset)
-                .map_err(|_| Frame::error("ERR offset is out of range"))?;
+            let offset =
+                usize::try_from(offset).map_err(|_| Frame::error("ERR offset is out of range"))?;
             check_value(&a[2])?;
             Op::Str(StrOp::SetRange {
                 key: take(a, 0),
@@ -1262,92 +1262,200 @@ mod tests {
                 "bc.adopt 1 k r1 r2",
                 |op| matches!(op, Op::BcAdopt { failed: 1, reports, .. } if reports.len() == 2),
             ),
-            ("setex k 10 v", |op| {
-                matches!(op, Op::Set { ttl: SetTtl::At(d), value, .. } if d.ms == 10_000 && d.relative && value == b"v")
-            }),
-            ("psetex k 10 v", |op| {
-                matches!(op, Op::Set { ttl: SetTtl::At(d), .. } if d.ms == 10 && d.relative)
-            }),
+            (
+                "setex k 10 v",
+                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), value, .. } if d.ms == 10_000 && d.relative && value == b"v"),
+            ),
+            (
+                "psetex k 10 v",
+                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), .. } if d.ms == 10 && d.relative),
+            ),
             ("getset k v", |op| matches!(op, Op::Set { get: true, .. })),
-            ("unlink k j", |op| matches!(op, Op::Del(keys) if keys.len() == 2)),
-            ("touch k", |op| matches!(op, Op::Exists(keys) if keys.len() == 1)),
-            ("type k", |op| matches!(op, Op::Key(KeyOp::Type(k)) if k == b"k")),
-            ("rename a b", |op| {
-                matches!(op, Op::Key(KeyOp::Rename { nx: false, dst, .. }) if dst == b"b")
+            (
+                "unlink k j",
+                |op| matches!(op, Op::Del(keys) if keys.len() == 2),
+            ),
+            (
+                "touch k",
+                |op| matches!(op, Op::Exists(keys) if keys.len() == 1),
+            ),
+            (
+                "type k",
+                |op| matches!(op, Op::Key(KeyOp::Type(k)) if k == b"k"),
+            ),
+            (
+                "rename a b",
+                |op| matches!(op, Op::Key(KeyOp::Rename { nx: false, dst, .. }) if dst == b"b"),
+            ),
+            ("renamenx a b", |op| {
+                matches!(op, Op::Key(KeyOp::Rename { nx: true, .. }))
             }),
-            ("renamenx a b", |op| matches!(op, Op::Key(KeyOp::Rename { nx: true, .. }))),
             ("copy a b replace", |op| {
                 matches!(op, Op::Key(KeyOp::Copy { replace: true, .. }))
             }),
-            ("keys user:*", |op| matches!(op, Op::Key(KeyOp::Keys(p)) if p.as_slice() == b"user:*")),
-            ("scan 5 match * count 7 type list", |op| {
-                matches!(op, Op::Key(KeyOp::Scan(a)) if a.cursor == 5 && a.pattern.is_none() && a.count == 7 && a.kind.is_some())
-            }),
+            (
+                "keys user:*",
+                |op| matches!(op, Op::Key(KeyOp::Keys(p)) if p.as_slice() == b"user:*"),
+            ),
+            (
+                "scan 5 match * count 7 type list",
+                |op| matches!(op, Op::Key(KeyOp::Scan(a)) if a.cursor == 5 && a.pattern.is_none() && a.count == 7 && a.kind.is_some()),
+            ),
             ("randomkey", |op| matches!(op, Op::Key(KeyOp::RandomKey))),
             ("dbsize", |op| matches!(op, Op::Key(KeyOp::DbSize))),
             ("flushdb", |op| matches!(op, Op::Key(KeyOp::Flush))),
             ("flushall async", |op| matches!(op, Op::Key(KeyOp::Flush))),
             ("object encoding k", |op| {
-                matches!(op, Op::Key(KeyOp::Object { sub: ObjectSub::Encoding, .. }))
+                matches!(
+                    op,
+                    Op::Key(KeyOp::Object {
+                        sub: ObjectSub::Encoding,
+                        ..
+                    })
+                )
             }),
-            ("expire k 10 nx", |op| {
-                matches!(op, Op::Expire(ExpireOp::Expire { ms: 10_000, relative: true, cond, .. }) if cond.nx)
-            }),
+            (
+                "expire k 10 nx",
+                |op| matches!(op, Op::Expire(ExpireOp::Expire { ms: 10_000, relative: true, cond, .. }) if cond.nx),
+            ),
             ("pexpire k 10", |op| {
-                matches!(op, Op::Expire(ExpireOp::Expire { ms: 10, relative: true, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Expire {
+                        ms: 10,
+                        relative: true,
+                        ..
+                    })
+                )
             }),
             ("expireat k 10", |op| {
-                matches!(op, Op::Expire(ExpireOp::Expire { ms: 10_000, relative: false, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Expire {
+                        ms: 10_000,
+                        relative: false,
+                        ..
+                    })
+                )
             }),
-            ("pexpireat k 10 gt", |op| {
-                matches!(op, Op::Expire(ExpireOp::Expire { ms: 10, relative: false, cond, .. }) if cond.gt)
-            }),
+            (
+                "pexpireat k 10 gt",
+                |op| matches!(op, Op::Expire(ExpireOp::Expire { ms: 10, relative: false, cond, .. }) if cond.gt),
+            ),
             ("ttl k", |op| {
-                matches!(op, Op::Expire(ExpireOp::Ttl { in_ms: false, absolute: false, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: false,
+                        absolute: false,
+                        ..
+                    })
+                )
             }),
             ("pttl k", |op| {
-                matches!(op, Op::Expire(ExpireOp::Ttl { in_ms: true, absolute: false, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: true,
+                        absolute: false,
+                        ..
+                    })
+                )
             }),
             ("expiretime k", |op| {
-                matches!(op, Op::Expire(ExpireOp::Ttl { in_ms: false, absolute: true, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: false,
+                        absolute: true,
+                        ..
+                    })
+                )
             }),
             ("pexpiretime k", |op| {
-                matches!(op, Op::Expire(ExpireOp::Ttl { in_ms: true, absolute: true, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: true,
+                        absolute: true,
+                        ..
+                    })
+                )
             }),
-            ("persist k", |op| matches!(op, Op::Expire(ExpireOp::Persist(_)))),
+            ("persist k", |op| {
+                matches!(op, Op::Expire(ExpireOp::Persist(_)))
+            }),
             ("getex k persist", |op| {
-                matches!(op, Op::Expire(ExpireOp::GetEx { ttl: GetExTtl::Persist, .. }))
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::GetEx {
+                        ttl: GetExTtl::Persist,
+                        ..
+                    })
+                )
             }),
             ("setnx k v", |op| matches!(op, Op::Str(StrOp::SetNx { .. }))),
             ("getdel k", |op| matches!(op, Op::Str(StrOp::GetDel(_)))),
-            ("append k v", |op| matches!(op, Op::Str(StrOp::Append { .. }))),
+            ("append k v", |op| {
+                matches!(op, Op::Str(StrOp::Append { .. }))
+            }),
             ("strlen k", |op| matches!(op, Op::Str(StrOp::StrLen(_)))),
             ("getrange k 0 -1", |op| {
-                matches!(op, Op::Str(StrOp::GetRange { start: 0, end: -1, .. }))
+                matches!(
+                    op,
+                    Op::Str(StrOp::GetRange {
+                        start: 0,
+                        end: -1,
+                        ..
+                    })
+                )
             }),
             ("substr k 1 2", |op| {
-                matches!(op, Op::Str(StrOp::GetRange { start: 1, end: 2, .. }))
+                matches!(
+                    op,
+                    Op::Str(StrOp::GetRange {
+                        start: 1,
+                        end: 2,
+                        ..
+                    })
+                )
             }),
             ("setrange k 3 v", |op| {
                 matches!(op, Op::Str(StrOp::SetRange { offset: 3, .. }))
             }),
-            ("msetnx a 1 b 2", |op| matches!(op, Op::Str(StrOp::MSetNx(p)) if p.len() == 2)),
-            ("incrbyfloat k 1.5", |op| {
-                matches!(op, Op::Str(StrOp::IncrByFloat { incr, .. }) if incr == b"1.5")
-            }),
+            (
+                "msetnx a 1 b 2",
+                |op| matches!(op, Op::Str(StrOp::MSetNx(p)) if p.len() == 2),
+            ),
+            (
+                "incrbyfloat k 1.5",
+                |op| matches!(op, Op::Str(StrOp::IncrByFloat { incr, .. }) if incr == b"1.5"),
+            ),
             ("setbit k 7 1", |op| {
-                matches!(op, Op::Str(StrOp::SetBit { offset: 7, bit: true, .. }))
+                matches!(
+                    op,
+                    Op::Str(StrOp::SetBit {
+                        offset: 7,
+                        bit: true,
+                        ..
+                    })
+                )
             }),
-            ("getbit k 7", |op| matches!(op, Op::Str(StrOp::GetBit { offset: 7, .. }))),
-            ("bitcount k 0 -1", |op| {
-                matches!(op, Op::Str(StrOp::BitCount { range, .. }) if range.len() == 2)
+            ("getbit k 7", |op| {
+                matches!(op, Op::Str(StrOp::GetBit { offset: 7, .. }))
             }),
-            ("bitpos k 1 2", |op| {
-                matches!(op, Op::Str(StrOp::BitPos { bit: true, range, .. }) if range.len() == 1)
-            }),
-            ("bitop xor d a b", |op| {
-                matches!(op, Op::Str(StrOp::BitOp { op: BitOpKind::Xor, sources, .. }) if sources.len() == 2)
-            }),
+            (
+                "bitcount k 0 -1",
+                |op| matches!(op, Op::Str(StrOp::BitCount { range, .. }) if range.len() == 2),
+            ),
+            (
+                "bitpos k 1 2",
+                |op| matches!(op, Op::Str(StrOp::BitPos { bit: true, range, .. }) if range.len() == 1),
+            ),
+            (
+                "bitop xor d a b",
+                |op| matches!(op, Op::Str(StrOp::BitOp { op: BitOpKind::Xor, sources, .. }) if sources.len() == 2),
+            ),
             (
                 "fcall sum 1 k",
                 |op| matches!(op, Op::FCall(call) if call.first_key() == Some(&b"k"[..])),
@@ -1392,7 +1500,10 @@ mod tests {
         ));
         assert!(matches!(
             parse_op_examples(spec, args("set k v keepttl")),
-            Op::Set { ttl: SetTtl::Keep, .. }
+            Op::Set {
+                ttl: SetTtl::Keep,
+                ..
+            }
         ));
         assert!(matches!(
             parse_op_examples(spec, args("set k v ex 0")),
@@ -1406,7 +1517,14 @@ mod tests {
         assert_eq!(parse_cursor(b"+5"), Some(5));
         assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
         assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [&b""[..], b"abc", b"1 ", b" 1", b"18446744073709551616", b"-"] {
+        for bad in [
+            &b""[..],
+            b"abc",
+            b"1 ",
+            b" 1",
+            b"18446744073709551616",
+            b"-",
+        ] {
             assert_eq!(parse_cursor(bad), None, "{bad:?}");
         }
     }

@@ -57,8 +57,8 @@ use roost_reactor::{KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ScanDire
 
 use crate::protocol::Frame;
 use crate::store::{
-    index_rows, After, Entry, Op, RowChange, Store, Tx, Write, EXPIRY_INDEX, KV,
-    NOT_INTEGER, WRONGTYPE,
+    index_rows, After, Entry, Op, RowChange, Store, Tx, Write, EXPIRY_INDEX, KV, NOT_INTEGER,
+    WRONGTYPE,
 };
 use crate::store::{parse_i64, KvKey};
 
@@ -237,7 +237,10 @@ pub(crate) enum ExpireOp {
     },
     /// The background sweep: deletes up to `limit` expired keys, visiting
     /// reactors from `start`. Replies `[deleted, next start, full (0/1)]`.
-    Sweep { start: usize, limit: usize },
+    Sweep {
+        start: usize,
+        limit: usize,
+    },
 }
 
 impl ExpireOp {
@@ -699,7 +702,11 @@ mod tests {
         ] {
             assert!(parse_string_options(&args(bad), true).is_err(), "{bad}");
         }
-        assert!(parse_string_options(&args("persist"), false).unwrap().persist);
+        assert!(
+            parse_string_options(&args("persist"), false)
+                .unwrap()
+                .persist
+        );
         for bad in ["persist ex 1", "nx", "get", "keepttl"] {
             assert!(parse_string_options(&args(bad), false).is_err(), "{bad}");
         }

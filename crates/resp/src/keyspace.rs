@@ -36,8 +36,8 @@ use roost_reactor::{KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ScanDire
 
 use crate::expiry::is_expired;
 use crate::protocol::Frame;
-use crate::store::{index_rows, After, Entry, Op, Store, Tx, Value, Write, KEY_INDEX, KV};
 use crate::store::KvKey;
+use crate::store::{index_rows, After, Entry, Op, Store, Tx, Value, Write, KEY_INDEX, KV};
 
 /// Bits of a key's scan position (the rest of a cursor's 64 name the reactor).
 pub(crate) const POSITION_BITS: u32 = 48;
@@ -305,8 +305,14 @@ pub(crate) enum KeyOp {
     Flush,
     /// One step of FLUSHALL outside MULTI: deletes up to `limit` keys of
     /// reactor `index`; replies how many.
-    FlushReactor { index: usize, limit: usize },
-    Object { sub: ObjectSub, key: Vec<u8> },
+    FlushReactor {
+        index: usize,
+        limit: usize,
+    },
+    Object {
+        sub: ObjectSub,
+        key: Vec<u8>,
+    },
 }
 
 impl KeyOp {
@@ -409,7 +415,8 @@ fn encoding(value: &Value) -> &'static str {
         Value::Str(_) | Value::Counter(_) => "raw",
         Value::List(_) => "quicklist",
         Value::Hash(fields)
-            if fields.len() <= 128 && fields.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) =>
+            if fields.len() <= 128
+                && fields.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) =>
         {
             "listpack"
         }
@@ -540,7 +547,8 @@ fn scan_stretch(
     let walked = rows.len();
     let mut keys = Vec::new();
     for (row, ()) in rows {
-        if pattern.is_none_or(|p| glob_match(p, &row.key)) && live_of_kind(ctx, &row.key, now, kind)?
+        if pattern.is_none_or(|p| glob_match(p, &row.key))
+            && live_of_kind(ctx, &row.key, now, kind)?
         {
             keys.push(row.key);
         }

@@ -343,7 +343,8 @@ impl Stats {
         self.expire_sweeps.fetch_add(1, Ordering::Relaxed);
         let keys = keys as u64;
         if keys > self.expire_sweep_max_keys.load(Ordering::Relaxed) {
-            self.expire_sweep_max_keys.fetch_max(keys, Ordering::Relaxed);
+            self.expire_sweep_max_keys
+                .fetch_max(keys, Ordering::Relaxed);
         }
     }
 

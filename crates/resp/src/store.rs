@@ -483,10 +483,7 @@ impl Store {
         deployment.spin_before_park_us = config.spin_before_park_us;
         deployment.spin_while_active_us = config.spin_while_active_us;
         let schema = Schema::new()
-            .reactor_type(
-                REACTOR_TYPE,
-                &[&KV, &KEY_INDEX, &EXPIRY_INDEX, &SITE_ROWS],
-            )
+            .reactor_type(REACTOR_TYPE, &[&KV, &KEY_INDEX, &EXPIRY_INDEX, &SITE_ROWS])
             .map_err(|e| e.to_string())?;
         let db = Database::new(schema, deployment).map_err(|e| e.to_string())?;
         let reactors = (0..keyspace_reactors)
@@ -510,8 +507,7 @@ impl Store {
     /// A store with its expiry sweep running (until the store is dropped).
     pub(crate) fn start(config: &Config, stats: Arc<Stats>) -> Result<Arc<Self>, String> {
         let store = Arc::new(Store::new(config, stats)?);
-        expiry::start_sweeper(&store)
-            .map_err(|e| format!("cannot start the expiry sweep: {e}"))?;
+        expiry::start_sweeper(&store).map_err(|e| format!("cannot start the expiry sweep: {e}"))?;
         Ok(store)
     }
 
@@ -534,7 +530,9 @@ impl Store {
     }
 
     pub(crate) fn set_sweep_interval(&self, interval: Duration) {
-        let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ms = u64::try_from(interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         self.shared.sweep_interval_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -560,11 +558,9 @@ impl Store {
             _ => 0,
         };
         match replies.as_deref() {
-            Some([Frame::Array(parts)]) if parts.len() == 3 => Ok((
-                number(&parts[0]),
-                number(&parts[1]),
-                number(&parts[2]) == 1,
-            )),
+            Some([Frame::Array(parts)]) if parts.len() == 3 => {
+                Ok((number(&parts[0]), number(&parts[1]), number(&parts[2]) == 1))
+            }
             _ => Ok((0, 0, false)),
         }
     }
@@ -781,10 +777,14 @@ impl Shared {
             stats.keys.fetch_add(change.keys, Ordering::Relaxed);
         }
         if change.volatile != 0 {
-            stats.volatile_keys.fetch_add(change.volatile, Ordering::Relaxed);
+            stats
+                .volatile_keys
+                .fetch_add(change.volatile, Ordering::Relaxed);
         }
         if change.expired != 0 {
-            stats.expired_keys.fetch_add(change.expired, Ordering::Relaxed);
+            stats
+                .expired_keys
+                .fetch_add(change.expired, Ordering::Relaxed);
         }
     }
 }
@@ -1074,8 +1074,13 @@ impl Tx {
     ) -> Result<R, ReactorError> {
         let target = self.shared.reactor_of(key);
         if let Some(local) = self.ctx.local(target)? {
-            let (result, change) =
-                modify_row(&local, &self.shared, KvKey::from_ref(key), &|| self.now(), f)?;
+            let (result, change) = modify_row(
+                &local,
+                &self.shared,
+                KvKey::from_ref(key),
+                &|| self.now(),
+                f,
+            )?;
             self.note(change);
             return Ok(result);
         }
@@ -1103,7 +1108,8 @@ impl Tx {
         value: Value,
         deadline: i64,
     ) -> Result<(), ReactorError> {
-        self.modify(key, |_| (Write::Put(value, deadline), ())).await
+        self.modify(key, |_| (Write::Put(value, deadline), ()))
+            .await
     }
 
     /// Deletes the key; whether it existed (expired keys did not).
@@ -1254,7 +1260,9 @@ impl Tx {
                         Some(_) => return (Write::Keep, Frame::error(WRONGTYPE)),
                     };
                     match current.checked_add(*by) {
-                        Some(next) => (Write::Put(Value::Int(next), deadline), Frame::Integer(next)),
+                        Some(next) => {
+                            (Write::Put(Value::Int(next), deadline), Frame::Integer(next))
+                        }
                         None => (Write::Keep, Frame::error(OVERFLOW)),
                     }
                 })

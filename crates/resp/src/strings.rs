@@ -165,7 +165,10 @@ pub(crate) async fn apply(tx: &Tx, op: &StrOp) -> Result<Frame, ReactorError> {
             tx.modify(key, |old| {
                 let Some(entry) = old else {
                     let len = value.len() as i64;
-                    return (Write::Put(Value::Str(value.clone()), 0), Frame::Integer(len));
+                    return (
+                        Write::Put(Value::Str(value.clone()), 0),
+                        Frame::Integer(len),
+                    );
                 };
                 let deadline = entry.deadline;
                 let Some(mut bytes) = entry.value.into_string() else {
@@ -339,7 +342,11 @@ pub(crate) fn get_range(bytes: &[u8], start: i64, end: i64) -> &[u8] {
     if start < 0 && end < 0 && start > end {
         return &[];
     }
-    let start = if start < 0 { (len + start).max(0) } else { start };
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
     let end = if end < 0 { (len + end).max(0) } else { end };
     let end = end.min(len - 1);
     if start > end || len == 0 {
@@ -731,7 +738,11 @@ fn add_numbers(a: Number, b: Number) -> Option<String> {
     }
     let text = format!("{sum:.17}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
-    Some(if text == "-0" { "0".into() } else { text.into() })
+    Some(if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    })
 }
 
 #[cfg(test)]
@@ -769,15 +780,14 @@ mod tests {
         // No negative zero (Redis's test "No negative zero").
         let third = incr("0", "0.024390243902439025").unwrap();
         assert_eq!(third, "0.02439024390243902");
-        assert_eq!(
-            incr(&third, "-0.024390243902439025").as_deref(),
-            Some("0")
-        );
+        assert_eq!(incr(&third, "-0.024390243902439025").as_deref(), Some("0"));
         assert_eq!(incr("0x10", "1").as_deref(), Some("17"));
         assert_eq!(incr("1", "inf"), None);
         assert_eq!(incr("1e308", "1e308"), None);
         assert_eq!(incr("1e-400", "0").as_deref(), Some("0"));
-        for bad in [" 1", "1 ", "", "abc", "1e", "e5", ".", "nan", "1..2", "--1", "0x"] {
+        for bad in [
+            " 1", "1 ", "", "abc", "1e", "e5", ".", "nan", "1..2", "--1", "0x",
+        ] {
             assert_eq!(parse_number(bad.as_bytes()), None, "{bad:?}");
         }
     }
@@ -798,19 +808,29 @@ mod tests {
     #[test]
     fn bit_commands_follow_redis() {
         let none: [Vec<u8>; 0] = [];
-        let args = |s: &str| -> Vec<Vec<u8>> { s.split(' ').map(|a| a.as_bytes().to_vec()).collect() };
+        let args =
+            |s: &str| -> Vec<Vec<u8>> { s.split(' ').map(|a| a.as_bytes().to_vec()).collect() };
         // "foobar": Redis's documented examples.
         assert_eq!(bit_count(b"foobar", &none), Ok(Frame::Integer(26)));
         assert_eq!(bit_count(b"foobar", &args("0 0")), Ok(Frame::Integer(4)));
         assert_eq!(bit_count(b"foobar", &args("1 1")), Ok(Frame::Integer(6)));
-        assert_eq!(bit_count(b"foobar", &args("1 1 BYTE")), Ok(Frame::Integer(6)));
-        assert_eq!(bit_count(b"foobar", &args("5 30 BIT")), Ok(Frame::Integer(17)));
+        assert_eq!(
+            bit_count(b"foobar", &args("1 1 BYTE")),
+            Ok(Frame::Integer(6))
+        );
+        assert_eq!(
+            bit_count(b"foobar", &args("5 30 BIT")),
+            Ok(Frame::Integer(17))
+        );
         assert_eq!(bit_count(b"foobar", &args("-2 -5")), Ok(Frame::Integer(0)));
         assert!(bit_count(b"foobar", &args("1")).is_err());
         assert!(bit_count(b"foobar", &args("0 1 foo")).is_err());
         let s = [0xff, 0xf0, 0x00];
         assert_eq!(bit_pos(&s, false, &none), Ok(Frame::Integer(12)));
-        assert_eq!(bit_pos(&[0, 0xff, 0xf0], true, &args("2")), Ok(Frame::Integer(16)));
+        assert_eq!(
+            bit_pos(&[0, 0xff, 0xf0], true, &args("2")),
+            Ok(Frame::Integer(16))
+        );
         assert_eq!(
             bit_pos(&[0, 0xff, 0xf0], true, &args("2 -1 BYTE")),
             Ok(Frame::Integer(16))
@@ -820,7 +840,10 @@ mod tests {
             Ok(Frame::Integer(8))
         );
         assert_eq!(bit_pos(&[0xff, 0xff], false, &none), Ok(Frame::Integer(16)));
-        assert_eq!(bit_pos(&[0xff, 0xff], false, &args("0 -1")), Ok(Frame::Integer(-1)));
+        assert_eq!(
+            bit_pos(&[0xff, 0xff], false, &args("0 -1")),
+            Ok(Frame::Integer(-1))
+        );
         assert_eq!(bit_pos(&[0, 0], true, &none), Ok(Frame::Integer(-1)));
         assert_eq!(bit_pos(b"", false, &none), Ok(Frame::Integer(-1)));
         assert_eq!(

@@ -3,11 +3,11 @@
 
 use roost_bcounter::Bound;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::expiry::{
     parse_deadline, parse_expire_cond, parse_expire_time, parse_string_options, ExpireOp, GetExTtl,
-    SetTtl,
+    SetTtl, TimeCommand,
 };
 use crate::functions::Functions;
 use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
@@ -502,11 +502,23 @@ pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     lookup_index(name).map(|i| &COMMANDS[i])
 }
 
-/// The command's index in [`COMMANDS`].
+/// The command's index in [`COMMANDS`]: among the commands of the same
+/// first letter (a few), in table order, so the hot ones come first.
 pub(crate) fn lookup_index(name: &[u8]) -> Option<usize> {
-    COMMANDS
+    static BY_FIRST_BYTE: OnceLock<Vec<Vec<u16>>> = OnceLock::new();
+    let buckets = BY_FIRST_BYTE.get_or_init(|| {
+        let mut buckets = vec![Vec::new(); 256];
+        for (i, spec) in COMMANDS.iter().enumerate() {
+            let first = spec.name.as_bytes()[0].to_ascii_lowercase();
+            buckets[first as usize].push(u16::try_from(i).expect("a small table"));
+        }
+        buckets
+    });
+    let first = name.first()?.to_ascii_lowercase();
+    buckets[first as usize]
         .iter()
-        .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+        .map(|&i| usize::from(i))
+        .find(|&i| COMMANDS[i].name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 pub(crate) fn arity_ok(spec: &Spec, argc: usize) -> bool {
@@ -612,13 +624,13 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
     Ok(match spec.name {
         "get" => Op::Get(take(a, 0)),
         "set" => parse_set(a)?,
-        "setex" => parse_setex(a, false, "setex")?,
-        "psetex" => parse_setex(a, true, "psetex")?,
+        "setex" => parse_setex(a, false, TimeCommand::SetEx)?,
+        "psetex" => parse_setex(a, true, TimeCommand::PSetEx)?,
         "getset" => {
             check_value(&a[1])?;
             Op::Set {
                 key: take(a, 0),
-                value: take(a, 1),
+                value: take(a, 1).into_boxed_slice(),
                 cond: SetCond::Always,
                 get: true,
                 ttl: SetTtl::Clear,
@@ -639,10 +651,10 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
         "dbsize" => Op::Key(KeyOp::DbSize),
         "flushdb" | "flushall" => parse_flush(a)?,
         "object" => parse_object(a)?,
-        "expire" => parse_expire(a, "expire")?,
-        "pexpire" => parse_expire(a, "pexpire")?,
-        "expireat" => parse_expire(a, "expireat")?,
-        "pexpireat" => parse_expire(a, "pexpireat")?,
+        "expire" => parse_expire(a, TimeCommand::Expire)?,
+        "pexpire" => parse_expire(a, TimeCommand::PExpire)?,
+        "expireat" => parse_expire(a, TimeCommand::ExpireAt)?,
+        "pexpireat" => parse_expire(a, TimeCommand::PExpireAt)?,
         "ttl" | "pttl" | "expiretime" | "pexpiretime" => Op::Expire(ExpireOp::Ttl {
             key: take(a, 0),
             in_ms: spec.name.starts_with('p'),
@@ -673,8 +685,12 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
         }),
         "setrange" => {
             let offset = integer(&a[1])?;
-            let offset =
-                usize::try_from(offset).map_err(|_| Frame::error("ERR offset is out of range"))?;
+            if offset < 0 {
+                return Err(Frame::error("ERR offset is out of range"));
+            }
+            // Past the largest string: refused when it runs (after the
+            // key's type, as Redis checks).
+            let offset = u32::try_from(offset).unwrap_or(u32::MAX);
             check_value(&a[2])?;
             Op::Str(StrOp::SetRange {
                 key: take(a, 0),
@@ -837,7 +853,7 @@ fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
         };
         let ttl = match options.expire {
             Some((arg, in_ms, relative)) => {
-                SetTtl::At(parse_deadline(arg, in_ms, relative, "set")?)
+                SetTtl::At(parse_deadline(arg, in_ms, relative, TimeCommand::Set)?)
             }
             None if options.keepttl => SetTtl::Keep,
             None => SetTtl::Clear,
@@ -846,7 +862,7 @@ fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
     };
     Ok(Op::Set {
         key: take(a, 0),
-        value: take(a, 1),
+        value: take(a, 1).into_boxed_slice(),
         cond,
         get,
         ttl,
@@ -854,12 +870,12 @@ fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
 }
 
 /// SETEX/PSETEX key time value.
-fn parse_setex(a: &mut [Vec<u8>], in_ms: bool, command: &'static str) -> Result<Op, Frame> {
+fn parse_setex(a: &mut [Vec<u8>], in_ms: bool, command: TimeCommand) -> Result<Op, Frame> {
     let deadline = parse_deadline(&a[1], in_ms, true, command)?;
     check_value(&a[2])?;
     Ok(Op::Set {
         key: take(a, 0),
-        value: take(a, 2),
+        value: take(a, 2).into_boxed_slice(),
         cond: SetCond::Always,
         get: false,
         ttl: SetTtl::At(deadline),
@@ -868,14 +884,14 @@ fn parse_setex(a: &mut [Vec<u8>], in_ms: bool, command: &'static str) -> Result<
 
 /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: options first, then the time (as
 /// Redis checks them).
-fn parse_expire(a: &mut [Vec<u8>], command: &'static str) -> Result<Op, Frame> {
+fn parse_expire(a: &mut [Vec<u8>], command: TimeCommand) -> Result<Op, Frame> {
     let cond = parse_expire_cond(&a[2..])?;
-    let in_ms = command.starts_with('p');
+    let in_ms = command.name().starts_with('p');
     let ms = parse_expire_time(&a[1], in_ms, command)?;
     Ok(Op::Expire(ExpireOp::Expire {
         key: take(a, 0),
         ms,
-        relative: !command.ends_with("at"),
+        relative: !command.name().ends_with("at"),
         cond,
         command,
     }))
@@ -1072,7 +1088,9 @@ fn parse_bitop(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
 }
 
 /// Key-value pairs of MSET/MSETNX (an odd count is a wrong arity).
-fn parse_pairs(a: &mut [Vec<u8>], command: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Frame> {
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn parse_pairs(a: &mut [Vec<u8>], command: &str) -> Result<Pairs, Frame> {
     if a.len() % 2 != 0 {
         return Err(wrong_arity(command));
     }
@@ -1154,7 +1172,7 @@ mod tests {
             ("get k", |op| matches!(op, Op::Get(key) if key == b"k")),
             (
                 "set k v",
-                |op| matches!(op, Op::Set { key, value, cond: SetCond::Always, get: false, ttl: SetTtl::Clear } if key == b"k" && value == b"v"),
+                |op| matches!(op, Op::Set { key, value, cond: SetCond::Always, get: false, ttl: SetTtl::Clear } if key == b"k" && &**value == b"v"),
             ),
             (
                 "del k j",
@@ -1264,7 +1282,7 @@ mod tests {
             ),
             (
                 "setex k 10 v",
-                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), value, .. } if d.ms == 10_000 && d.relative && value == b"v"),
+                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), value, .. } if d.ms == 10_000 && d.relative && &**value == b"v"),
             ),
             (
                 "psetex k 10 v",

@@ -342,7 +342,7 @@ impl Connection<'_> {
                     let value = arg(2);
                     (value.len() <= crate::store::MAX_VALUE_BYTES).then(|| Op::Set {
                         key,
-                        value: value.to_vec(),
+                        value: value.into(),
                         cond: SetCond::Always,
                         get: false,
                         ttl: crate::expiry::SetTtl::Clear,

@@ -57,8 +57,8 @@ use roost_reactor::{KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ScanDire
 
 use crate::protocol::Frame;
 use crate::store::{
-    index_rows, After, Entry, Op, RowChange, Store, Tx, Write, EXPIRY_INDEX, KV, NOT_INTEGER,
-    WRONGTYPE,
+    headers_only, index_rows, After, Entry, Op, RowChange, Store, Tx, Write, EXPIRY_INDEX, KV,
+    NOT_INTEGER, WRONGTYPE,
 };
 use crate::store::{parse_i64, KvKey};
 
@@ -131,6 +131,34 @@ pub(crate) fn is_expired(deadline: i64, now: i64) -> bool {
     deadline != 0 && now > deadline
 }
 
+/// The commands that take a time (for their error texts), one byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeCommand {
+    Set,
+    SetEx,
+    PSetEx,
+    GetEx,
+    Expire,
+    PExpire,
+    ExpireAt,
+    PExpireAt,
+}
+
+impl TimeCommand {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TimeCommand::Set => "set",
+            TimeCommand::SetEx => "setex",
+            TimeCommand::PSetEx => "psetex",
+            TimeCommand::GetEx => "getex",
+            TimeCommand::Expire => "expire",
+            TimeCommand::PExpire => "pexpire",
+            TimeCommand::ExpireAt => "expireat",
+            TimeCommand::PExpireAt => "pexpireat",
+        }
+    }
+}
+
 /// A deadline as a command gave it, resolved inside the transaction (a
 /// relative one against the transaction's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +167,7 @@ pub(crate) struct Deadline {
     pub(crate) ms: i64,
     pub(crate) relative: bool,
     /// The command, for `invalid expire time in '<command>' command`.
-    pub(crate) command: &'static str,
+    pub(crate) command: TimeCommand,
 }
 
 impl Deadline {
@@ -152,7 +180,7 @@ impl Deadline {
         };
         match at {
             Some(at) if at > 0 => Ok(at),
-            _ => Err(invalid_expire_time(self.command)),
+            _ => Err(invalid_expire_time(self.command.name())),
         }
     }
 }
@@ -168,11 +196,11 @@ pub(crate) fn parse_deadline(
     arg: &[u8],
     in_ms: bool,
     relative: bool,
-    command: &'static str,
+    command: TimeCommand,
 ) -> Result<Deadline, Frame> {
     let n = parse_i64(arg).ok_or_else(|| Frame::error(NOT_INTEGER))?;
     if n <= 0 || (!in_ms && n > i64::MAX / 1000) {
-        return Err(invalid_expire_time(command));
+        return Err(invalid_expire_time(command.name()));
     }
     Ok(Deadline {
         ms: if in_ms { n } else { n * 1000 },
@@ -222,7 +250,7 @@ pub(crate) enum ExpireOp {
         ms: i64,
         relative: bool,
         cond: ExpireCond,
-        command: &'static str,
+        command: TimeCommand,
     },
     /// TTL, PTTL, EXPIRETIME, PEXPIRETIME.
     Ttl {
@@ -290,14 +318,14 @@ pub(crate) fn parse_expire_cond(options: &[Vec<u8>]) -> Result<ExpireCond, Frame
 pub(crate) fn parse_expire_time(
     arg: &[u8],
     in_ms: bool,
-    command: &'static str,
+    command: TimeCommand,
 ) -> Result<i64, Frame> {
     let n = parse_i64(arg).ok_or_else(|| Frame::error(NOT_INTEGER))?;
     if in_ms {
         return Ok(n);
     }
     n.checked_mul(1000)
-        .ok_or_else(|| invalid_expire_time(command))
+        .ok_or_else(|| invalid_expire_time(command.name()))
 }
 
 /// The options of SET (after key and value) or GETEX (after the key), as
@@ -380,7 +408,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ExpireOp) -> Result<Frame, ReactorError>
         } => {
             let base = if *relative { tx.now() } else { 0 };
             let Some(when) = ms.checked_add(base) else {
-                return Ok(invalid_expire_time(command));
+                return Ok(invalid_expire_time(command.name()));
             };
             tx.modify(key, |old| {
                 let Some(old) = old else {
@@ -407,7 +435,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ExpireOp) -> Result<Frame, ReactorError>
             key,
             in_ms,
             absolute,
-        } => match tx.read(key).await? {
+        } => match tx.read_header(key).await? {
             None => Frame::Integer(-2),
             Some(Entry { deadline: 0, .. }) => Frame::Integer(-1),
             Some(entry) => {
@@ -444,7 +472,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ExpireOp) -> Result<Frame, ReactorError>
                         in_ms,
                         relative,
                     } => {
-                        let deadline = parse_deadline(arg, *in_ms, *relative, "getex")
+                        let deadline = parse_deadline(arg, *in_ms, *relative, TimeCommand::GetEx)
                             .and_then(|d| d.at(tx.now()));
                         match deadline {
                             Err(error) => (Write::Keep, error),
@@ -510,7 +538,7 @@ fn sweep_reactor(
     let count = due.len();
     for (row, ()) in due {
         let key = KvKey(row.key);
-        let entry: Option<Entry> = ctx.get(&KV, &key)?;
+        let entry: Option<Entry> = headers_only(|| ctx.get(&KV, &key))?;
         match entry {
             Some(entry) if entry.deadline == row.deadline => {
                 change.add(index_rows(
@@ -633,28 +661,31 @@ mod tests {
     #[test]
     fn deadlines_follow_redis() {
         assert_eq!(
-            parse_deadline(b"0", false, true, "set"),
+            parse_deadline(b"0", false, true, TimeCommand::Set),
             Err(invalid_expire_time("set"))
         );
         assert_eq!(
-            parse_deadline(b"-1", true, true, "psetex"),
+            parse_deadline(b"-1", true, true, TimeCommand::PSetEx),
             Err(Frame::error("ERR invalid expire time in 'psetex' command"))
         );
         assert_eq!(
-            parse_deadline(b"x", true, true, "set"),
+            parse_deadline(b"x", true, true, TimeCommand::Set),
             Err(Frame::error(NOT_INTEGER))
         );
         assert_eq!(
-            parse_deadline(b"9223372036854776", false, true, "set"),
+            parse_deadline(b"9223372036854776", false, true, TimeCommand::Set),
             Err(invalid_expire_time("set"))
         );
-        let d = parse_deadline(b"10", false, true, "set").unwrap();
+        let d = parse_deadline(b"10", false, true, TimeCommand::Set).unwrap();
         assert_eq!(d.at(5), Ok(10_005));
-        let d = parse_deadline(b"9223372036854775807", true, true, "set").unwrap();
+        let d = parse_deadline(b"9223372036854775807", true, true, TimeCommand::Set).unwrap();
         assert_eq!(d.at(5), Err(invalid_expire_time("set")));
-        assert_eq!(parse_expire_time(b"-5", false, "expire"), Ok(-5000));
         assert_eq!(
-            parse_expire_time(b"9223372036854775807", false, "expire"),
+            parse_expire_time(b"-5", false, TimeCommand::Expire),
+            Ok(-5000)
+        );
+        assert_eq!(
+            parse_expire_time(b"9223372036854775807", false, TimeCommand::Expire),
             Err(invalid_expire_time("expire"))
         );
     }

@@ -37,7 +37,9 @@ use roost_reactor::{KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ScanDire
 use crate::expiry::is_expired;
 use crate::protocol::Frame;
 use crate::store::KvKey;
-use crate::store::{index_rows, After, Entry, Op, Store, Tx, Value, Write, KEY_INDEX, KV};
+use crate::store::{
+    headers_only, index_rows, After, Entry, Op, Store, Tx, Value, Write, KEY_INDEX, KV,
+};
 
 /// Bits of a key's scan position (the rest of a cursor's 64 name the reactor).
 pub(crate) const POSITION_BITS: u32 = 48;
@@ -412,7 +414,7 @@ fn encoding(value: &Value) -> &'static str {
         Value::Int(_) => "int",
         Value::Str(s) if s.len() <= 20 && crate::store::parse_i64(s).is_some() => "int",
         Value::Str(s) if s.len() <= 44 => "embstr",
-        Value::Str(_) | Value::Counter(_) => "raw",
+        Value::Str(_) | Value::Counter(_) | Value::Unread => "raw",
         Value::List(_) => "quicklist",
         Value::Hash(fields)
             if fields.len() <= 128
@@ -433,7 +435,7 @@ fn delete_rows(
     let mut deleted = 0;
     for key in keys {
         let key = KvKey(key);
-        let entry: Option<Entry> = ctx.get(&KV, &key)?;
+        let entry: Option<Entry> = headers_only(|| ctx.get(&KV, &key))?;
         if let Some(entry) = entry {
             change.add(index_rows(
                 ctx,
@@ -459,7 +461,12 @@ fn live_of_kind(
     now: i64,
     kind: Option<&[u8]>,
 ) -> Result<bool, ReactorError> {
-    let entry: Option<Entry> = ctx.get(&KV, KvKey::from_ref(key))?;
+    // Only a TYPE filter needs the value (its type).
+    let entry: Option<Entry> = if kind.is_none() {
+        headers_only(|| ctx.get(&KV, KvKey::from_ref(key)))?
+    } else {
+        ctx.get(&KV, KvKey::from_ref(key))?
+    };
     Ok(match entry {
         None => false,
         Some(entry) if is_expired(entry.deadline, now) => false,

@@ -66,7 +66,8 @@ pub(crate) enum StrOp {
     },
     SetRange {
         key: Vec<u8>,
-        offset: usize,
+        /// At most `u32::MAX` (larger ones are refused when parsed).
+        offset: u32,
         value: Vec<u8>,
     },
     MSetNx(Vec<(Vec<u8>, Vec<u8>)>),
@@ -213,6 +214,7 @@ pub(crate) async fn apply(tx: &Tx, op: &StrOp) -> Result<Frame, ReactorError> {
                         }
                     }
                 };
+                let offset = *offset as usize;
                 let end = offset.saturating_add(value.len());
                 if end > MAX_VALUE_BYTES {
                     return (Write::Keep, Frame::error(TOO_LONG));
@@ -220,7 +222,7 @@ pub(crate) async fn apply(tx: &Tx, op: &StrOp) -> Result<Frame, ReactorError> {
                 if bytes.len() < end {
                     bytes.resize(end, 0);
                 }
-                bytes[*offset..end].copy_from_slice(value);
+                bytes[offset..end].copy_from_slice(value);
                 let len = bytes.len() as i64;
                 (Write::Put(Value::Str(bytes), deadline), Frame::Integer(len))
             })

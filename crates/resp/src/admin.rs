@@ -360,7 +360,9 @@ const CONFIG_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-pub(crate) fn config(shared: &ServerShared, args: &Args, may_write: bool) -> Frame {
+/// CONFIG; `read_only_user`: the name of a read-only user running it (who
+/// may GET but not SET).
+pub(crate) fn config(shared: &ServerShared, args: &Args, read_only_user: Option<&str>) -> Frame {
     let sub = args[1].to_ascii_lowercase();
     match sub.as_slice() {
         b"get" if args.len() >= 3 => {
@@ -380,10 +382,10 @@ pub(crate) fn config(shared: &ServerShared, args: &Args, may_write: bool) -> Fra
             Frame::Map(pairs)
         }
         b"set" if args.len() >= 4 && args.len() % 2 == 0 => {
-            if !may_write {
-                return Frame::error(
-                    "NOPERM this user has no permissions to run the 'config|set' command",
-                );
+            if let Some(user) = read_only_user {
+                return Frame::error(format!(
+                    "NOPERM User {user} has no permissions to run the 'config|set' command"
+                ));
             }
             config_set(shared, &args[2..])
         }

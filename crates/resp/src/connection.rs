@@ -787,8 +787,11 @@ impl Connection<'_> {
                 _ => admin::client(self.shared, &self.client.info, args),
             },
             "config" => {
-                let may_write = matches!(self.user, Some((_, Access::ReadWrite)));
-                admin::config(self.shared, args, may_write)
+                let read_only = match &self.user {
+                    Some((name, Access::ReadOnly)) => Some(name.as_str()),
+                    _ => None,
+                };
+                admin::config(self.shared, args, read_only)
             }
             "info" => admin::info(self.shared, &args[1..]),
             "function" => self.function(args),

@@ -3,9 +3,17 @@
 
 use roost_bcounter::Bound;
 
+use std::sync::{Arc, OnceLock};
+
+use crate::expiry::{
+    parse_deadline, parse_expire_cond, parse_expire_time, parse_string_options, ExpireOp, GetExTtl,
+    SetTtl, TimeCommand,
+};
 use crate::functions::Functions;
+use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
+use crate::strings::{self, BitOpKind, StrOp};
 
 /// How a command is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +41,6 @@ pub(crate) struct Spec {
 }
 
 const PUBSUB: &str = "ERR pub/sub is not supported by Roost";
-const EXPIRY: &str = "ERR expiry is not supported by Roost: keys never expire";
 
 const fn data(
     name: &'static str,
@@ -96,15 +103,235 @@ pub(crate) static COMMANDS: &[Spec] = &[
         -3,
         true,
         (1, 1, 1),
-        "Sets the string value of a key (NX, XX, GET).",
+        "Sets the string value of a key (NX, XX, GET, EX, PX, EXAT, PXAT, KEEPTTL).",
     ),
     data("del", -2, true, (1, -1, 1), "Deletes keys."),
+    data("unlink", -2, true, (1, -1, 1), "Deletes keys."),
     data(
         "exists",
         -2,
         false,
         (1, -1, 1),
         "Counts the keys that exist.",
+    ),
+    data(
+        "touch",
+        -2,
+        false,
+        (1, -1, 1),
+        "Counts the keys that exist (access times are not tracked).",
+    ),
+    data("type", 2, false, (1, 1, 1), "Returns the type of a key."),
+    data("rename", 3, true, (1, 2, 1), "Renames a key."),
+    data(
+        "renamenx",
+        3,
+        true,
+        (1, 2, 1),
+        "Renames a key if the new name is free.",
+    ),
+    data(
+        "copy",
+        -3,
+        true,
+        (1, 2, 1),
+        "Copies a key's value and time to live (DB 0 only, REPLACE).",
+    ),
+    data(
+        "keys",
+        2,
+        false,
+        (0, 0, 0),
+        "Returns the keys that match a pattern (one transaction; use SCAN for large keyspaces).",
+    ),
+    data(
+        "scan",
+        -2,
+        false,
+        (0, 0, 0),
+        "Iterates over the keys (MATCH, COUNT, TYPE).",
+    ),
+    data("randomkey", 1, false, (0, 0, 0), "Returns a random key."),
+    data("dbsize", 1, false, (0, 0, 0), "Returns the number of keys."),
+    data(
+        "flushdb",
+        -1,
+        true,
+        (0, 0, 0),
+        "Deletes every key (ASYNC and SYNC alike).",
+    ),
+    data(
+        "flushall",
+        -1,
+        true,
+        (0, 0, 0),
+        "Deletes every key (ASYNC and SYNC alike).",
+    ),
+    data(
+        "object",
+        -2,
+        false,
+        (2, 2, 1),
+        "OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT|HELP.",
+    ),
+    data(
+        "expire",
+        -3,
+        true,
+        (1, 1, 1),
+        "Sets a time to live in seconds (NX, XX, GT, LT).",
+    ),
+    data(
+        "pexpire",
+        -3,
+        true,
+        (1, 1, 1),
+        "Sets a time to live in milliseconds (NX, XX, GT, LT).",
+    ),
+    data(
+        "expireat",
+        -3,
+        true,
+        (1, 1, 1),
+        "Sets a deadline as a Unix time in seconds (NX, XX, GT, LT).",
+    ),
+    data(
+        "pexpireat",
+        -3,
+        true,
+        (1, 1, 1),
+        "Sets a deadline as a Unix time in milliseconds (NX, XX, GT, LT).",
+    ),
+    data(
+        "ttl",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the time to live in seconds.",
+    ),
+    data(
+        "pttl",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the time to live in milliseconds.",
+    ),
+    data(
+        "expiretime",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the deadline as a Unix time in seconds.",
+    ),
+    data(
+        "pexpiretime",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the deadline as a Unix time in milliseconds.",
+    ),
+    data("persist", 2, true, (1, 1, 1), "Removes the time to live."),
+    data(
+        "setex",
+        4,
+        true,
+        (1, 1, 1),
+        "Sets a value with a time to live in seconds.",
+    ),
+    data(
+        "psetex",
+        4,
+        true,
+        (1, 1, 1),
+        "Sets a value with a time to live in milliseconds.",
+    ),
+    data(
+        "getex",
+        -2,
+        true,
+        (1, 1, 1),
+        "Returns a value and sets or removes its time to live.",
+    ),
+    data(
+        "setnx",
+        3,
+        true,
+        (1, 1, 1),
+        "Sets a value if the key does not exist.",
+    ),
+    data(
+        "getset",
+        3,
+        true,
+        (1, 1, 1),
+        "Sets a value and returns the old one.",
+    ),
+    data(
+        "getdel",
+        2,
+        true,
+        (1, 1, 1),
+        "Returns a value and deletes the key.",
+    ),
+    data("append", 3, true, (1, 1, 1), "Appends to a string."),
+    data(
+        "strlen",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the length of a string.",
+    ),
+    data(
+        "getrange",
+        4,
+        false,
+        (1, 1, 1),
+        "Returns a substring.",
+    ),
+    data("substr", 4, false, (1, 1, 1), "Returns a substring."),
+    data(
+        "setrange",
+        4,
+        true,
+        (1, 1, 1),
+        "Overwrites part of a string.",
+    ),
+    data(
+        "msetnx",
+        -3,
+        true,
+        (1, -1, 2),
+        "Sets several keys if none exists, atomically.",
+    ),
+    data(
+        "incrbyfloat",
+        3,
+        true,
+        (1, 1, 1),
+        "Increments a number by a decimal.",
+    ),
+    data("setbit", 4, true, (1, 1, 1), "Sets or clears a bit."),
+    data("getbit", 3, false, (1, 1, 1), "Returns a bit."),
+    data(
+        "bitcount",
+        -2,
+        false,
+        (1, 1, 1),
+        "Counts set bits (BYTE, BIT ranges).",
+    ),
+    data(
+        "bitpos",
+        -3,
+        false,
+        (1, 1, 1),
+        "Finds the first set or clear bit.",
+    ),
+    data(
+        "bitop",
+        -4,
+        true,
+        (2, -1, 1),
+        "AND, OR, XOR, NOT of strings into a key.",
     ),
     data(
         "incr",
@@ -215,11 +442,27 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     conn("ping", -1, false, "Returns PONG or the argument."),
     conn("echo", 2, false, "Returns the argument."),
+    conn("time", 1, false, "Returns the server's time."),
     conn("select", 2, false, "Selects a database (only 0 exists)."),
-    conn("client", -2, false, "CLIENT SETNAME/GETNAME/ID/SETINFO."),
+    conn(
+        "client",
+        -2,
+        false,
+        "CLIENT ID|INFO|LIST|SETNAME|GETNAME|SETINFO|NO-EVICT|HELP.",
+    ),
     conn("info", -1, false, "Server information and statistics."),
-    conn("command", -1, false, "Information about commands."),
-    conn("config", -2, false, "CONFIG GET answers an empty list."),
+    conn(
+        "command",
+        -1,
+        false,
+        "Information about commands (COUNT, INFO, DOCS, LIST, GETKEYS).",
+    ),
+    conn(
+        "config",
+        -2,
+        false,
+        "CONFIG GET/SET of Roost's parameters, RESETSTAT, HELP.",
+    ),
     conn(
         "hello",
         -1,
@@ -253,29 +496,29 @@ pub(crate) static COMMANDS: &[Spec] = &[
     unsupported("publish", PUBSUB),
     unsupported("spublish", PUBSUB),
     unsupported("pubsub", PUBSUB),
-    unsupported("expire", EXPIRY),
-    unsupported("pexpire", EXPIRY),
-    unsupported("expireat", EXPIRY),
-    unsupported("pexpireat", EXPIRY),
-    unsupported("expiretime", EXPIRY),
-    unsupported("pexpiretime", EXPIRY),
-    unsupported("ttl", EXPIRY),
-    unsupported("pttl", EXPIRY),
-    unsupported("persist", EXPIRY),
-    unsupported("setex", EXPIRY),
-    unsupported("psetex", EXPIRY),
-    unsupported("getex", EXPIRY),
 ];
 
 pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
     lookup_index(name).map(|i| &COMMANDS[i])
 }
 
-/// The command's index in [`COMMANDS`].
+/// The command's index in [`COMMANDS`]: among the commands of the same
+/// first letter (a few), in table order, so the hot ones come first.
 pub(crate) fn lookup_index(name: &[u8]) -> Option<usize> {
-    COMMANDS
+    static BY_FIRST_BYTE: OnceLock<Vec<Vec<u16>>> = OnceLock::new();
+    let buckets = BY_FIRST_BYTE.get_or_init(|| {
+        let mut buckets = vec![Vec::new(); 256];
+        for (i, spec) in COMMANDS.iter().enumerate() {
+            let first = spec.name.as_bytes()[0].to_ascii_lowercase();
+            buckets[first as usize].push(u16::try_from(i).expect("a small table"));
+        }
+        buckets
+    });
+    let first = name.first()?.to_ascii_lowercase();
+    buckets[first as usize]
         .iter()
-        .position(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+        .map(|&i| usize::from(i))
+        .find(|&i| COMMANDS[i].name.as_bytes().eq_ignore_ascii_case(name))
 }
 
 pub(crate) fn arity_ok(spec: &Spec, argc: usize) -> bool {
@@ -381,8 +624,119 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
     Ok(match spec.name {
         "get" => Op::Get(take(a, 0)),
         "set" => parse_set(a)?,
-        "del" => Op::Del(take_all(a)),
-        "exists" => Op::Exists(take_all(a)),
+        "setex" => parse_setex(a, false, TimeCommand::SetEx)?,
+        "psetex" => parse_setex(a, true, TimeCommand::PSetEx)?,
+        "getset" => {
+            check_value(&a[1])?;
+            Op::Set {
+                key: take(a, 0),
+                value: take(a, 1).into_boxed_slice(),
+                cond: SetCond::Always,
+                get: true,
+                ttl: SetTtl::Clear,
+            }
+        }
+        "del" | "unlink" => Op::Del(take_all(a)),
+        "exists" | "touch" => Op::Exists(take_all(a)),
+        "type" => Op::Key(KeyOp::Type(take(a, 0))),
+        "rename" | "renamenx" => Op::Key(KeyOp::Rename {
+            src: take(a, 0),
+            dst: take(a, 1),
+            nx: spec.name == "renamenx",
+        }),
+        "copy" => parse_copy(a)?,
+        "keys" => Op::Key(KeyOp::Keys(Arc::new(take(a, 0)))),
+        "scan" => parse_scan(a)?,
+        "randomkey" => Op::Key(KeyOp::RandomKey),
+        "dbsize" => Op::Key(KeyOp::DbSize),
+        "flushdb" | "flushall" => parse_flush(a)?,
+        "object" => parse_object(a)?,
+        "expire" => parse_expire(a, TimeCommand::Expire)?,
+        "pexpire" => parse_expire(a, TimeCommand::PExpire)?,
+        "expireat" => parse_expire(a, TimeCommand::ExpireAt)?,
+        "pexpireat" => parse_expire(a, TimeCommand::PExpireAt)?,
+        "ttl" | "pttl" | "expiretime" | "pexpiretime" => Op::Expire(ExpireOp::Ttl {
+            key: take(a, 0),
+            in_ms: spec.name.starts_with('p'),
+            absolute: spec.name.ends_with("time"),
+        }),
+        "persist" => Op::Expire(ExpireOp::Persist(take(a, 0))),
+        "getex" => parse_getex(a)?,
+        "setnx" => {
+            check_value(&a[1])?;
+            Op::Str(StrOp::SetNx {
+                key: take(a, 0),
+                value: take(a, 1),
+            })
+        }
+        "getdel" => Op::Str(StrOp::GetDel(take(a, 0))),
+        "append" => {
+            check_value(&a[1])?;
+            Op::Str(StrOp::Append {
+                key: take(a, 0),
+                value: take(a, 1),
+            })
+        }
+        "strlen" => Op::Str(StrOp::StrLen(take(a, 0))),
+        "getrange" | "substr" => Op::Str(StrOp::GetRange {
+            start: integer(&a[1])?,
+            end: integer(&a[2])?,
+            key: take(a, 0),
+        }),
+        "setrange" => {
+            let offset = integer(&a[1])?;
+            if offset < 0 {
+                return Err(Frame::error("ERR offset is out of range"));
+            }
+            // Past the largest string: refused when it runs (after the
+            // key's type, as Redis checks).
+            let offset = u32::try_from(offset).unwrap_or(u32::MAX);
+            check_value(&a[2])?;
+            Op::Str(StrOp::SetRange {
+                key: take(a, 0),
+                offset,
+                value: take(a, 2),
+            })
+        }
+        "msetnx" => Op::Str(StrOp::MSetNx(parse_pairs(a, "msetnx")?)),
+        "incrbyfloat" => Op::Str(StrOp::IncrByFloat {
+            key: take(a, 0),
+            incr: take(a, 1),
+        }),
+        "setbit" => {
+            let offset = strings::parse_bit_offset(&a[1], MAX_VALUE_BYTES as u64)?;
+            let bit = match parse_i64(&a[2]) {
+                Some(0) => false,
+                Some(1) => true,
+                _ => return Err(Frame::error(strings::NOT_A_BIT)),
+            };
+            Op::Str(StrOp::SetBit {
+                key: take(a, 0),
+                offset: offset as usize,
+                bit,
+            })
+        }
+        "getbit" => Op::Str(StrOp::GetBit {
+            offset: strings::parse_bit_offset(&a[1], strings::getbit_max_bytes())?,
+            key: take(a, 0),
+        }),
+        "bitcount" => Op::Str(StrOp::BitCount {
+            key: take(a, 0),
+            range: take_all(&mut a[1..]),
+        }),
+        "bitpos" => {
+            let bit = match integer(&a[1])? {
+                0 => false,
+                1 => true,
+                _ => return Err(Frame::error("ERR The bit argument must be 1 or 0.")),
+            };
+            Op::Str(StrOp::BitPos {
+                key: take(a, 0),
+                bit,
+                range: take_all(&mut a[2..]),
+            })
+        }
+        "bitop" => parse_bitop(a)?,
         "incr" => Op::IncrBy(take(a, 0), 1),
         "decr" => Op::IncrBy(take(a, 0), -1),
         "incrby" => Op::IncrBy(take(a, 0), integer(&a[1])?),
@@ -395,19 +749,7 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             Op::IncrBy(take(a, 0), by)
         }
         "mget" => Op::MGet(take_all(a)),
-        "mset" => {
-            if a.len() % 2 != 0 {
-                return Err(wrong_arity("mset"));
-            }
-            let mut pairs = Vec::with_capacity(a.len() / 2);
-            for pair in a.chunks_exact(2) {
-                check_value(&pair[1])?;
-            }
-            for pair in a.chunks_exact_mut(2) {
-                pairs.push((take(pair, 0), take(pair, 1)));
-            }
-            Op::MSet(pairs)
-        }
+        "mset" => Op::MSet(parse_pairs(a, "mset")?),
         "rpush" | "lpush" => {
             for v in &a[1..] {
                 check_value(v)?;
@@ -502,26 +844,262 @@ fn site_index(arg: &[u8]) -> Result<usize, Frame> {
 
 fn parse_set(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
     check_value(&a[1])?;
-    let mut cond = SetCond::Always;
-    let mut get = false;
-    for option in &a[2..] {
-        let option = option.to_ascii_lowercase();
-        match option.as_slice() {
-            b"nx" if cond == SetCond::Always => cond = SetCond::IfAbsent,
-            b"xx" if cond == SetCond::Always => cond = SetCond::IfPresent,
-            b"get" => get = true,
-            // Keys never expire, so keeping a key's time to live is a no-op.
-            b"keepttl" => {}
-            b"ex" | b"px" | b"exat" | b"pxat" => return Err(Frame::error(EXPIRY)),
-            _ => return Err(syntax_error()),
-        }
-    }
+    let (cond, get, ttl) = {
+        let options = parse_string_options(&a[2..], true)?;
+        let cond = match (options.nx, options.xx) {
+            (true, _) => SetCond::IfAbsent,
+            (_, true) => SetCond::IfPresent,
+            _ => SetCond::Always,
+        };
+        let ttl = match options.expire {
+            Some((arg, in_ms, relative)) => {
+                SetTtl::At(parse_deadline(arg, in_ms, relative, TimeCommand::Set)?)
+            }
+            None if options.keepttl => SetTtl::Keep,
+            None => SetTtl::Clear,
+        };
+        (cond, options.get, ttl)
+    };
     Ok(Op::Set {
         key: take(a, 0),
-        value: take(a, 1),
+        value: take(a, 1).into_boxed_slice(),
         cond,
         get,
+        ttl,
     })
+}
+
+/// SETEX/PSETEX key time value.
+fn parse_setex(a: &mut [Vec<u8>], in_ms: bool, command: TimeCommand) -> Result<Op, Frame> {
+    let deadline = parse_deadline(&a[1], in_ms, true, command)?;
+    check_value(&a[2])?;
+    Ok(Op::Set {
+        key: take(a, 0),
+        value: take(a, 2).into_boxed_slice(),
+        cond: SetCond::Always,
+        get: false,
+        ttl: SetTtl::At(deadline),
+    })
+}
+
+/// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: options first, then the time (as
+/// Redis checks them).
+fn parse_expire(a: &mut [Vec<u8>], command: TimeCommand) -> Result<Op, Frame> {
+    let cond = parse_expire_cond(&a[2..])?;
+    let in_ms = command.name().starts_with('p');
+    let ms = parse_expire_time(&a[1], in_ms, command)?;
+    Ok(Op::Expire(ExpireOp::Expire {
+        key: take(a, 0),
+        ms,
+        relative: !command.name().ends_with("at"),
+        cond,
+        command,
+    }))
+}
+
+fn parse_getex(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let options = parse_string_options(&a[1..], false)?;
+    let ttl = match options.expire {
+        Some((arg, in_ms, relative)) => GetExTtl::Set {
+            arg: arg.to_vec(),
+            in_ms,
+            relative,
+        },
+        None if options.persist => GetExTtl::Persist,
+        None => GetExTtl::Leave,
+    };
+    Ok(Op::Expire(ExpireOp::GetEx {
+        key: take(a, 0),
+        ttl,
+    }))
+}
+
+/// COPY source destination [DB destination-db] [REPLACE].
+fn parse_copy(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let mut replace = false;
+    let mut i = 2;
+    while i < a.len() {
+        if a[i].eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if a[i].eq_ignore_ascii_case(b"db") && i + 1 < a.len() {
+            let db = parse_i64(&a[i + 1])
+                .filter(|db| i32::try_from(*db).is_ok())
+                .ok_or_else(|| Frame::error(NOT_INTEGER))?;
+            if db != 0 {
+                return Err(Frame::error("ERR DB index is out of range"));
+            }
+            i += 1;
+        } else {
+            return Err(syntax_error());
+        }
+        i += 1;
+    }
+    if a[0] == a[1] {
+        return Err(Frame::error(
+            "ERR source and destination objects are the same",
+        ));
+    }
+    Ok(Op::Key(KeyOp::Copy {
+        src: take(a, 0),
+        dst: take(a, 1),
+        replace,
+    }))
+}
+
+/// A SCAN cursor as Redis's `strtoul` reads it: an optional sign (`-`
+/// wraps, as in C) and decimal digits, nothing else.
+pub(crate) fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let (negative, digits) = match arg.first() {
+        Some(b'-') => (true, &arg[1..]),
+        Some(b'+') => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    Some(if negative { n.wrapping_neg() } else { n })
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type].
+fn parse_scan(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let cursor = parse_cursor(&a[0]).ok_or_else(|| Frame::error("ERR invalid cursor"))?;
+    let mut args = ScanArgs {
+        cursor,
+        pattern: None,
+        count: 10,
+        kind: None,
+    };
+    let mut i = 1;
+    while i < a.len() {
+        let has_value = i + 1 < a.len();
+        let option = a[i].to_ascii_lowercase();
+        match option.as_slice() {
+            b"count" if has_value => {
+                let count = integer(&a[i + 1])?;
+                if count < 1 {
+                    return Err(syntax_error());
+                }
+                args.count = usize::try_from(count).unwrap_or(usize::MAX);
+            }
+            b"match" if has_value => {
+                let pattern = take(a, i + 1);
+                args.pattern = (pattern.as_slice() != b"*").then(|| Arc::new(pattern));
+            }
+            b"type" if has_value => args.kind = Some(Arc::new(take(a, i + 1))),
+            _ => return Err(syntax_error()),
+        }
+        i += 2;
+    }
+    Ok(Op::Key(KeyOp::Scan(args)))
+}
+
+/// FLUSHALL/FLUSHDB [ASYNC|SYNC].
+fn parse_flush(a: &[Vec<u8>]) -> Result<Op, Frame> {
+    match a {
+        [] => {}
+        [mode] if mode.eq_ignore_ascii_case(b"async") || mode.eq_ignore_ascii_case(b"sync") => {}
+        _ => return Err(syntax_error()),
+    }
+    Ok(Op::Key(KeyOp::Flush))
+}
+
+const OBJECT_HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// Redis's help reply: its lines as simple strings.
+pub(crate) fn help(lines: &[&str]) -> Frame {
+    Frame::Array(lines.iter().map(|l| Frame::Simple((*l).into())).collect())
+}
+
+/// The wrong-arity error of a subcommand (`'object|encoding'`).
+pub(crate) fn wrong_subcommand_arity(command: &str, sub: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR wrong number of arguments for '{command}|{}' command",
+        String::from_utf8_lossy(sub).to_ascii_lowercase()
+    ))
+}
+
+/// Redis's unknown-subcommand error.
+pub(crate) fn unknown_subcommand(command: &str, sub: &[u8]) -> Frame {
+    Frame::error(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(&sub[..sub.len().min(128)]),
+        command.to_ascii_uppercase()
+    ))
+}
+
+fn parse_object(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let name = a[0].to_ascii_lowercase();
+    let sub = match name.as_slice() {
+        b"encoding" => ObjectSub::Encoding,
+        b"freq" => ObjectSub::Freq,
+        b"idletime" => ObjectSub::IdleTime,
+        b"refcount" => ObjectSub::RefCount,
+        b"help" if a.len() == 1 => return Ok(Op::Reply(help(OBJECT_HELP))),
+        b"help" => return Err(wrong_subcommand_arity("object", &a[0])),
+        _ => return Err(unknown_subcommand("object", &a[0])),
+    };
+    if a.len() != 2 {
+        return Err(wrong_subcommand_arity("object", &a[0]));
+    }
+    Ok(Op::Key(KeyOp::Object {
+        sub,
+        key: take(a, 1),
+    }))
+}
+
+fn parse_bitop(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let op = match a[0].to_ascii_lowercase().as_slice() {
+        b"and" => BitOpKind::And,
+        b"or" => BitOpKind::Or,
+        b"xor" => BitOpKind::Xor,
+        b"not" => BitOpKind::Not,
+        _ => return Err(syntax_error()),
+    };
+    if op == BitOpKind::Not && a.len() != 3 {
+        return Err(Frame::error(
+            "ERR BITOP NOT must be called with a single source key.",
+        ));
+    }
+    Ok(Op::Str(StrOp::BitOp {
+        op,
+        dest: take(a, 1),
+        sources: take_all(&mut a[2..]),
+    }))
+}
+
+/// Key-value pairs of MSET/MSETNX (an odd count is a wrong arity).
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn parse_pairs(a: &mut [Vec<u8>], command: &str) -> Result<Pairs, Frame> {
+    if a.len() % 2 != 0 {
+        return Err(wrong_arity(command));
+    }
+    for pair in a.chunks_exact(2) {
+        check_value(&pair[1])?;
+    }
+    Ok(a.chunks_exact_mut(2)
+        .map(|pair| (take(pair, 0), take(pair, 1)))
+        .collect())
 }
 
 /// COMMAND's entry for one command: name, arity, flags, first key, last key,
@@ -594,7 +1172,7 @@ mod tests {
             ("get k", |op| matches!(op, Op::Get(key) if key == b"k")),
             (
                 "set k v",
-                |op| matches!(op, Op::Set { key, value, cond: SetCond::Always, get: false } if key == b"k" && value == b"v"),
+                |op| matches!(op, Op::Set { key, value, cond: SetCond::Always, get: false, ttl: SetTtl::Clear } if key == b"k" && &**value == b"v"),
             ),
             (
                 "del k j",
@@ -703,6 +1281,200 @@ mod tests {
                 |op| matches!(op, Op::BcAdopt { failed: 1, reports, .. } if reports.len() == 2),
             ),
             (
+                "setex k 10 v",
+                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), value, .. } if d.ms == 10_000 && d.relative && &**value == b"v"),
+            ),
+            (
+                "psetex k 10 v",
+                |op| matches!(op, Op::Set { ttl: SetTtl::At(d), .. } if d.ms == 10 && d.relative),
+            ),
+            ("getset k v", |op| matches!(op, Op::Set { get: true, .. })),
+            (
+                "unlink k j",
+                |op| matches!(op, Op::Del(keys) if keys.len() == 2),
+            ),
+            (
+                "touch k",
+                |op| matches!(op, Op::Exists(keys) if keys.len() == 1),
+            ),
+            (
+                "type k",
+                |op| matches!(op, Op::Key(KeyOp::Type(k)) if k == b"k"),
+            ),
+            (
+                "rename a b",
+                |op| matches!(op, Op::Key(KeyOp::Rename { nx: false, dst, .. }) if dst == b"b"),
+            ),
+            ("renamenx a b", |op| {
+                matches!(op, Op::Key(KeyOp::Rename { nx: true, .. }))
+            }),
+            ("copy a b replace", |op| {
+                matches!(op, Op::Key(KeyOp::Copy { replace: true, .. }))
+            }),
+            (
+                "keys user:*",
+                |op| matches!(op, Op::Key(KeyOp::Keys(p)) if p.as_slice() == b"user:*"),
+            ),
+            (
+                "scan 5 match * count 7 type list",
+                |op| matches!(op, Op::Key(KeyOp::Scan(a)) if a.cursor == 5 && a.pattern.is_none() && a.count == 7 && a.kind.is_some()),
+            ),
+            ("randomkey", |op| matches!(op, Op::Key(KeyOp::RandomKey))),
+            ("dbsize", |op| matches!(op, Op::Key(KeyOp::DbSize))),
+            ("flushdb", |op| matches!(op, Op::Key(KeyOp::Flush))),
+            ("flushall async", |op| matches!(op, Op::Key(KeyOp::Flush))),
+            ("object encoding k", |op| {
+                matches!(
+                    op,
+                    Op::Key(KeyOp::Object {
+                        sub: ObjectSub::Encoding,
+                        ..
+                    })
+                )
+            }),
+            (
+                "expire k 10 nx",
+                |op| matches!(op, Op::Expire(ExpireOp::Expire { ms: 10_000, relative: true, cond, .. }) if cond.nx),
+            ),
+            ("pexpire k 10", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Expire {
+                        ms: 10,
+                        relative: true,
+                        ..
+                    })
+                )
+            }),
+            ("expireat k 10", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Expire {
+                        ms: 10_000,
+                        relative: false,
+                        ..
+                    })
+                )
+            }),
+            (
+                "pexpireat k 10 gt",
+                |op| matches!(op, Op::Expire(ExpireOp::Expire { ms: 10, relative: false, cond, .. }) if cond.gt),
+            ),
+            ("ttl k", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: false,
+                        absolute: false,
+                        ..
+                    })
+                )
+            }),
+            ("pttl k", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: true,
+                        absolute: false,
+                        ..
+                    })
+                )
+            }),
+            ("expiretime k", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: false,
+                        absolute: true,
+                        ..
+                    })
+                )
+            }),
+            ("pexpiretime k", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::Ttl {
+                        in_ms: true,
+                        absolute: true,
+                        ..
+                    })
+                )
+            }),
+            ("persist k", |op| {
+                matches!(op, Op::Expire(ExpireOp::Persist(_)))
+            }),
+            ("getex k persist", |op| {
+                matches!(
+                    op,
+                    Op::Expire(ExpireOp::GetEx {
+                        ttl: GetExTtl::Persist,
+                        ..
+                    })
+                )
+            }),
+            ("setnx k v", |op| matches!(op, Op::Str(StrOp::SetNx { .. }))),
+            ("getdel k", |op| matches!(op, Op::Str(StrOp::GetDel(_)))),
+            ("append k v", |op| {
+                matches!(op, Op::Str(StrOp::Append { .. }))
+            }),
+            ("strlen k", |op| matches!(op, Op::Str(StrOp::StrLen(_)))),
+            ("getrange k 0 -1", |op| {
+                matches!(
+                    op,
+                    Op::Str(StrOp::GetRange {
+                        start: 0,
+                        end: -1,
+                        ..
+                    })
+                )
+            }),
+            ("substr k 1 2", |op| {
+                matches!(
+                    op,
+                    Op::Str(StrOp::GetRange {
+                        start: 1,
+                        end: 2,
+                        ..
+                    })
+                )
+            }),
+            ("setrange k 3 v", |op| {
+                matches!(op, Op::Str(StrOp::SetRange { offset: 3, .. }))
+            }),
+            (
+                "msetnx a 1 b 2",
+                |op| matches!(op, Op::Str(StrOp::MSetNx(p)) if p.len() == 2),
+            ),
+            (
+                "incrbyfloat k 1.5",
+                |op| matches!(op, Op::Str(StrOp::IncrByFloat { incr, .. }) if incr == b"1.5"),
+            ),
+            ("setbit k 7 1", |op| {
+                matches!(
+                    op,
+                    Op::Str(StrOp::SetBit {
+                        offset: 7,
+                        bit: true,
+                        ..
+                    })
+                )
+            }),
+            ("getbit k 7", |op| {
+                matches!(op, Op::Str(StrOp::GetBit { offset: 7, .. }))
+            }),
+            (
+                "bitcount k 0 -1",
+                |op| matches!(op, Op::Str(StrOp::BitCount { range, .. }) if range.len() == 2),
+            ),
+            (
+                "bitpos k 1 2",
+                |op| matches!(op, Op::Str(StrOp::BitPos { bit: true, range, .. }) if range.len() == 1),
+            ),
+            (
+                "bitop xor d a b",
+                |op| matches!(op, Op::Str(StrOp::BitOp { op: BitOpKind::Xor, sources, .. }) if sources.len() == 2),
+            ),
+            (
                 "fcall sum 1 k",
                 |op| matches!(op, Op::FCall(call) if call.first_key() == Some(&b"k"[..])),
             ),
@@ -736,9 +1508,42 @@ mod tests {
             parse_op_examples(spec, args("set k v nx xx")),
             Op::Reply(_)
         ));
-        match parse_op_examples(spec, args("set k v ex 10")) {
-            Op::Reply(Frame::Error(e)) => assert!(e.contains("expiry")),
-            other => panic!("{other:?}"),
+        assert!(matches!(
+            parse_op_examples(spec, args("set k v ex 10 keepttl")),
+            Op::Reply(Frame::Error(e)) if e == "ERR syntax error"
+        ));
+        assert!(matches!(
+            parse_op_examples(spec, args("set k v px 10 xx")),
+            Op::Set { cond: SetCond::IfPresent, ttl: SetTtl::At(d), .. } if d.ms == 10
+        ));
+        assert!(matches!(
+            parse_op_examples(spec, args("set k v keepttl")),
+            Op::Set {
+                ttl: SetTtl::Keep,
+                ..
+            }
+        ));
+        assert!(matches!(
+            parse_op_examples(spec, args("set k v ex 0")),
+            Op::Reply(Frame::Error(e)) if e == "ERR invalid expire time in 'set' command"
+        ));
+    }
+
+    #[test]
+    fn scan_cursors_read_as_strtoul() {
+        assert_eq!(parse_cursor(b"0"), Some(0));
+        assert_eq!(parse_cursor(b"+5"), Some(5));
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"abc",
+            b"1 ",
+            b" 1",
+            b"18446744073709551616",
+            b"-",
+        ] {
+            assert_eq!(parse_cursor(bad), None, "{bad:?}");
         }
     }
 

@@ -21,6 +21,8 @@
 //! io_threads = 1                  # tokio threads: accept (and, with sites, serve) client sockets
 //! spin_before_park_us = 50        # executors' spin budgets (roost_reactor::Deployment)
 //! spin_while_active_us = 1000
+//! expire_sweep_interval_ms = 100  # how often expired keys are reclaimed (CONFIG SET hz)
+//! expire_sweep_batch = 200        # the most keys one sweep transaction deletes
 //!
 //! [[users]]
 //! name = "reader"
@@ -103,6 +105,12 @@ pub struct Config {
     /// `None`: the reactor layer's default.
     pub spin_before_park_us: Option<u64>,
     pub spin_while_active_us: Option<u64>,
+    /// How often the background sweep reclaims expired keys (Redis's `hz`
+    /// is 1000 / this; CONFIG SET hz changes it while the server runs).
+    pub expire_sweep_interval_ms: u64,
+    /// The most expired keys one sweep transaction deletes: the bound on a
+    /// sweep's work whatever the size of the keyspace.
+    pub expire_sweep_batch: usize,
     pub users: Vec<User>,
 }
 
@@ -129,6 +137,8 @@ impl Default for Config {
             io_threads: 1,
             spin_before_park_us: None,
             spin_while_active_us: None,
+            expire_sweep_interval_ms: 100,
+            expire_sweep_batch: 200,
             users: Vec::new(),
         }
     }
@@ -189,6 +199,12 @@ impl Config {
         )?;
         range("executors", self.executors, MAX_EXECUTORS)?;
         range("io_threads", self.io_threads, MAX_IO_THREADS)?;
+        range(
+            "expire_sweep_interval_ms",
+            self.expire_sweep_interval_ms as usize,
+            60_000,
+        )?;
+        range("expire_sweep_batch", self.expire_sweep_batch, 1 << 20)?;
         let mut names: Vec<&str> = self.users.iter().map(|u| u.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {

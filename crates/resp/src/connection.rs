@@ -21,11 +21,10 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::commands::{
-    self, arity_ok, command_docs, command_info, lookup, lookup_index, unknown_command, wrong_arity,
-    Kind, Spec,
-};
+use crate::admin::{self, Peer, Registered};
+use crate::commands::{self, arity_ok, lookup_index, unknown_command, wrong_arity, Kind, Spec};
 use crate::config::Access;
+use crate::keyspace::KeyOp;
 use crate::protocol::{Args, Frame, InPlace, Limits, Parsed, Protocol, RequestParser};
 use crate::server::ServerShared;
 use crate::store::{BatchOutcome, Op, SetCond, Watched};
@@ -55,7 +54,9 @@ struct Multi {
 struct Connection<'a> {
     shared: &'a ServerShared,
     id: u64,
-    name: Option<Vec<u8>>,
+    /// This connection in the server's registry (CLIENT LIST): its name,
+    /// protocol, user, MULTI state and last command.
+    client: Registered<'a>,
     protocol: Protocol,
     /// The authenticated user and their access; `None` before AUTH when
     /// authentication is required.
@@ -71,13 +72,16 @@ struct Connection<'a> {
 pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     shared: &ServerShared,
+    peer: Peer,
 ) {
     let config = &shared.config;
     let user = (!config.auth_required()).then(|| ("default".to_owned(), Access::ReadWrite));
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let client = shared.clients.register(id, peer, "default");
     let mut conn = Connection {
         shared,
-        id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
-        name: None,
+        id,
+        client,
         protocol: Protocol::Resp2,
         parser: RequestParser::new(config.limits()),
         user,
@@ -193,6 +197,20 @@ struct Batch {
 }
 
 impl Connection<'_> {
+    /// The connection's name (CLIENT SETNAME, HELLO SETNAME; `None` clears).
+    fn set_name(&mut self, name: Option<Vec<u8>>) {
+        *self.client.info.name.lock().expect("client name") = name;
+    }
+
+    fn set_protocol(&mut self, protocol: Protocol) {
+        self.protocol = protocol;
+        let version = match protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        };
+        self.client.info.resp.store(version, Ordering::Relaxed);
+    }
+
     fn authenticated(&self) -> bool {
         self.user.is_some()
     }
@@ -239,6 +257,7 @@ impl Connection<'_> {
         }
         if let Some((index, n)) = self.tally.run.take() {
             stats.count_command(index, n);
+            self.client.info.note_command(index);
         }
     }
 
@@ -246,6 +265,14 @@ impl Connection<'_> {
     /// batch; anything else runs the batch first, then itself.
     async fn dispatch(&mut self, step: Step, batch: &mut Batch, out: &mut Vec<u8>) {
         match step {
+            Step::Data(Op::Key(KeyOp::Flush)) if self.multi.is_none() => {
+                self.flush(batch, out).await;
+                let reply = match self.shared.store.flush_all().await {
+                    Ok(()) => Frame::ok(),
+                    Err(e) => transaction_failed(&e),
+                };
+                reply.encode(self.protocol, out);
+            }
             Step::Data(op) if self.multi.is_none() => {
                 batch.bytes += op.payload_bytes();
                 batch.ops.push(op);
@@ -315,9 +342,10 @@ impl Connection<'_> {
                     let value = arg(2);
                     (value.len() <= crate::store::MAX_VALUE_BYTES).then(|| Op::Set {
                         key,
-                        value: value.to_vec(),
+                        value: value.into(),
                         cond: SetCond::Always,
                         get: false,
+                        ttl: crate::expiry::SetTtl::Clear,
                     })
                 }),
                 ("incr", 2) => fast_key(arg(1)).map(|key| Op::IncrBy(key, 1)),
@@ -488,6 +516,10 @@ impl Connection<'_> {
         }
         multi.bytes = bytes;
         multi.ops.push(op);
+        self.client
+            .info
+            .multi
+            .store(multi.ops.len() as i64, Ordering::Relaxed);
         Frame::Simple("QUEUED".into())
     }
 
@@ -501,11 +533,16 @@ impl Connection<'_> {
                     bytes: 0,
                     dirty: false,
                 });
+                self.client.info.multi.store(0, Ordering::Relaxed);
                 Frame::ok()
             }
-            "exec" => self.exec().await,
+            "exec" => {
+                self.client.info.multi.store(-1, Ordering::Relaxed);
+                self.exec().await
+            }
             "discard" => match self.multi.take() {
                 Some(_) => {
+                    self.client.info.multi.store(-1, Ordering::Relaxed);
                     self.watched.clear();
                     Frame::ok()
                 }
@@ -519,9 +556,10 @@ impl Connection<'_> {
             }
             "reset" => {
                 self.multi = None;
+                self.client.info.multi.store(-1, Ordering::Relaxed);
                 self.watched.clear();
-                self.protocol = Protocol::Resp2;
-                self.name = None;
+                self.set_protocol(Protocol::Resp2);
+                self.set_name(None);
                 if self.shared.config.auth_required() {
                     self.user = None;
                     self.update_limits();
@@ -634,6 +672,7 @@ impl Connection<'_> {
         };
         match config.authenticate(&name, password) {
             Some(access) => {
+                self.client.info.set_user(&name);
                 self.user = Some((name, access));
                 self.update_limits();
                 Frame::ok()
@@ -680,6 +719,7 @@ impl Connection<'_> {
             let user = String::from_utf8_lossy(&user).into_owned();
             match self.shared.config.authenticate(&user, &password) {
                 Some(access) => {
+                    self.client.info.set_user(&user);
                     self.user = Some((user, access));
                     self.update_limits();
                 }
@@ -690,9 +730,9 @@ impl Connection<'_> {
             return Frame::error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
         }
         if name.is_some() {
-            self.name = name;
+            self.set_name(name);
         }
-        self.protocol = protocol;
+        self.set_protocol(protocol);
         let version = match protocol {
             Protocol::Resp2 => 2,
             Protocol::Resp3 => 3,
@@ -718,6 +758,7 @@ impl Connection<'_> {
                 _ => wrong_arity("ping"),
             },
             "echo" => Frame::Bulk(args[1].clone()),
+            "time" => admin::time(),
             "select" => match crate::store::parse_i64(&args[1]) {
                 Some(0) => Frame::ok(),
                 Some(_) => Frame::error("ERR DB index is out of range"),
@@ -726,35 +767,35 @@ impl Connection<'_> {
             "client" => match arg(1).as_deref() {
                 Some(b"setname") if args.len() == 3 => match check_client_name(&args[2]) {
                     Ok(()) => {
-                        self.name = (!args[2].is_empty()).then(|| args[2].clone());
+                        self.set_name((!args[2].is_empty()).then(|| args[2].clone()));
                         Frame::ok()
                     }
                     Err(e) => e,
                 },
-                Some(b"getname") if args.len() == 2 => {
-                    self.name.clone().map_or(Frame::Null, Frame::Bulk)
-                }
+                Some(b"getname") if args.len() == 2 => self
+                    .client
+                    .info
+                    .name
+                    .lock()
+                    .expect("client name")
+                    .clone()
+                    .map_or(Frame::Null, Frame::Bulk),
                 Some(b"id") if args.len() == 2 => Frame::Integer(self.id as i64),
-                Some(b"setinfo") if args.len() == 4 => Frame::ok(),
-                Some(b"setname" | b"getname" | b"id" | b"setinfo") => Frame::error(format!(
-                    "ERR wrong number of arguments for 'client|{}' command",
-                    String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
-                )),
-                _ => Frame::error(format!(
-                    "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                    String::from_utf8_lossy(&args[1])
-                )),
+                Some(b"setname" | b"getname" | b"id") => {
+                    commands::wrong_subcommand_arity("client", &args[1])
+                }
+                _ => admin::client(self.shared, &self.client.info, args),
             },
-            "config" => match arg(1).as_deref() {
-                Some(b"get") => Frame::Map(Vec::new()),
-                _ => Frame::error(format!(
-                    "ERR CONFIG {} is not supported by Roost",
-                    String::from_utf8_lossy(&args[1])
-                )),
-            },
-            "info" => self.info(&args[1..]),
+            "config" => {
+                let read_only = match &self.user {
+                    Some((name, Access::ReadOnly)) => Some(name.as_str()),
+                    _ => None,
+                };
+                admin::config(self.shared, args, read_only)
+            }
+            "info" => admin::info(self.shared, &args[1..]),
             "function" => self.function(args),
-            "command" => command(args),
+            "command" => admin::command(args),
             "unwatch" => {
                 // Inside MULTI, UNWATCH runs at EXEC, after the watch check.
                 if self.multi.is_none() {
@@ -794,139 +835,6 @@ impl Connection<'_> {
                 String::from_utf8_lossy(&args[1])
             )),
         }
-    }
-
-    fn info(&self, sections: &[Vec<u8>]) -> Frame {
-        let wanted = |name: &str| {
-            sections.is_empty()
-                || sections.iter().any(|s| {
-                    s.eq_ignore_ascii_case(name.as_bytes())
-                        || s.eq_ignore_ascii_case(b"all")
-                        || s.eq_ignore_ascii_case(b"default")
-                        || s.eq_ignore_ascii_case(b"everything")
-                })
-        };
-        let shared = self.shared;
-        // One reading of the counters: the figures `GET /metrics` shows.
-        let snap = shared.stats.snapshot();
-        let mut text = String::new();
-        let mut section = |title: &str, fields: Vec<(String, String)>| {
-            if !text.is_empty() {
-                text.push_str("\r\n");
-            }
-            text.push_str(&format!("# {title}\r\n"));
-            for (k, v) in fields {
-                text.push_str(&format!("{k}:{v}\r\n"));
-            }
-        };
-        let field = |k: &str, v: String| (k.to_owned(), v);
-        if wanted("server") {
-            section(
-                "Server",
-                vec![
-                    field("redis_version", crate::REDIS_VERSION.into()),
-                    field("roost_version", env!("CARGO_PKG_VERSION").into()),
-                    field("redis_mode", "standalone".into()),
-                    field("process_id", std::process::id().to_string()),
-                    field("tcp_port", shared.port.to_string()),
-                    field("uptime_in_seconds", snap.uptime_seconds.to_string()),
-                    field(
-                        "keyspace_reactors",
-                        shared.config.keyspace_reactors.to_string(),
-                    ),
-                    field("executors", shared.config.executors.to_string()),
-                ],
-            );
-        }
-        if wanted("clients") {
-            section(
-                "Clients",
-                vec![
-                    field("connected_clients", snap.connected_clients.to_string()),
-                    field("maxclients", shared.config.max_clients.to_string()),
-                    field("blocked_clients", "0".into()),
-                    field(
-                        "max_reply_buffer_bytes",
-                        snap.max_reply_buffer_bytes.to_string(),
-                    ),
-                ],
-            );
-        }
-        if wanted("stats") {
-            section(
-                "Stats",
-                vec![
-                    field(
-                        "total_connections_received",
-                        snap.total_connections.to_string(),
-                    ),
-                    field("total_commands_processed", snap.commands.to_string()),
-                    field(
-                        "rejected_connections",
-                        snap.rejected_connections.to_string(),
-                    ),
-                    field("total_protocol_errors", snap.protocol_errors.to_string()),
-                    field("roost_transactions", snap.transactions.to_string()),
-                    field("roost_transaction_attempts", snap.attempts.to_string()),
-                    field("roost_conflict_retries", snap.conflict_retries.to_string()),
-                    field(
-                        "roost_failed_transactions",
-                        snap.failed_transactions.to_string(),
-                    ),
-                    field("roost_watch_aborts", snap.watch_aborts.to_string()),
-                    field("roost_execabort", snap.exec_aborts.to_string()),
-                ],
-            );
-        }
-        if wanted("commandstats") {
-            section(
-                "Commandstats",
-                snap.command_calls
-                    .iter()
-                    .map(|(name, calls)| (format!("cmdstat_{name}"), format!("calls={calls}")))
-                    .collect(),
-            );
-        }
-        if wanted("latency") {
-            let q = &snap.latency_quantiles_us;
-            section(
-                "Latency",
-                vec![
-                    field("roost_transaction_count", snap.latency_count.to_string()),
-                    field("roost_transaction_sum_us", snap.latency_sum_us.to_string()),
-                    field("roost_transaction_p50_us", q[0].to_string()),
-                    field("roost_transaction_p99_us", q[1].to_string()),
-                    field("roost_transaction_p999_us", q[2].to_string()),
-                ],
-            );
-        }
-        Frame::Verbatim {
-            format: *b"txt",
-            text: text.into_bytes(),
-        }
-    }
-}
-
-/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name..`, `COMMAND DOCS [name..]`.
-fn command(args: &Args) -> Frame {
-    let all = commands::COMMANDS;
-    let Some(sub) = args.get(1) else {
-        return Frame::Array(all.iter().map(command_info).collect());
-    };
-    let named = || args[2..].iter().map(|name| lookup(name));
-    match sub.to_ascii_lowercase().as_slice() {
-        b"count" => Frame::Integer(all.len() as i64),
-        b"info" => Frame::Array(
-            named()
-                .map(|spec| spec.map_or(Frame::Null, command_info))
-                .collect(),
-        ),
-        b"docs" if args.len() == 2 => Frame::Map(all.iter().map(command_docs).collect()),
-        b"docs" => Frame::Map(named().flatten().map(command_docs).collect()),
-        _ => Frame::error(format!(
-            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
-            String::from_utf8_lossy(sub)
-        )),
     }
 }
 

@@ -15,16 +15,20 @@
 //! module and `docs/architecture.md`, "RESP front door"); a pipeline batch or
 //! a MULTI/EXEC block is one serializable root transaction.
 
+mod admin;
 mod commands;
 pub mod config;
 mod connection;
+mod expiry;
 pub mod functions;
+mod keyspace;
 mod metrics;
 pub mod protocol;
 mod server;
 pub mod sites;
 pub mod stats;
 mod store;
+mod strings;
 
 pub use config::{Access, Config, ConfigError, User};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};

@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use crate::admin::{Clients, Peer};
 use crate::config::{Config, ConfigError};
 use crate::connection::serve_connection;
 use crate::functions::Functions;
@@ -41,6 +42,12 @@ pub(crate) struct ServerShared {
     pub(crate) site_counters: Option<Arc<dyn SiteCounters>>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) next_client_id: AtomicU64,
+    /// The open connections (CLIENT LIST).
+    pub(crate) clients: Clients,
+    /// `max_clients`, as CONFIG SET maxclients left it.
+    pub(crate) max_clients: AtomicUsize,
+    /// INFO's `run_id`: random per server.
+    pub(crate) run_id: u128,
     pub(crate) port: u16,
     /// Set (and `stopping` notified) when the server stops: connections
     /// served on the database's executors close at their next read.
@@ -98,10 +105,8 @@ impl Keyspace {
     pub fn new(config: &Config) -> Result<Keyspace, ServerError> {
         config.validate()?;
         let store =
-            Store::new(config, Arc::new(Stats::default())).map_err(ServerError::Database)?;
-        Ok(Keyspace {
-            store: Arc::new(store),
-        })
+            Store::start(config, Arc::new(Stats::default())).map_err(ServerError::Database)?;
+        Ok(Keyspace { store })
     }
 
     /// The keyspace's metrics (commands, latencies, aborts) as Prometheus
@@ -159,6 +164,7 @@ pub struct Server {
 /// which then reads it, runs its commands and writes its replies on one
 /// thread: a command on a key served there pays no hand-off at all.
 async fn serve_on_executor(stream: tokio::net::TcpStream, shared: &Arc<ServerShared>) {
+    let peer = peer_of(&stream);
     let gone = || {
         shared
             .stats
@@ -176,7 +182,7 @@ async fn serve_on_executor(stream: tokio::net::TcpStream, shared: &Arc<ServerSha
             let shared = conn_shared;
             match roost_exec::net::TcpStream::from_std(stream) {
                 Ok(stream) => roost_exec::spawn(async move {
-                    serve_connection(stream, &shared).await;
+                    serve_connection(stream, &shared, peer).await;
                     shared
                         .stats
                         .connected_clients
@@ -193,6 +199,22 @@ async fn serve_on_executor(stream: tokio::net::TcpStream, shared: &Arc<ServerSha
         .await;
     if sent.is_err() {
         gone();
+    }
+}
+
+/// A socket's two ends and descriptor, for CLIENT LIST.
+fn peer_of(stream: &tokio::net::TcpStream) -> Peer {
+    #[cfg(unix)]
+    let fd = {
+        use std::os::fd::AsRawFd;
+        Some(i64::from(stream.as_raw_fd()))
+    };
+    #[cfg(not(unix))]
+    let fd = None;
+    Peer {
+        addr: stream.peer_addr().ok(),
+        local: stream.local_addr().ok(),
+        fd,
     }
 }
 
@@ -250,9 +272,9 @@ impl Server {
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
         let store = match keyspace {
             Some(keyspace) => keyspace.store,
-            None => Arc::new(
-                Store::new(&config, Arc::new(Stats::default())).map_err(ServerError::Database)?,
-            ),
+            None => {
+                Store::start(&config, Arc::new(Stats::default())).map_err(ServerError::Database)?
+            }
         };
         if let Some(sites) = &site_counters {
             store
@@ -260,6 +282,7 @@ impl Server {
                 .map_err(ServerError::Database)?;
         }
         let stats = Arc::clone(store.stats());
+        let max_clients = config.max_clients;
         Ok(Server {
             listener,
             metrics,
@@ -270,6 +293,9 @@ impl Server {
                 site_counters,
                 stats,
                 next_client_id: AtomicU64::new(1),
+                clients: Clients::default(),
+                max_clients: AtomicUsize::new(max_clients),
+                run_id: rand::random(),
                 port,
                 stopped: AtomicBool::new(false),
                 stopping: tokio::sync::Notify::new(),
@@ -316,7 +342,7 @@ impl Server {
             let stats = &shared.stats;
             stats.total_connections.fetch_add(1, Ordering::Relaxed);
             let connected = stats.connected_clients.fetch_add(1, Ordering::AcqRel);
-            if connected >= shared.config.max_clients as u64 {
+            if connected >= shared.max_clients.load(Ordering::Relaxed) as u64 {
                 stats.connected_clients.fetch_sub(1, Ordering::AcqRel);
                 stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
@@ -334,8 +360,9 @@ impl Server {
             // With sites, BC.* commands wait on the sites' links, which live
             // on this runtime: such a server keeps its connections here.
             let shared = Arc::clone(&shared);
+            let peer = peer_of(&stream);
             tokio::spawn(async move {
-                serve_connection(stream, &shared).await;
+                serve_connection(stream, &shared, peer).await;
                 shared
                     .stats
                     .connected_clients

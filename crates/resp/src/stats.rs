@@ -3,7 +3,7 @@
 //! transactions. Both read one [`Snapshot`], so they report the same figures.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Log-linear buckets: 8 per power of two of microseconds, up to 2^40 us.
@@ -127,6 +127,15 @@ pub struct Snapshot {
     pub latency_sum_us: u64,
     /// Latencies (us) at [`LATENCY_QUANTILES`].
     pub latency_quantiles_us: Vec<u64>,
+    /// Keys in the keyspace (expired ones until reclaimed, as Redis counts).
+    pub keys: u64,
+    /// Of them, keys with a time to live.
+    pub volatile_keys: u64,
+    /// Expired keys reclaimed (by the sweep or by a write).
+    pub expired_keys: u64,
+    /// Sweep transactions run, and the most keys one of them deleted.
+    pub expire_sweeps: u64,
+    pub expire_sweep_max_keys: u64,
 }
 
 impl Snapshot {
@@ -211,6 +220,30 @@ impl Snapshot {
             "EXECs refused because a queued command was rejected (EXECABORT).",
             self.exec_aborts,
         );
+        metric(
+            "keys",
+            "gauge",
+            "Keys in the keyspace, expired ones until reclaimed (INFO keyspace keys, DBSIZE).",
+            self.keys,
+        );
+        metric(
+            "volatile_keys",
+            "gauge",
+            "Keys with a time to live (INFO keyspace expires).",
+            self.volatile_keys,
+        );
+        metric(
+            "expired_keys_total",
+            "counter",
+            "Expired keys reclaimed, by the background sweep or by a write (INFO expired_keys).",
+            self.expired_keys,
+        );
+        metric(
+            "expire_sweeps_total",
+            "counter",
+            "Transactions of the background expiry sweep.",
+            self.expire_sweeps,
+        );
         let _ = writeln!(
             out,
             "# HELP roost_resp_command_calls_total Calls per command (INFO commandstats)."
@@ -275,6 +308,15 @@ pub struct Stats {
     /// High-water mark of a connection's unwritten replies (bytes).
     pub max_reply_buffer_bytes: AtomicU64,
     pub latency: LatencyHistogram,
+    /// Keys in the keyspace and keys with a deadline (moved by committed
+    /// transactions).
+    pub keys: AtomicI64,
+    pub volatile_keys: AtomicI64,
+    /// Expired keys reclaimed.
+    pub expired_keys: AtomicU64,
+    /// Sweep transactions, and the most keys one deleted.
+    pub expire_sweeps: AtomicU64,
+    pub expire_sweep_max_keys: AtomicU64,
     /// Calls per command, in the order of the command table.
     per_command: Box<[AtomicU64]>,
 }
@@ -288,6 +330,46 @@ impl Stats {
         if bytes > self.max_reply_buffer_bytes.load(Ordering::Relaxed) {
             self.max_reply_buffer_bytes
                 .fetch_max(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The keys in the keyspace now.
+    pub(crate) fn key_count(&self) -> i64 {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    /// Notes a sweep transaction that deleted `keys` expired keys.
+    pub(crate) fn note_sweep(&self, keys: usize) {
+        self.expire_sweeps.fetch_add(1, Ordering::Relaxed);
+        let keys = keys as u64;
+        if keys > self.expire_sweep_max_keys.load(Ordering::Relaxed) {
+            self.expire_sweep_max_keys
+                .fetch_max(keys, Ordering::Relaxed);
+        }
+    }
+
+    /// Zeroes what CONFIG RESETSTAT resets (Redis: the command, connection,
+    /// error and expiry counters; not the keyspace's contents).
+    pub(crate) fn reset(&self) {
+        for counter in [
+            &self.total_connections,
+            &self.rejected_connections,
+            &self.commands,
+            &self.transactions,
+            &self.attempts,
+            &self.failed_transactions,
+            &self.watch_aborts,
+            &self.exec_aborts,
+            &self.protocol_errors,
+            &self.max_reply_buffer_bytes,
+            &self.expired_keys,
+            &self.expire_sweeps,
+            &self.expire_sweep_max_keys,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        for counter in self.per_command.iter() {
+            counter.store(0, Ordering::Relaxed);
         }
     }
 
@@ -323,6 +405,11 @@ impl Stats {
             latency_count,
             latency_sum_us: self.latency.sum_us(),
             latency_quantiles_us,
+            keys: self.keys.load(Ordering::Relaxed).max(0) as u64,
+            volatile_keys: self.volatile_keys.load(Ordering::Relaxed).max(0) as u64,
+            expired_keys: get(&self.expired_keys),
+            expire_sweeps: get(&self.expire_sweeps),
+            expire_sweep_max_keys: get(&self.expire_sweep_max_keys),
         }
     }
 
@@ -354,6 +441,11 @@ impl Default for Stats {
             protocol_errors: AtomicU64::new(0),
             max_reply_buffer_bytes: AtomicU64::new(0),
             latency: LatencyHistogram::default(),
+            keys: AtomicI64::new(0),
+            volatile_keys: AtomicI64::new(0),
+            expired_keys: AtomicU64::new(0),
+            expire_sweeps: AtomicU64::new(0),
+            expire_sweep_max_keys: AtomicU64::new(0),
             per_command: crate::commands::COMMANDS
                 .iter()
                 .map(|_| AtomicU64::new(0))

@@ -549,7 +549,8 @@ impl FunctionCtx<'_> {
     }
 
     /// Sets key `key` to the string `value` (applied when the function
-    /// returns `Ok`).
+    /// returns `Ok`). A key's time to live is kept, as INCR keeps it; an
+    /// expired key reads as absent and is replaced.
     pub fn set(&self, key: usize, value: impl Into<Vec<u8>>) -> Result<(), FunctionError> {
         let value = value.into();
         if value.len() > MAX_VALUE_BYTES {

@@ -80,6 +80,34 @@ impl Raw {
         }
     }
 
+    /// The next reply exactly as its bytes came, or `None` if the server
+    /// closed the connection.
+    pub async fn reply_bytes(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some((_, used)) = parse_frame(&self.buffer, &Limits::default()).unwrap() {
+                return Some(self.buffer.drain(..used).collect());
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(20), self.stream.read(&mut chunk))
+                .await
+                .expect("reply within 20 s")
+                .unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            self.buffer.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends one command of binary-safe arguments and returns its reply's bytes.
+    pub async fn call_bytes(&mut self, args: &[Vec<u8>]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        Frame::Array(args.iter().map(|a| Frame::Bulk(a.clone())).collect())
+            .encode(roost_resp::protocol::Protocol::Resp2, &mut wire);
+        self.send(&wire).await;
+        self.reply_bytes().await.expect("a reply")
+    }
+
     pub async fn call(&mut self, args: &[&str]) -> Frame {
         let mut wire = Vec::new();
         Frame::Array(args.iter().map(|a| Frame::bulk(a.as_bytes())).collect())

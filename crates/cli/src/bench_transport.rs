@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::results::{BenchReport, LatencyUs, Row};
-use roost_net::{Epoch, Inbox, NodeId, Transport, TransportConfig};
+use roost_net::{EpochId, Inbox, NodeId, Transport, TransportConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -147,7 +147,7 @@ fn roost_round_trips(plan: &Plan) -> anyhow::Result<Histogram<u64>> {
             let trips = async {
                 for i in 0..warmup + round_trips {
                     let started = Instant::now();
-                    a.send(NodeId(1), Epoch(1), i)?;
+                    a.send(NodeId(1), EpochId(1), i)?;
                     let reply = a_in.recv().await.context("transport closed")?;
                     anyhow::ensure!(reply.msg == i, "reply out of order");
                     if i >= warmup {
@@ -220,7 +220,7 @@ struct Throughput {
 async fn roost_throughput(plan: &Plan) -> anyhow::Result<Throughput> {
     let ((a, _a_in), (b, mut b_in)) = pair().await?;
     // Connect first so the measurement does not include the handshake.
-    a.send(NodeId(1), Epoch(1), u64::MAX)?;
+    a.send(NodeId(1), EpochId(1), u64::MAX)?;
     b_in.recv().await.context("warm-up message")?;
     let total = plan.messages;
     let receiver = tokio::spawn(async move {
@@ -236,7 +236,7 @@ async fn roost_throughput(plan: &Plan) -> anyhow::Result<Throughput> {
     let started = Instant::now();
     for i in 0..total {
         // Waits for room in the queue rather than spinning on a full one.
-        a.send_when_ready(NodeId(1), Epoch(1), i).await?;
+        a.send_when_ready(NodeId(1), EpochId(1), i).await?;
     }
     let (received, finished, _b) = tokio::time::timeout(Duration::from_secs(120), receiver)
         .await

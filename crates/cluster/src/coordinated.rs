@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -123,7 +123,7 @@ impl CoordinatorConfig {
 
     /// Every chosen view is also kept under its epoch, so a node that polled
     /// past some views still installs each one in order.
-    pub fn history_key(&self, epoch: Epoch) -> Vec<u8> {
+    pub fn history_key(&self, epoch: EpochId) -> Vec<u8> {
         format!("{}views/{:020}", self.key_prefix, epoch.0).into_bytes()
     }
 
@@ -184,7 +184,7 @@ impl From<&View> for StoredView {
 impl From<StoredView> for View {
     fn from(stored: StoredView) -> Self {
         View {
-            epoch: Epoch(stored.epoch),
+            epoch: EpochId(stored.epoch),
             members: stored
                 .members
                 .into_iter()
@@ -222,11 +222,11 @@ pub fn next_view(current: &View, registered: &Registered, configured: &[NodeId])
     if members == current.members {
         return None;
     }
-    if current.epoch == Epoch(0) && members.len() < configured.len() / 2 + 1 {
+    if current.epoch == EpochId(0) && members.len() < configured.len() / 2 + 1 {
         return None;
     }
     Some(View {
-        epoch: Epoch(current.epoch.0 + 1),
+        epoch: EpochId(current.epoch.0 + 1),
         members,
     })
 }
@@ -351,7 +351,7 @@ mod tests {
 
     fn view(epoch: u64, members: &[(u32, u64)]) -> View {
         View {
-            epoch: Epoch(epoch),
+            epoch: EpochId(epoch),
             members: members.iter().map(|&(n, i)| (NodeId(n), i)).collect(),
         }
     }
@@ -420,7 +420,7 @@ mod tests {
         assert!(m.serving(10));
         assert!(!m.serving(1000), "lease lapsed");
         assert!(!m.install(view(1, &[(0, 5), (1, 1)])));
-        assert_eq!(m.view().epoch, Epoch(2));
+        assert_eq!(m.view().epoch, EpochId(2));
         m.on_update(&update(2000));
         assert!(m.install(view(3, &[(1, 1)])));
         assert!(!m.serving(10), "removed from the view");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -287,7 +287,7 @@ impl Shell {
             .epoch
             .0
             .checked_sub(VIEW_HISTORY)
-            .map(|e| self.config.history_key(Epoch(e)));
+            .map(|e| self.config.history_key(EpochId(e)));
         let deletes: Vec<&[u8]> = old.iter().map(|k| &k[..]).collect();
         self.client
             .put_if_revision(&view_key, expected_revision, &puts, &deletes)
@@ -302,7 +302,7 @@ impl Shell {
         if current.epoch.0 <= first {
             return vec![current];
         }
-        let from = self.config.history_key(Epoch(first));
+        let from = self.config.history_key(EpochId(first));
         let to = self.config.history_key(current.epoch);
         let missing = (current.epoch.0 - first).min(VIEW_HISTORY) as u32;
         let mut views: Vec<View> = match self.client.range(&from, &to, missing).await {

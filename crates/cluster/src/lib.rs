@@ -30,4 +30,4 @@ pub mod sim;
 pub use membership::{Health, Membership, MembershipBugs, MembershipConfig};
 pub use node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 pub use protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId, View};
-pub use roost_net::{Epoch, NodeId};
+pub use roost_net::{EpochId, NodeId};

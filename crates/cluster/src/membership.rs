@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -137,32 +137,32 @@ pub enum MembershipMsg {
         seq: u64,
         sent_at_ms: u64,
         incarnation: Incarnation,
-        epoch: Epoch,
+        epoch: EpochId,
     },
     /// Paxos phase 1a for the view of `epoch`.
-    Prepare { epoch: Epoch, ballot: Ballot },
+    Prepare { epoch: EpochId, ballot: Ballot },
     /// 1b: the acceptor promises to ignore lower ballots and reports what it
     /// accepted already.
     Promise {
-        epoch: Epoch,
+        epoch: EpochId,
         ballot: Ballot,
         incarnation: Incarnation,
         accepted: Option<(Ballot, View)>,
     },
     /// 2a.
     Propose {
-        epoch: Epoch,
+        epoch: EpochId,
         ballot: Ballot,
         view: View,
     },
     /// 2b.
     Accept {
-        epoch: Epoch,
+        epoch: EpochId,
         ballot: Ballot,
         incarnation: Incarnation,
     },
     /// The acceptor has promised a higher ballot: try again above it.
-    Nack { epoch: Epoch, promised: Ballot },
+    Nack { epoch: EpochId, promised: Ballot },
 }
 
 /// A Paxos ballot: higher round wins, the proposer's id breaks ties.
@@ -188,7 +188,7 @@ struct Peer {
     incarnation: Option<Incarnation>,
     last_heard_ms: Option<u64>,
     /// The epoch of the peer's last heartbeat and its declarations in it.
-    their_epoch: Epoch,
+    their_epoch: EpochId,
     their_dead: BTreeSet<NodeId>,
     /// The last grant this node gave the peer, in any epoch.
     last_grant: Option<(Incarnation, u64)>,
@@ -196,7 +196,7 @@ struct Peer {
 
 #[derive(Debug, Clone)]
 struct Proposal {
-    epoch: Epoch,
+    epoch: EpochId,
     ballot: Ballot,
     /// Phase 1 answers: what each acceptor had accepted.
     promises: BTreeMap<NodeId, Option<(Ballot, View)>>,
@@ -464,7 +464,7 @@ impl Membership {
             return;
         }
         self.max_round += 1;
-        let epoch = Epoch(self.view.epoch.0 + 1);
+        let epoch = EpochId(self.view.epoch.0 + 1);
         self.proposal = Some(Proposal {
             epoch,
             ballot: Ballot {
@@ -510,11 +510,11 @@ impl Membership {
     /// May this node vote on the view of `epoch`? Members of the installed
     /// view vote on the next one; the first view is voted on by every
     /// configured node (after the fresh-start wait).
-    fn is_acceptor(&self, now_ms: u64, epoch: Epoch) -> bool {
+    fn is_acceptor(&self, now_ms: u64, epoch: EpochId) -> bool {
         if epoch.0 != self.view.epoch.0 + 1 {
             return false;
         }
-        if self.view.epoch == Epoch(0) {
+        if self.view.epoch == EpochId(0) {
             now_ms >= self.started_ms + self.config.proposal_timeout_ms
         } else {
             self.is_member()
@@ -523,7 +523,7 @@ impl Membership {
 
     /// Is `from` (as `incarnation`) a voter on the next view, as this node sees it?
     fn counts_as_voter(&self, from: NodeId, incarnation: Incarnation) -> bool {
-        if self.view.epoch == Epoch(0) {
+        if self.view.epoch == EpochId(0) {
             true
         } else {
             self.view.contains(from, incarnation)
@@ -532,7 +532,7 @@ impl Membership {
 
     /// Votes needed to choose the next view.
     fn decision_quorum(&self) -> usize {
-        if self.view.epoch == Epoch(0) {
+        if self.view.epoch == EpochId(0) {
             self.majority()
         } else {
             self.view.members.len() / 2 + 1
@@ -551,7 +551,7 @@ impl Membership {
         &mut self,
         now_ms: u64,
         from: NodeId,
-        epoch: Epoch,
+        epoch: EpochId,
         ballot: Ballot,
         out: &mut MembershipOut,
     ) {
@@ -622,7 +622,7 @@ impl Membership {
         &mut self,
         now_ms: u64,
         from: NodeId,
-        epoch: Epoch,
+        epoch: EpochId,
         ballot: Ballot,
         view: View,
         out: &mut MembershipOut,

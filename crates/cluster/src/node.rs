@@ -4,7 +4,7 @@
 //! changes and whether it may serve. Drivers (the tokio shell, the simulator)
 //! call the `on_*` methods and carry out the returned [`NodeEffects`].
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::coordinated::{CoordinatedMembership, CoordinatorUpdate};
@@ -31,7 +31,7 @@ pub enum TimerKey {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeEffects<M, O> {
-    pub sends: Vec<(NodeId, Epoch, NodeMsg<M>)>,
+    pub sends: Vec<(NodeId, EpochId, NodeMsg<M>)>,
     pub timers: Vec<(TimerKey, u64)>,
     pub outputs: Vec<O>,
     pub logs: Vec<String>,
@@ -195,7 +195,7 @@ impl<P: Protocol> Node<P> {
         &self.app
     }
 
-    pub fn epoch(&self) -> Epoch {
+    pub fn epoch(&self) -> EpochId {
         self.membership.view().epoch
     }
 
@@ -241,7 +241,7 @@ impl<P: Protocol> Node<P> {
         &mut self,
         now_ms: u64,
         from: NodeId,
-        epoch: Epoch,
+        epoch: EpochId,
         msg: NodeMsg<P::Msg>,
         fx: &mut NodeEffects<P::Msg, P::Out>,
     ) {

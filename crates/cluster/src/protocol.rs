@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +20,7 @@ pub type Incarnation = u64;
 /// incarnation that was admitted).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct View {
-    pub epoch: Epoch,
+    pub epoch: EpochId,
     pub members: BTreeMap<NodeId, Incarnation>,
 }
 
@@ -132,6 +132,6 @@ pub trait Protocol {
 /// Epochs of a message relative to this node's: only the current one is
 /// delivered to protocols (older ones are stale; newer ones wait for the view
 /// to arrive through the membership and are retransmitted by their senders).
-pub fn epoch_admits(mine: Epoch, theirs: Epoch) -> bool {
+pub fn epoch_admits(mine: EpochId, theirs: EpochId) -> bool {
     mine == theirs
 }

@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId};
@@ -134,7 +134,7 @@ enum Purpose {
 struct Pending {
     purpose: Purpose,
     phase: Phase,
-    epoch: Epoch,
+    epoch: EpochId,
     replied: BTreeSet<NodeId>,
     best: (Tag, u64),
     started_ms: u64,
@@ -433,7 +433,7 @@ impl Register {
         if self.recovered || recovering || !ctx.member {
             return;
         }
-        if ctx.view.epoch == Epoch(1) {
+        if ctx.view.epoch == EpochId(1) {
             // This incarnation is in the first view: nothing can have been
             // written before it.
             self.recovered = true;
@@ -494,7 +494,7 @@ mod tests {
         let mut members: BTreeMap<NodeId, Incarnation> = NODES.iter().map(|&n| (n, 1)).collect();
         members.insert(NodeId(0), incarnation);
         View {
-            epoch: Epoch(1),
+            epoch: EpochId(1),
             members,
         }
     }

@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use roost_net::{ChaosSettings, Epoch, Inbox, MetricsSnapshot, NodeId, Transport, TransportConfig};
+use roost_net::{
+    ChaosSettings, EpochId, Inbox, MetricsSnapshot, NodeId, Transport, TransportConfig,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use thiserror::Error;
@@ -1004,8 +1006,8 @@ pub fn parse_admin_response(response: &[u8]) -> std::io::Result<(u16, String)> {
 }
 
 /// The epoch a status names (for callers that only need that).
-pub fn epoch_of(status: &StatusReport) -> Epoch {
-    Epoch(status.epoch)
+pub fn epoch_of(status: &StatusReport) -> EpochId {
+    EpochId(status.epoch)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use roost_cluster::membership::{
 };
 use roost_cluster::node::{Node, NodeEffects, NodeMsg};
 use roost_cluster::protocol::{Context, Effects, Input, Protocol};
-use roost_cluster::{Epoch, NodeId};
+use roost_cluster::{EpochId, NodeId};
 
 fn config() -> MembershipConfig {
     MembershipConfig {
@@ -92,9 +92,9 @@ fn the_first_view_has_everyone_and_leases_follow() {
     assert!(net
         .nodes
         .iter()
-        .all(|m| m.view().epoch == Epoch(0) && !m.serving(net.now_ms)));
+        .all(|m| m.view().epoch == EpochId(0) && !m.serving(net.now_ms)));
     net.run_until("epoch 1 everywhere", |n| {
-        n.nodes.iter().all(|m| m.view().epoch == Epoch(1))
+        n.nodes.iter().all(|m| m.view().epoch == EpochId(1))
     });
     // Nobody votes before the fresh-start wait (a restarted process's promises lapse).
     assert!(net.now_ms >= config().proposal_timeout_ms);
@@ -116,8 +116,8 @@ fn a_silent_node_is_removed_only_after_its_lease_expired() {
         net.tick();
     }
     assert_eq!(net.nodes[0].health(NodeId(2), net.now_ms), Health::Suspect);
-    assert_eq!(net.nodes[0].view().epoch, Epoch(1));
-    net.run_until("epoch 2", |n| n.nodes[0].view().epoch == Epoch(2));
+    assert_eq!(net.nodes[0].view().epoch, EpochId(1));
+    net.run_until("epoch 2", |n| n.nodes[0].view().epoch == EpochId(2));
     // Node 2 got no acks since it went silent: its lease lapsed before removal.
     let removed_at = net.now_ms;
     let lapsed = net.nodes[2].lease_expiry_ms();
@@ -139,7 +139,7 @@ fn a_restarted_node_rejoins_as_a_new_incarnation_in_a_newer_epoch() {
     let mut net = Net::new(3);
     net.run_until("serving", |n| n.nodes.iter().all(|m| m.serving(n.now_ms)));
     net.silent.push(NodeId(1));
-    net.run_until("removed", |n| n.nodes[0].view().epoch == Epoch(2));
+    net.run_until("removed", |n| n.nodes[0].view().epoch == EpochId(2));
     let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
     net.nodes[1] = Membership::new(
         NodeId(1),
@@ -151,7 +151,7 @@ fn a_restarted_node_rejoins_as_a_new_incarnation_in_a_newer_epoch() {
     );
     net.silent.clear();
     net.run_until("rejoined", |n| {
-        n.nodes.iter().all(|m| m.view().epoch == Epoch(3)) && n.nodes[1].serving(n.now_ms)
+        n.nodes.iter().all(|m| m.view().epoch == EpochId(3)) && n.nodes[1].serving(n.now_ms)
     });
     assert_eq!(net.nodes[0].view().members.get(&NodeId(1)), Some(&2));
 }
@@ -164,7 +164,7 @@ fn a_lone_node_never_serves() {
         net.tick();
     }
     assert!(!net.nodes[0].serving(net.now_ms));
-    assert_eq!(net.nodes[0].view().epoch, Epoch(0));
+    assert_eq!(net.nodes[0].view().epoch, EpochId(0));
 }
 
 #[test]
@@ -213,12 +213,12 @@ fn a_node_drops_application_messages_of_other_epochs() {
     );
     let mut fx = NodeEffects::default();
     node.start(0, &mut fx);
-    assert_eq!(node.epoch(), Epoch(0));
-    node.on_message(1, NodeId(1), Epoch(1), NodeMsg::App(5), &mut fx);
+    assert_eq!(node.epoch(), EpochId(0));
+    node.on_message(1, NodeId(1), EpochId(1), NodeMsg::App(5), &mut fx);
     assert_eq!(node.app().seen, 0, "newer epoch dropped");
-    node.on_message(1, NodeId(1), Epoch(0), NodeMsg::App(5), &mut fx);
+    node.on_message(1, NodeId(1), EpochId(0), NodeMsg::App(5), &mut fx);
     assert_eq!(node.app().seen, 1, "current epoch delivered");
     assert_eq!(fx.outputs, vec![1]);
     // Every message the node sends carries its epoch.
-    assert!(fx.sends.iter().all(|(_, epoch, _)| *epoch == Epoch(0)));
+    assert!(fx.sends.iter().all(|(_, epoch, _)| *epoch == EpochId(0)));
 }

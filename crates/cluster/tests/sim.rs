@@ -224,11 +224,11 @@ fn campaigns_keep_to_their_budget() {
 fn a_restarted_process_in_the_first_view_still_recovers() {
     use roost_cluster::protocol::{Context, Effects, Input, Protocol, View};
     use roost_cluster::register::{Register, RegisterConfig};
-    use roost_cluster::{Epoch, NodeId};
+    use roost_cluster::{EpochId, NodeId};
 
     let nodes = [NodeId(0), NodeId(1), NodeId(2)];
     let view = View {
-        epoch: Epoch(1),
+        epoch: EpochId(1),
         members: nodes.iter().map(|&n| (n, 1)).collect(),
     };
     let mut register = Register::new(RegisterConfig::default(), RegisterBugs::default());

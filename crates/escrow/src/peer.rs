@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use roost_bcounter::TransferRequest;
 use roost_net::frame::{decode_payload, encode_frame_into, frame_len, LENGTH_PREFIX_BYTES};
 use roost_net::{
-    Chaos, ClusterSecret, Envelope, Epoch, Inbox, MetricsSnapshot, NodeId, SendError, StartError,
+    Chaos, ClusterSecret, Envelope, EpochId, Inbox, MetricsSnapshot, NodeId, SendError, StartError,
     Transport, TransportConfig,
 };
 use thiserror::Error;
@@ -233,7 +233,7 @@ impl SiteLinks {
         }
         let message = SiteMessage::new(frame).map_err(|e| LinkError::Wire(e.to_string()))?;
         self.transport
-            .send(site_node(peer), Epoch(0), message)
+            .send(site_node(peer), EpochId(0), message)
             .map_err(|error| match error {
                 SendError::QueueFull(_) => LinkError::QueueFull(peer),
                 SendError::UnknownPeer(_) => LinkError::NoSuchPeer(peer),
@@ -372,7 +372,7 @@ pub async fn write_message<W: AsyncWrite + Unpin>(
 ) -> Result<(), LinkError> {
     let message = SiteMessage::new(frame).map_err(|e| LinkError::Wire(e.to_string()))?;
     let mut buf = Vec::new();
-    encode_frame_into(&mut buf, from, to, Epoch(0), &message, MAX_ENVELOPE_BYTES)
+    encode_frame_into(&mut buf, from, to, EpochId(0), &message, MAX_ENVELOPE_BYTES)
         .map_err(|e| LinkError::Wire(e.to_string()))?;
     writer
         .write_all(&buf)

@@ -27,7 +27,7 @@ use roost_escrow::{
     Bound, Deployment, Design, EscrowCounters, EscrowError, Flag, Outcome, ReplicaRow, ReplicaRows,
     Site, SiteConfig,
 };
-use roost_net::{ClusterSecret, Epoch, NodeId, Transport};
+use roost_net::{ClusterSecret, EpochId, NodeId, Transport};
 use tokio::net::TcpListener;
 
 const KEY: &str = "k";
@@ -343,7 +343,7 @@ async fn flood(planted: PlantedSiteBugs) -> Flood {
     let rss_before = resident_bytes();
     let mut accepted = 0;
     for _ in 0..FLOOD_FRAMES {
-        let sent = attacker.send_when_ready(site_node(0), Epoch(0), message.clone());
+        let sent = attacker.send_when_ready(site_node(0), EpochId(0), message.clone());
         match tokio::time::timeout(Duration::from_secs(1), sent).await {
             Ok(Ok(())) => accepted += 1,
             Ok(Err(error)) => panic!("attacker: {error}"),

@@ -11,7 +11,7 @@ use roost_escrow::peer::site_node;
 use roost_escrow::wire::{encode, Frame, SiteMessage, StateEntry};
 use roost_escrow::{Bound, Deployment, Design, EscrowCounters, EscrowError, Flag, Outcome};
 use roost_net::frame::encode_frame_into;
-use roost_net::Epoch;
+use roost_net::EpochId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -204,8 +204,15 @@ async fn malformed_and_forged_peer_messages_are_refused() {
         .replace("\"version\":1", "\"version\":2");
     for body in [body.into_bytes(), b"\xff\xfe".to_vec()] {
         let mut buf = Vec::new();
-        encode_frame_into(&mut buf, n1, n0, Epoch(0), &SiteMessage { body }, u32::MAX)
-            .expect("frame");
+        encode_frame_into(
+            &mut buf,
+            n1,
+            n0,
+            EpochId(0),
+            &SiteMessage { body },
+            u32::MAX,
+        )
+        .expect("frame");
         stream1.write_all(&buf).await.expect("write");
     }
 

@@ -12,7 +12,7 @@ use roost_cluster::register::{RegisterMsg, Tag};
 use roost_escrow::logic::Counter;
 use roost_escrow::wire::{self, Frame, StateEntry, TransferResult, WeakDelta};
 use roost_net::auth::{encode_handshake, HandshakeMsg};
-use roost_net::frame::{encode_frame, Envelope, Epoch};
+use roost_net::frame::{encode_frame, Envelope, EpochId};
 use roost_net::NodeId;
 
 fn corpus(target: &str) -> PathBuf {
@@ -32,7 +32,7 @@ fn main() {
         encode_frame(&Envelope::new(
             NodeId(0),
             NodeId(1),
-            Epoch(3),
+            EpochId(3),
             NodeMsg::<RegisterMsg>::App(msg),
         ))
         .expect("encodes")

@@ -740,7 +740,7 @@ mod tests {
         let envelope = crate::frame::encode_frame(&crate::Envelope::new(
             NodeId(1),
             NodeId(2),
-            crate::Epoch(0),
+            crate::EpochId(0),
             7u64,
         ))
         .unwrap();

@@ -28,14 +28,14 @@ impl std::fmt::Display for NodeId {
     }
 }
 
-/// A membership epoch id (Zeus's `e_id`): every membership update increases it,
+/// A membership epoch id (Zeus's `e_id`; not the storage layer's `SiloEpoch`): every membership update increases it,
 /// and every protocol message carries the sender's.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
 )]
-pub struct Epoch(pub u64);
+pub struct EpochId(pub u64);
 
-impl std::fmt::Display for Epoch {
+impl std::fmt::Display for EpochId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "e{}", self.0)
     }
@@ -47,12 +47,12 @@ pub struct Envelope<M> {
     pub version: u16,
     pub from: NodeId,
     pub to: NodeId,
-    pub epoch: Epoch,
+    pub epoch: EpochId,
     pub msg: M,
 }
 
 impl<M> Envelope<M> {
-    pub fn new(from: NodeId, to: NodeId, epoch: Epoch, msg: M) -> Self {
+    pub fn new(from: NodeId, to: NodeId, epoch: EpochId, msg: M) -> Self {
         Envelope {
             version: WIRE_VERSION,
             from,
@@ -70,7 +70,7 @@ struct EnvelopeRef<'a, M> {
     version: u16,
     from: NodeId,
     to: NodeId,
-    epoch: Epoch,
+    epoch: EpochId,
     msg: &'a M,
 }
 
@@ -96,7 +96,7 @@ pub fn encode_frame_into<M: Serialize>(
     buf: &mut Vec<u8>,
     from: NodeId,
     to: NodeId,
-    epoch: Epoch,
+    epoch: EpochId,
     msg: &M,
     max_frame_bytes: u32,
 ) -> Result<(), FrameError> {
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_partial_frames() {
-        let envelope = Envelope::new(NodeId(1), NodeId(2), Epoch(7), (42u64, "hi".to_owned()));
+        let envelope = Envelope::new(NodeId(1), NodeId(2), EpochId(7), (42u64, "hi".to_owned()));
         let bytes = encode_frame(&envelope).unwrap();
         for cut in 0..bytes.len() {
             assert_eq!(decode_frame::<(u64, String)>(&bytes[..cut], 1024), Ok(None));
@@ -225,7 +225,8 @@ mod tests {
             decode_frame::<u8>(&0u32.to_le_bytes(), 1000),
             Err(FrameError::Empty)
         );
-        let mut bytes = encode_frame(&Envelope::new(NodeId(1), NodeId(2), Epoch(0), 5u8)).unwrap();
+        let mut bytes =
+            encode_frame(&Envelope::new(NodeId(1), NodeId(2), EpochId(0), 5u8)).unwrap();
         bytes[4] = 9; // version 9
         assert_eq!(
             decode_frame::<u8>(&bytes, 1000),
@@ -240,7 +241,7 @@ mod tests {
             &mut buf,
             NodeId(0),
             NodeId(1),
-            Epoch(0),
+            EpochId(0),
             &vec![0u8; 100],
             50,
         );

@@ -30,7 +30,7 @@ pub mod transport;
 
 pub use auth::{ClusterSecret, HandshakeError, SecretError};
 pub use chaos::{Chaos, ChaosError, ChaosSettings};
-pub use frame::{Envelope, Epoch, FrameError, NodeId, WIRE_VERSION};
+pub use frame::{Envelope, EpochId, FrameError, NodeId, WIRE_VERSION};
 pub use metrics::MetricsSnapshot;
 pub use transport::{
     ConfigError, Inbox, Message, SendError, StartError, Transport, TransportConfig,

@@ -45,7 +45,7 @@ use tokio::task::JoinHandle;
 
 use crate::auth::{self, ClusterSecret};
 use crate::chaos::{Chaos, Verdict};
-use crate::frame::{decode_frame, encode_frame_into, Envelope, Epoch, NodeId};
+use crate::frame::{decode_frame, encode_frame_into, Envelope, EpochId, NodeId};
 use crate::frame::{DEFAULT_MAX_FRAME_BYTES, LENGTH_PREFIX_BYTES};
 use crate::metrics::{add, Metrics, MetricsSnapshot};
 
@@ -166,7 +166,7 @@ struct Shared {
 struct Inner<M> {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    peers: BTreeMap<NodeId, mpsc::Sender<(Epoch, M)>>,
+    peers: BTreeMap<NodeId, mpsc::Sender<(EpochId, M)>>,
     inbox: mpsc::Sender<Envelope<M>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -286,7 +286,7 @@ impl<M: Message> Transport<M> {
     /// Queues `msg` for `to` without waiting. A message chaos drops reports
     /// `Ok`, as a real network would; a full queue drops it and says so.
     /// Messages to this node itself go straight to its inbox, past chaos.
-    pub fn send(&self, to: NodeId, epoch: Epoch, msg: M) -> Result<(), SendError> {
+    pub fn send(&self, to: NodeId, epoch: EpochId, msg: M) -> Result<(), SendError> {
         let shared = &self.inner.shared;
         if to == shared.me {
             let envelope = Envelope::new(to, to, epoch, msg);
@@ -335,7 +335,12 @@ impl<M: Message> Transport<M> {
 
     /// Like [`Transport::send`], but waits for room in the peer's queue
     /// instead of dropping (backpressure for bulk senders).
-    pub async fn send_when_ready(&self, to: NodeId, epoch: Epoch, msg: M) -> Result<(), SendError> {
+    pub async fn send_when_ready(
+        &self,
+        to: NodeId,
+        epoch: EpochId,
+        msg: M,
+    ) -> Result<(), SendError> {
         if to == self.inner.shared.me {
             let envelope = Envelope::new(to, to, epoch, msg);
             return self
@@ -379,9 +384,9 @@ impl<M: Message> Transport<M> {
 }
 
 fn enqueue<M>(
-    queue: &mpsc::Sender<(Epoch, M)>,
+    queue: &mpsc::Sender<(EpochId, M)>,
     to: NodeId,
-    epoch: Epoch,
+    epoch: EpochId,
     msg: M,
     metrics: &Metrics,
 ) -> Result<(), SendError> {
@@ -545,7 +550,7 @@ async fn connect(addr: SocketAddr, timeout_ms: u64) -> std::io::Result<TcpStream
 async fn drive_peer<M: Message>(
     peer: NodeId,
     addr: SocketAddr,
-    mut queue: mpsc::Receiver<(Epoch, M)>,
+    mut queue: mpsc::Receiver<(EpochId, M)>,
     shared: Arc<Shared>,
 ) {
     let config = &shared.config;
@@ -610,7 +615,7 @@ fn encode_one<M: Message>(
     batch: &mut Vec<u8>,
     shared: &Shared,
     peer: NodeId,
-    (epoch, msg): (Epoch, M),
+    (epoch, msg): (EpochId, M),
 ) -> bool {
     let limit = shared.config.max_frame_bytes;
     match encode_frame_into(batch, shared.me, peer, epoch, &msg, limit) {

@@ -14,7 +14,7 @@ use roost_net::auth::{
 };
 use roost_net::frame::encode_frame;
 use roost_net::{
-    ClusterSecret, ConfigError, Envelope, Epoch, Inbox, NodeId, StartError, Transport,
+    ClusterSecret, ConfigError, Envelope, EpochId, Inbox, NodeId, StartError, Transport,
     TransportConfig,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -96,10 +96,10 @@ async fn peers_with_the_same_secret_exchange_messages() {
     let (b, mut b_in) = nodes.pop().unwrap();
     let (a, mut a_in) = nodes.pop().unwrap();
     for i in 0..200 {
-        a.send_when_ready(NodeId(1), Epoch(2), (i, "to b".into()))
+        a.send_when_ready(NodeId(1), EpochId(2), (i, "to b".into()))
             .await
             .unwrap();
-        b.send_when_ready(NodeId(0), Epoch(2), (i, "to a".into()))
+        b.send_when_ready(NodeId(0), EpochId(2), (i, "to a".into()))
             .await
             .unwrap();
     }
@@ -129,10 +129,10 @@ async fn a_node_with_another_secret_delivers_nothing_while_real_peers_keep_worki
     let deadline = Instant::now() + Duration::from_millis(800);
     let mut i = 0;
     while Instant::now() < deadline {
-        let _ = c.send(NodeId(1), Epoch(0), (i, "intruder".into()));
-        let _ = c.send(NodeId(0), Epoch(0), (i, "intruder".into()));
-        let _ = b.send(NodeId(2), Epoch(0), (i, "leak".into()));
-        a.send(NodeId(1), Epoch(0), (i, "legit".into())).unwrap();
+        let _ = c.send(NodeId(1), EpochId(0), (i, "intruder".into()));
+        let _ = c.send(NodeId(0), EpochId(0), (i, "intruder".into()));
+        let _ = b.send(NodeId(2), EpochId(0), (i, "leak".into()));
+        a.send(NodeId(1), EpochId(0), (i, "legit".into())).unwrap();
         i += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
         at_b.extend(drain(&mut b_in));
@@ -173,7 +173,7 @@ async fn a_node_missing_from_the_peer_table_is_refused_even_with_the_secret() {
     let (stranger, _s_in) =
         Transport::<Msg>::start(NodeId(7), ls, s_peers, config(Some(secret(1)))).unwrap();
     for i in 0..20 {
-        let _ = stranger.send(NodeId(1), Epoch(0), (i, "let me in".into()));
+        let _ = stranger.send(NodeId(1), EpochId(0), (i, "let me in".into()));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(recv_within(&mut b_in, 200).await.is_none());
@@ -191,7 +191,7 @@ async fn an_impostor_without_the_handshake_is_disconnected_and_delivers_nothing(
     let forged = encode_frame(&Envelope::new(
         NodeId(0),
         NodeId(1),
-        Epoch(0),
+        EpochId(0),
         (66u64, "forged".to_owned()),
     ))
     .unwrap();
@@ -229,7 +229,7 @@ async fn an_impostor_without_the_handshake_is_disconnected_and_delivers_nothing(
     assert_eq!(metrics.auth_failures, 3, "{metrics:?}");
     assert_eq!(metrics.msgs_received, 0, "{metrics:?}");
     // The real peer is unaffected.
-    a.send(NodeId(1), Epoch(0), (1, "real".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (1, "real".into())).unwrap();
     let envelope = recv_within(&mut b_in, 3_000).await.expect("delivered");
     assert_eq!(
         (envelope.from, envelope.msg.1.as_str()),
@@ -280,7 +280,7 @@ async fn an_authenticated_connection_carries_only_its_own_nodes_envelopes() {
         encode_frame(&Envelope::new(
             NodeId(from),
             NodeId(1),
-            Epoch(0),
+            EpochId(0),
             (n, String::new()),
         ))
         .unwrap()
@@ -310,8 +310,8 @@ async fn a_transport_without_a_secret_and_one_with_refuse_each_other() {
     let (b, mut b_in) = nodes.pop().unwrap();
     let (a, mut a_in) = nodes.pop().unwrap();
     for i in 0..30 {
-        let _ = a.send(NodeId(1), Epoch(0), (i, "plain".into()));
-        let _ = b.send(NodeId(0), Epoch(0), (i, "secret".into()));
+        let _ = a.send(NodeId(1), EpochId(0), (i, "plain".into()));
+        let _ = b.send(NodeId(0), EpochId(0), (i, "secret".into()));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -387,7 +387,7 @@ async fn garbage_and_oversized_handshakes_are_refused_without_harm() {
     );
     assert_eq!(metrics.msgs_received, 0);
     assert!(b_in.try_recv().is_none());
-    a.send(NodeId(1), Epoch(0), (1, "still fine".into()))
+    a.send(NodeId(1), EpochId(0), (1, "still fine".into()))
         .unwrap();
     assert_eq!(
         recv_within(&mut b_in, 3_000)
@@ -416,7 +416,7 @@ async fn reconnects_redo_the_handshake() {
     let (b, mut b_in) = nodes.pop().unwrap();
     let (a, _a_in) = nodes.pop().unwrap();
     let b_addr = b.local_addr();
-    a.send(NodeId(1), Epoch(0), (0, "first".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (0, "first".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 3_000).await.unwrap().msg.0, 0);
     b.shutdown();
     drop((b, b_in));
@@ -433,7 +433,7 @@ async fn reconnects_redo_the_handshake() {
     )
     .unwrap();
     for i in 1..40 {
-        let _ = a.send(NodeId(1), Epoch(0), (i, "to the wrong b".into()));
+        let _ = a.send(NodeId(1), EpochId(0), (i, "to the wrong b".into()));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(recv_within(&mut imposter_in, 200).await.is_none());
@@ -454,7 +454,7 @@ async fn reconnects_redo_the_handshake() {
     let mut i = 100;
     let arrived = loop {
         assert!(Instant::now() < deadline, "never reconnected");
-        let _ = a.send(NodeId(1), Epoch(0), (i, "again".into()));
+        let _ = a.send(NodeId(1), EpochId(0), (i, "again".into()));
         i += 1;
         if let Some(envelope) = recv_within(&mut b2_in, 20).await {
             break envelope;

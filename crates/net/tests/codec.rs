@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use roost_net::frame::{decode_frame, encode_frame, FrameError, LENGTH_PREFIX_BYTES};
 use roost_net::fuzzing::FuzzMsg;
-use roost_net::{Envelope, Epoch, NodeId};
+use roost_net::{Envelope, EpochId, NodeId};
 
 fn msg() -> impl Strategy<Value = FuzzMsg> {
     prop_oneof![
@@ -22,7 +22,7 @@ fn msg() -> impl Strategy<Value = FuzzMsg> {
 
 fn envelope() -> impl Strategy<Value = Envelope<FuzzMsg>> {
     (any::<u32>(), any::<u32>(), any::<u64>(), msg()).prop_map(|(from, to, epoch, msg)| {
-        Envelope::new(NodeId(from), NodeId(to), Epoch(epoch), msg)
+        Envelope::new(NodeId(from), NodeId(to), EpochId(epoch), msg)
     })
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use roost_net::{ChaosSettings, Envelope, Epoch, Inbox, NodeId, Transport, TransportConfig};
+use roost_net::{ChaosSettings, Envelope, EpochId, Inbox, NodeId, Transport, TransportConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -45,7 +45,7 @@ async fn messages_arrive_in_order_and_in_batches() {
     const N: u64 = 20_000;
     for i in 0..N {
         // Waits for room rather than dropping when the queue is full.
-        a.send_when_ready(NodeId(1), Epoch(3), (i, "x".repeat((i % 7) as usize)))
+        a.send_when_ready(NodeId(1), EpochId(3), (i, "x".repeat((i % 7) as usize)))
             .await
             .unwrap();
     }
@@ -53,7 +53,7 @@ async fn messages_arrive_in_order_and_in_batches() {
         let envelope = recv_within(&mut b_in, 5_000).await.expect("delivered");
         assert_eq!(
             (envelope.from, envelope.to, envelope.epoch),
-            (NodeId(0), NodeId(1), Epoch(3))
+            (NodeId(0), NodeId(1), EpochId(3))
         );
         assert_eq!(envelope.msg.0, i, "per-connection order");
     }
@@ -65,13 +65,13 @@ async fn messages_arrive_in_order_and_in_batches() {
     );
     assert_eq!(b.metrics().msgs_received, N);
     // And back, plus a message to oneself.
-    b.send(NodeId(0), Epoch(3), (7, "back".into())).unwrap();
-    b.send(NodeId(1), Epoch(3), (8, "self".into())).unwrap();
+    b.send(NodeId(0), EpochId(3), (7, "back".into())).unwrap();
+    b.send(NodeId(1), EpochId(3), (8, "self".into())).unwrap();
     let back = recv_within(&mut a_in, 1_000).await.unwrap();
     assert_eq!((back.from, back.msg.0), (NodeId(1), 7));
     assert_eq!(recv_within(&mut b_in, 1_000).await.unwrap().msg.0, 8);
     assert!(matches!(
-        a.send(NodeId(9), Epoch(0), (0, String::new())),
+        a.send(NodeId(9), EpochId(0), (0, String::new())),
         Err(roost_net::SendError::UnknownPeer(NodeId(9)))
     ));
 }
@@ -106,7 +106,7 @@ async fn bad_frames_close_only_their_connection() {
     let stranger = roost_net::frame::encode_frame(&Envelope::new(
         NodeId(5),
         NodeId(1),
-        Epoch(0),
+        EpochId(0),
         (1u64, String::new()),
     ))
     .unwrap();
@@ -115,11 +115,12 @@ async fn bad_frames_close_only_their_connection() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(b.metrics().frames_rejected, bad_inputs.len() as u64 + 1);
     // The real peer is unaffected.
-    a.send(NodeId(1), Epoch(0), (1, "ok".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (1, "ok".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 2_000).await.unwrap().msg.1, "ok");
     // A message too large to send is dropped at the sender, not sent.
-    a.send(NodeId(1), Epoch(0), (2, "y".repeat(4096))).unwrap();
-    a.send(NodeId(1), Epoch(0), (3, "after".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (2, "y".repeat(4096)))
+        .unwrap();
+    a.send(NodeId(1), EpochId(0), (3, "after".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 2_000).await.unwrap().msg.0, 3);
     assert_eq!(a.metrics().dropped_unreachable, 1);
 }
@@ -133,7 +134,7 @@ async fn the_sender_reconnects_after_the_peer_restarts() {
     };
     let ((a, _a_in), (b, mut b_in)) = pair(config.clone()).await;
     let b_addr = b.local_addr();
-    a.send(NodeId(1), Epoch(0), (1, "first".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (1, "first".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 2_000).await.unwrap().msg.0, 1);
     b.shutdown();
     drop((b, b_in));
@@ -147,7 +148,7 @@ async fn the_sender_reconnects_after_the_peer_restarts() {
     let mut i = 2;
     loop {
         assert!(Instant::now() < deadline, "never reconnected");
-        let _ = a.send(NodeId(1), Epoch(0), (i, "again".into()));
+        let _ = a.send(NodeId(1), EpochId(0), (i, "again".into()));
         i += 1;
         if recv_within(&mut b2_in, 20).await.is_some() {
             break;
@@ -159,7 +160,7 @@ async fn the_sender_reconnects_after_the_peer_restarts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_drops_duplicates_delays_and_partitions() {
     let ((a, _a_in), (b, mut b_in)) = pair(TransportConfig::default()).await;
-    a.send(NodeId(1), Epoch(0), (0, "warm".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (0, "warm".into())).unwrap();
     recv_within(&mut b_in, 2_000).await.unwrap();
 
     a.chaos()
@@ -168,7 +169,8 @@ async fn chaos_drops_duplicates_delays_and_partitions() {
             ..ChaosSettings::default()
         })
         .unwrap();
-    a.send(NodeId(1), Epoch(0), (1, "dropped".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (1, "dropped".into()))
+        .unwrap();
     assert!(recv_within(&mut b_in, 100).await.is_none());
 
     a.chaos()
@@ -177,7 +179,7 @@ async fn chaos_drops_duplicates_delays_and_partitions() {
             ..ChaosSettings::default()
         })
         .unwrap();
-    a.send(NodeId(1), Epoch(0), (2, "twice".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (2, "twice".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 1_000).await.unwrap().msg.0, 2);
     assert_eq!(recv_within(&mut b_in, 1_000).await.unwrap().msg.0, 2);
 
@@ -188,7 +190,7 @@ async fn chaos_drops_duplicates_delays_and_partitions() {
         })
         .unwrap();
     let sent = Instant::now();
-    a.send(NodeId(1), Epoch(0), (3, "late".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (3, "late".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 2_000).await.unwrap().msg.0, 3);
     assert!(sent.elapsed() >= Duration::from_millis(150));
 
@@ -200,10 +202,10 @@ async fn chaos_drops_duplicates_delays_and_partitions() {
             ..ChaosSettings::default()
         })
         .unwrap();
-    a.send(NodeId(1), Epoch(0), (4, "cut".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (4, "cut".into())).unwrap();
     assert!(recv_within(&mut b_in, 150).await.is_none());
     b.chaos().set(ChaosSettings::default()).unwrap();
-    a.send(NodeId(1), Epoch(0), (5, "healed".into())).unwrap();
+    a.send(NodeId(1), EpochId(0), (5, "healed".into())).unwrap();
     assert_eq!(recv_within(&mut b_in, 1_000).await.unwrap().msg.0, 5);
     assert!(a
         .chaos()

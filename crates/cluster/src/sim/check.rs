@@ -5,7 +5,7 @@
 //!   than an installed view that excludes it (a removed node stopped serving
 //!   before it was removed).
 
-use roost_net::Epoch;
+use roost_net::EpochId;
 
 use super::core::{Checker, Violation, World};
 use crate::protocol::Protocol;
@@ -48,7 +48,7 @@ impl<P: Protocol, H> Checker<P, H> for LeaseSafety {
             let epoch = node.epoch();
             let excluded = world
                 .views
-                .range(Epoch(epoch.0 + 1)..)
+                .range(EpochId(epoch.0 + 1)..)
                 .find(|(_, view)| !view.contains(slot.id(), slot.incarnation()));
             if let Some((later, _)) = excluded {
                 return Err(Violation::new(

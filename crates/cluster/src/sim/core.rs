@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roost_net::{Epoch, NodeId};
+use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -296,7 +296,7 @@ pub struct World<'a, P: Protocol> {
     /// The views installed during this event: by whom (and its incarnation).
     pub installs: &'a [(NodeId, Incarnation, View)],
     /// The first install of every epoch so far, this event's included.
-    pub views: &'a BTreeMap<Epoch, View>,
+    pub views: &'a BTreeMap<EpochId, View>,
 }
 
 /// A safety property, checked over the live protocol states after every
@@ -347,7 +347,7 @@ enum Event<M> {
     Deliver {
         from: NodeId,
         to: NodeId,
-        epoch: Epoch,
+        epoch: EpochId,
         msg: NodeMsg<M>,
     },
     Timer {
@@ -429,7 +429,7 @@ where
     /// Directed links that are cut.
     cut: BTreeSet<(NodeId, NodeId)>,
     installs: Vec<(NodeId, Incarnation, View)>,
-    views: BTreeMap<Epoch, View>,
+    views: BTreeMap<EpochId, View>,
     factory: F,
     workload: W,
     checker: C,
@@ -707,7 +707,7 @@ where
         }
     }
 
-    fn deliver(&mut self, from: NodeId, to: NodeId, epoch: Epoch, msg: NodeMsg<P::Msg>) {
+    fn deliver(&mut self, from: NodeId, to: NodeId, epoch: EpochId, msg: NodeMsg<P::Msg>) {
         if self.cut.contains(&(from, to)) || self.nodes[to.0 as usize].node.is_none() {
             return;
         }
@@ -866,7 +866,7 @@ where
         fx.logs.clear();
     }
 
-    fn send(&mut self, from: NodeId, to: NodeId, epoch: Epoch, msg: NodeMsg<P::Msg>) {
+    fn send(&mut self, from: NodeId, to: NodeId, epoch: EpochId, msg: NodeMsg<P::Msg>) {
         if self.cut.contains(&(from, to)) || self.rng.random_bool(self.config.drop_probability) {
             return;
         }

@@ -77,6 +77,8 @@ pub enum FailReason {
     Busy,
     /// `max_pending_requests` reached.
     TooManyPending,
+    /// `max_objects` reached: no room for this object's metadata.
+    TooManyObjects,
     /// No directory replica of the object is live.
     NoDirectory,
     /// The owner cannot stop being a reader (it must hand ownership over).
@@ -572,7 +574,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             is_dir || entry.is_some_and(|e| e.blocked() || e.o_replicas.owner == Some(self.me));
         if !arbiter {
             if self.new_entry(&key).is_err() {
-                return fail(fx, key, FailReason::TooManyPending);
+                return fail(fx, key, FailReason::TooManyObjects);
             }
             let entry = self.entries.get_mut(&key).expect("just made");
             debug_assert_eq!(entry.o_state, OState::Valid);

@@ -383,6 +383,22 @@ impl World {
         self.deliver(i)
     }
 
+    /// Loses the first message matching (tests of lost messages).
+    pub fn lose_where(&mut self, pred: impl Fn(&InFlight) -> bool) -> InFlight {
+        let i = self.find(pred).expect("a matching message in flight");
+        self.net.remove(i)
+    }
+
+    /// Crashes `id` and lets every live node install the new view.
+    pub fn crash_and_install(&mut self, id: NodeId) -> Vec<StepOut> {
+        self.crash(id);
+        let mut outs = Vec::new();
+        for other in self.live() {
+            outs.push(self.install(other));
+        }
+        outs
+    }
+
     pub fn owners(&self, key: Key) -> Vec<NodeId> {
         self.live()
             .into_iter()

@@ -84,10 +84,13 @@
 //! messages), and a requester re-sends its REQ after
 //! [`OwnershipConfig::retransmit_ms`].
 //!
-//! Deviation from the TLA+ spec: a dead requester's change-owner leaves the
-//! old owner in place (the spec leaves the object ownerless, owner `0`); the
-//! old owner only froze, its data is the latest, and the object stays
-//! writable without another request.
+//! A dead requester's request is applied as if it were live and the dead
+//! node then stripped (the spec's `post_sVec(n, 0, ...)`): a change-owner
+//! whose requester died leaves the object ownerless, its data with the
+//! readers (the demoted owner among them). That way an arbiter that applied
+//! the VAL before the view change and one that finishes the request after it
+//! agree. (An earlier version of this crate kept the old owner instead; the
+//! model checker found the two disagreeing.)
 //!
 //! # Bad input
 //!

@@ -81,16 +81,19 @@ impl OReplicas {
         self.len() == 0
     }
 
-    /// The post-request sharer vector (`post_oVec`). `requester` is `None`
-    /// when the requester is not live: its request then changes nothing
-    /// (the seed's "a dead requester's request is finished without it"; we
-    /// keep the old owner instead of leaving the object ownerless, see the
-    /// crate documentation).
-    pub fn post(&self, requester: Option<NodeId>, kind: ArbKind) -> OReplicas {
+    /// The post-request sharer vector (`post_oVec`): for add-owner and
+    /// change-owner the requester becomes the owner and the old owner a
+    /// reader; add-reader adds the requester to the readers, remove-reader
+    /// removes it; NOOP changes nothing. A dead requester is applied the same
+    /// way and then stripped with the other dead nodes ([`retain_live`]), so
+    /// an arbiter that applied before a view change and one that finishes
+    /// the request without its requester afterwards agree (the spec's
+    /// `post_sVec(n, 0, ...)`: the object is then ownerless, its data with
+    /// the readers).
+    ///
+    /// [`retain_live`]: OReplicas::retain_live
+    pub fn post(&self, requester: NodeId, kind: ArbKind) -> OReplicas {
         let mut next = self.clone();
-        let Some(requester) = requester else {
-            return next;
-        };
         match kind {
             ArbKind::Request(RequestKind::AddOwner | RequestKind::ChangeOwner) => {
                 if let Some(old) = next.owner {
@@ -221,21 +224,25 @@ mod tests {
     fn post_vectors() {
         let mut pre = OReplicas::owned_by(n(1));
         pre.readers.insert(n(2));
-        let change = pre.post(Some(n(2)), ArbKind::Request(RequestKind::ChangeOwner));
+        let change = pre.post(n(2), ArbKind::Request(RequestKind::ChangeOwner));
         assert_eq!(change.owner, Some(n(2)));
         assert_eq!(change.readers, BTreeSet::from([n(1)]));
-        let add = pre.post(Some(n(3)), ArbKind::Request(RequestKind::AddOwner));
+        let add = pre.post(n(3), ArbKind::Request(RequestKind::AddOwner));
         assert_eq!(add.owner, Some(n(3)));
         assert_eq!(add.readers, BTreeSet::from([n(1), n(2)]));
-        let reader = pre.post(Some(n(3)), ArbKind::Request(RequestKind::AddReader));
+        let reader = pre.post(n(3), ArbKind::Request(RequestKind::AddReader));
         assert_eq!(reader.readers, BTreeSet::from([n(2), n(3)]));
-        let removed = pre.post(Some(n(2)), ArbKind::Request(RequestKind::RemoveReader));
+        let removed = pre.post(n(2), ArbKind::Request(RequestKind::RemoveReader));
         assert!(removed.readers.is_empty());
-        assert_eq!(pre.post(None, ArbKind::Request(RequestKind::AddOwner)), pre);
-        assert_eq!(pre.post(Some(n(3)), ArbKind::Noop), pre);
+        // A dead requester: applied, then stripped.
+        let mut dead = pre.post(n(3), ArbKind::Request(RequestKind::AddOwner));
+        dead.retain_live(|x| x != n(3));
+        assert_eq!(dead.owner, None);
+        assert_eq!(dead.readers, BTreeSet::from([n(1), n(2)]));
+        assert_eq!(pre.post(n(3), ArbKind::Noop), pre);
         // The owner asking to read changes nothing.
         assert_eq!(
-            pre.post(Some(n(1)), ArbKind::Request(RequestKind::AddReader)),
+            pre.post(n(1), ArbKind::Request(RequestKind::AddReader)),
             pre
         );
     }

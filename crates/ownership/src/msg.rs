@@ -124,6 +124,11 @@ pub struct Ack {
 pub struct Val {
     pub o_ts: OTs,
     pub r_ts: RTs,
+    /// From the requester: the highest attempt version it has issued. No
+    /// directory replica drives an attempt of it at or below this
+    /// afterwards (a late REQ of an attempt the requester moved on from).
+    /// 0 from a replayer.
+    pub r_floor: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -147,6 +152,10 @@ pub enum NackReason {
     /// Reply to an INV smaller than the arbiter's `o_ts`; carries the
     /// arbiter's current metadata.
     Stale,
+    /// The requester refuses a replayed win it has not applied and cannot
+    /// (the replay brought no rows); it never applies that arbitration, so
+    /// the replayer may release the arbiters with a NOOP.
+    Refused,
 }
 
 impl NackReason {

@@ -112,8 +112,14 @@ struct Arb {
     data_from: Option<NodeId>,
     ack_to: NodeId,
     create: bool,
-    /// This node (the owner or data source) NACKed it: a pending commit.
+    /// This node (the owner) NACKed it: a pending commit.
     refused: bool,
+    /// This node replays it (arb-replay: the ACKs come to it).
+    replaying: bool,
+    /// A replay that proceeds without the rows (no live source, or the
+    /// source reader has a pending commit): the requester decides with the
+    /// RESP (apply if it already has, else refuse).
+    no_data: bool,
     /// When it was accepted or last replayed (the stuck timer).
     since_ms: u64,
     /// Set while this node collects the ACKs (it replays the arbitration,
@@ -141,6 +147,12 @@ struct Entry {
     seen: BTreeMap<NodeId, u64>,
     /// The access level last reported to the store.
     reported: Access,
+    /// As a data-source reader: the arbitration this node refused to ship
+    /// rows for (a pending commit); it refuses it again, so that the refusal
+    /// is a proof the arbitration cannot complete.
+    source_refused: Option<OTs>,
+    /// As requester: a replayed win this node refused; it never applies it.
+    refused_win: Option<(OTs, RTs)>,
 }
 
 impl Entry {
@@ -153,6 +165,8 @@ impl Entry {
             arb: None,
             seen: BTreeMap::new(),
             reported: Access::None,
+            source_refused: None,
+            refused_win: None,
         }
     }
 
@@ -298,6 +312,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         self.me
     }
 
+    /// Plants bugs (the model checker's tests; never in production).
+    #[doc(hidden)]
+    pub fn set_bugs(&mut self, bugs: OwnershipBugs) {
+        self.bugs = bugs;
+    }
+
     pub fn config(&self) -> &OwnershipConfig {
         &self.config
     }
@@ -417,6 +437,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         directory(key, ctx.nodes, self.config.directory_replicas)
     }
 
+    /// The object's live directory replicas, this node excepted.
+    fn live_dir_others(&self, ctx: &Context<'_>, key: &K) -> BTreeSet<NodeId> {
+        self.dir(ctx, key)
+            .into_iter()
+            .filter(|&n| n != self.me && live(ctx, n))
+            .collect()
+    }
+
     /// Arms the tick timer for `at` unless it fires earlier already.
     fn schedule(&mut self, ctx: &Context<'_>, fx: &mut Fx<K>, at: u64) {
         if self.armed_at.is_none_or(|armed| at < armed) {
@@ -470,7 +498,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let needed = is_dir
             || entry.o_replicas.holds(me)
             || entry.blocked()
-            || entry.o_state == OState::Request;
+            || entry.o_state == OState::Request
+            || entry.refused_win.is_some();
         if !needed {
             debug_assert!(!self.blocked.contains(key));
             self.entries.remove(key);
@@ -810,6 +839,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     let val = Val {
                         o_ts: win.o_ts,
                         r_ts: win.r_ts,
+                        r_floor: self.last_r_ts,
                     };
                     for &node in win.val_to.iter().filter(|&&n| n != me) {
                         self.send(ctx, fx, node, key, Body::Val(val.clone()));
@@ -817,6 +847,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     return;
                 }
             }
+        }
+        if self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.refused_win == Some((win.o_ts, win.r_ts)))
+        {
+            return self.refuse_win(ctx, from, key, &win, fx);
         }
         let answers = self
             .requests
@@ -826,20 +863,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let data = match win.data {
             Some(data) => Some(data),
             None if needs_data => {
+                // Only a create's own rows, or none: a replay that found no
+                // rows (this node has not applied it, or it would have
+                // answered as applied above). Refuse it for good.
                 let create = answers.then(|| self.requests[key].create.clone()).flatten();
                 match create {
                     Some(data) => Some(data),
-                    None if win.pre.is_empty() => {
-                        // A create whose request was answered before it won:
-                        // its rows are gone with the request.
-                        fx.log(format!(
-                            "ownership {me}: late create of {key:?} won; installed empty"
-                        ));
-                        Some(ObjectData::default())
-                    }
-                    None => {
-                        return self.drop_input(fx, DropReason::MissingData, from, "win");
-                    }
+                    None => return self.refuse_win(ctx, from, key, &win, fx),
                 }
             }
             None => None,
@@ -853,11 +883,19 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             self.entries.insert(key.clone(), Entry::fresh());
         }
         let entry = self.entries.get_mut(key).expect("present");
+        debug_assert!(entry.refused_win.is_none_or(|(o, _)| o != win.o_ts));
+        if entry.refused_win.is_some_and(|(o, _)| o < win.o_ts) {
+            entry.refused_win = None;
+        }
         entry.o_ts = win.o_ts;
-        entry.o_replicas = win.pre.post(Some(me), ArbKind::Request(win.kind));
+        entry.o_replicas = win.pre.post(me, ArbKind::Request(win.kind));
         entry.o_state = OState::Valid;
         entry.last_r_ts = win.r_ts;
         entry.arb = None;
+        // As our VAL tells the others: no older attempt of ours is driven
+        // here afterwards.
+        let floor = entry.seen.entry(me).or_insert(0);
+        *floor = (*floor).max(self.last_r_ts);
         debug_assert!(entry.o_replicas.holds(me) == win.kind.wants_data());
         debug_assert!(!win.kind.wants_ownership() || entry.o_replicas.owner == Some(me));
         self.blocked.remove(key);
@@ -900,10 +938,48 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let val = Val {
             o_ts: win.o_ts,
             r_ts: win.r_ts,
+            r_floor: self.last_r_ts,
         };
         for &node in win.val_to.iter().filter(|&&n| n != me) {
             self.send(ctx, fx, node, key, Body::Val(val.clone()));
         }
+    }
+
+    /// Refuses a replayed win this node cannot apply (no rows), for good:
+    /// remembered, NACKed to the replayer (which releases the arbiters), and
+    /// the attempt counts as NACKed.
+    fn refuse_win(&mut self, ctx: &Context<'_>, from: NodeId, key: &K, win: &Win, fx: &mut Fx<K>) {
+        if self.new_entry(key).is_err() {
+            // The refusal must be remembered: grow past the bound.
+            self.entries.insert(key.clone(), Entry::fresh());
+        }
+        let entry = self.entries.get_mut(key).expect("present");
+        entry.refused_win = Some((win.o_ts, win.r_ts));
+        debug_assert!(entry.o_ts <= win.o_ts);
+        self.stats.refused_wins += 1;
+        let nack = Nack {
+            r_ts: win.r_ts,
+            o_ts: Some(win.o_ts),
+            reason: NackReason::Refused,
+            current: Some(Current {
+                o_ts: win.o_ts,
+                valid: false,
+                o_replicas: win.pre.clone(),
+            }),
+        };
+        // To the replayer and every live directory replica: any of them that
+        // holds it (or never saw it) releases it.
+        let mut to = self.live_dir_others(ctx, key);
+        to.insert(from);
+        self.nack(ctx, fx, &to, key, nack);
+        let current = self
+            .requests
+            .get(key)
+            .is_some_and(|p| matches!(&p.phase, Phase::Requesting(a) if a.r_ts == win.r_ts));
+        if current {
+            self.requester_nacked(ctx, key, NackReason::Refused, fx);
+        }
+        self.settle(ctx, key);
     }
 
     // ---- driver -----------------------------------------------------------
@@ -995,6 +1071,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             ack_to: from,
             create: req.create,
             refused: false,
+            no_data: false,
+            replaying: false,
             since_ms: ctx.now_ms,
             collect: None,
         });
@@ -1128,7 +1206,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                         r_ts: inv.r_ts,
                         o_ts: Some(inv.o_ts),
                         reason: NackReason::PendingCommit,
-                        current: None,
+                        current: Some(Current {
+                            o_ts: inv.o_ts,
+                            valid: false,
+                            o_replicas: entry.o_replicas.clone(),
+                        }),
                     };
                     return self.nack(ctx, fx, &to, key, nack);
                 }
@@ -1178,7 +1260,19 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     ) {
         debug_assert_eq!(inv.data_from, Some(self.me));
         debug_assert!(!self.dir(ctx, key).contains(&self.me));
-        if inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key) {
+        let entry = self.entries.get_mut(key).expect("a reader has an entry");
+        let refused_before = entry.source_refused == Some(inv.o_ts);
+        if entry.source_refused.is_some_and(|o| o < inv.o_ts) {
+            entry.source_refused = None;
+        }
+        let pending = inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key);
+        if refused_before || pending {
+            // Refuse, and keep refusing this arbitration (a retransmitted or
+            // replayed INV must not get the rows later: the driver may have
+            // released the arbiters on our first NACK).
+            let entry = self.entries.get_mut(key).expect("present");
+            entry.source_refused = Some(inv.o_ts);
+            debug_assert!(entry.source_refused.is_some());
             let to = nack_targets(&inv, from);
             let nack = Nack {
                 r_ts: inv.r_ts,
@@ -1234,6 +1328,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             ack_to: inv.ack_to,
             create: inv.create,
             refused,
+            no_data: false,
+            replaying: false,
             since_ms: ctx.now_ms,
             collect: None,
         });
@@ -1255,7 +1351,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 r_ts: inv.r_ts,
                 o_ts: Some(inv.o_ts),
                 reason: NackReason::PendingCommit,
-                current: None,
+                current: Some(Current {
+                    o_ts: inv.o_ts,
+                    valid: false,
+                    o_replicas: inv.o_replicas.clone(),
+                }),
             };
             return self.nack(ctx, fx, &to, key, nack);
         }
@@ -1272,7 +1372,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let Some(arb) = &entry.arb else {
             return;
         };
-        let leads = entry.o_state == OState::Drive || arb.collect.is_some();
+        let leads = entry.o_state == OState::Drive || arb.replaying;
         let requester = entry.last_r_ts.node;
         if arb.refused || !leads || arb.r_type == ArbKind::Noop || !live(ctx, requester) {
             return;
@@ -1296,9 +1396,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert!(!arb.refused);
         debug_assert!(matches!(entry.o_state, OState::Invalid | OState::Drive));
         let requester = entry.last_r_ts.node;
-        let live_requester = live(ctx, requester).then_some(requester);
         let was_holder = entry.o_replicas.holds(me);
-        entry.o_replicas = entry.o_replicas.post(live_requester, arb.r_type);
+        let mut post = entry.o_replicas.post(requester, arb.r_type);
+        post.retain_live(|n| live(ctx, n));
+        entry.o_replicas = post;
         entry.o_state = OState::Valid;
         let holder = entry.o_replicas.holds(me);
         self.blocked.remove(key);
@@ -1319,6 +1420,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !may_send {
             return self.drop_input(fx, DropReason::ForgedSender, from, "VAL");
         }
+        if from == val.r_ts.node && val.r_floor > 0 {
+            // The requester moved past every attempt up to r_floor.
+            let entry = self.entries.get_mut(key).expect("present");
+            let seen = entry.seen.entry(from).or_insert(0);
+            *seen = (*seen).max(val.r_floor);
+            debug_assert!(entry.seen.len() <= ctx.nodes.len() + 1);
+        }
+        let entry = self.entries.get(key).expect("present");
         match val.o_ts.cmp(&entry.o_ts) {
             std::cmp::Ordering::Less => self.drop_input(fx, DropReason::Stale, from, "VAL"),
             std::cmp::Ordering::Greater => {
@@ -1377,36 +1486,90 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let Some(entry) = self.entries.get(key) else {
             return false;
         };
-        let Some(arb) = &entry.arb else {
-            return false;
-        };
-        if entry.o_ts != o_ts || entry.last_r_ts != nack.r_ts || arb.refused {
-            return false;
-        }
-        let leads = entry.o_state == OState::Drive || arb.collect.is_some();
-        match nack.reason {
-            NackReason::PendingCommit if is_dir && leads => {
-                let refuser = entry.o_replicas.owner == Some(from) || arb.data_from == Some(from);
-                if !refuser {
-                    self.drop_input(fx, DropReason::ForgedSender, from, "NACK");
-                    return true;
+        // Holds exactly the refused arbitration (not refused by us).
+        let holds = entry.o_ts == o_ts
+            && entry.last_r_ts == nack.r_ts
+            && entry.arb.as_ref().is_some_and(|a| !a.refused);
+        let source_refusal = nack.reason == NackReason::PendingCommit
+            && holds
+            && entry
+                .arb
+                .as_ref()
+                .is_some_and(|a| a.data_from == Some(from))
+            && entry.o_replicas.owner != Some(from);
+        if source_refusal {
+            let arb = entry.arb.as_ref().expect("held");
+            if arb.replaying {
+                // A replay: a reader's refusal does not prove that the
+                // arbitration never completed (the requester may have
+                // applied it, in an earlier epoch, with other rows). Finish
+                // without the rows; the requester decides.
+                let entry = self.entries.get_mut(key).expect("present");
+                let arb = entry.arb.as_mut().expect("held");
+                if let Some(collect) = arb.collect.as_mut() {
+                    arb.no_data = true;
+                    collect.got.insert(from);
+                    self.collect_done(ctx, key, fx);
                 }
-                self.start_noop(ctx, key, NackReason::PendingCommit, fx);
-                true
+            } else if is_dir {
+                // The fast path needs the source's rows, and it keeps
+                // refusing this arbitration: it can never complete.
+                let pre = entry.o_replicas.clone();
+                self.start_noop(ctx, key, o_ts, pre, NackReason::PendingCommit, fx);
             }
-            NackReason::Stale if !is_dir => {
+            return true;
+        }
+        // A proof that the arbitration can never complete: its owner (an
+        // arbiter every completion needs) refused it and keeps refusing, or
+        // its requester refused its win and never applies it. It carries the
+        // arbitration's pre-vector, the latest completed state (a valid
+        // driver bumped it), so any directory replica at or below it can
+        // release it with a NOOP.
+        let proof = matches!(nack.reason, NackReason::PendingCommit | NackReason::Refused);
+        if proof && is_dir && entry.o_ts <= o_ts {
+            let pre = if holds {
+                entry.o_replicas.clone()
+            } else {
+                match &nack.current {
+                    Some(current) if current.o_ts == o_ts => {
+                        let mut pre = current.o_replicas.clone();
+                        pre.retain_live(|n| live(ctx, n));
+                        pre
+                    }
+                    _ => return false,
+                }
+            };
+            let by_prover = match nack.reason {
+                NackReason::PendingCommit => pre.owner == Some(from),
+                _ => from == nack.r_ts.node && nack.r_ts.version > 0,
+            };
+            if !by_prover {
+                self.drop_input(fx, DropReason::ForgedSender, from, "NACK");
+                return true;
+            }
+            if entry.o_ts == o_ts && !holds {
+                return false; // we refused it ourselves, or another request
+            }
+            self.start_noop(ctx, key, o_ts, pre, nack.reason, fx);
+            return true;
+        }
+        match nack.reason {
+            NackReason::Stale if holds && !is_dir => {
                 let Some(current) = &nack.current else {
                     return false;
                 };
-                let demoted = current.valid
-                    && current.o_ts > entry.o_ts
+                // A directory replica is past our arbitration, so it can
+                // no longer complete with us (or it did, and we lost its
+                // VAL). If the directory's vector does not make us the owner,
+                // we are no arbiter of what followed: adopt it (even while
+                // that replica is mid-arbitration: its pre-vector is what
+                // holds for us, a reader at most).
+                let demoted = current.o_ts > entry.o_ts
                     && current.o_replicas.owner != Some(me)
                     && dir_contains_ts(&self.dir(ctx, key), current.o_ts);
                 if !demoted || !self.dir(ctx, key).contains(&from) {
                     return false;
                 }
-                // This arbitration ended without us (we lost its VAL): adopt
-                // the directory's metadata, in which we are not the owner.
                 let entry = self.entries.get_mut(key).expect("present");
                 entry.o_ts = current.o_ts;
                 entry.o_state = OState::Valid;
@@ -1505,7 +1668,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let arb = entry.arb.as_mut().expect("collecting");
         let collect = arb.collect.as_ref().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
-        if collect.got != arb.ackers || (arb.data_from.is_some() && collect.data.is_none()) {
+        let rows_ready = arb.data_from.is_none() || collect.data.is_some() || arb.no_data;
+        if collect.got != arb.ackers || !rows_ready {
             return;
         }
         let collect = arb.collect.take().expect("collecting");
@@ -1530,7 +1694,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     self.stats.finished_without_requester += 1;
                 }
                 self.apply_val(ctx, key);
-                let val = Val { o_ts, r_ts };
+                let val = Val {
+                    o_ts,
+                    r_ts,
+                    r_floor: 0,
+                };
                 for &node in val_to.iter().filter(|&&n| n != me) {
                     self.send(ctx, fx, node, key, Body::Val(val.clone()));
                 }
@@ -1558,18 +1726,17 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let data_from = needs_data
             .then(|| data_source(ctx, &pre, requester))
             .flatten();
-        if needs_data && data_from.is_none() {
-            // Nobody live holds the rows: this request can never complete.
-            if dir.contains(&me) {
-                self.start_noop(ctx, key, NackReason::DataLost, fx);
-            }
-            return;
-        }
+        // Nobody else live holds the rows. The requester may have applied
+        // already (in an earlier epoch), and then holds them: the replay
+        // proceeds without, and the requester decides on the RESP.
+        let no_data = needs_data && data_from.is_none();
         let ackers = ackers_for(ctx, &dir, &pre, data_from, me);
         let entry = self.entries.get_mut(key).expect("present");
         let arb = entry.arb.as_mut().expect("an arbitration to replay");
         arb.ackers = ackers;
         arb.data_from = data_from;
+        arb.no_data = no_data;
+        arb.replaying = true;
         arb.ack_to = me;
         arb.since_ms = ctx.now_ms;
         arb.collect = Some(Collect::default());
@@ -1580,32 +1747,46 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         self.send_round(ctx, key, fx);
     }
 
-    /// NOOP: a driver releases the arbiters of an arbitration that cannot
-    /// complete (its owner refused it, or its data is lost) by arbitrating a
-    /// greater `o_ts` that changes nothing.
-    fn start_noop(&mut self, ctx: &Context<'_>, key: &K, why: NackReason, fx: &mut Fx<K>) {
+    /// NOOP: a directory replica releases the arbiters of an arbitration
+    /// `dead` that can never complete (its owner refused it, its requester
+    /// refused its win, or its data source refused on the fast path) by
+    /// arbitrating a greater `o_ts` that changes nothing. This node either
+    /// holds `dead` (its vector is `dead`'s pre-vector) or is valid below it
+    /// (never saw it: its vector is that pre-vector too).
+    fn start_noop(
+        &mut self,
+        ctx: &Context<'_>,
+        key: &K,
+        dead: OTs,
+        pre: OReplicas,
+        why: NackReason,
+        fx: &mut Fx<K>,
+    ) {
         let me = self.me;
         let dir = self.dir(ctx, key);
         debug_assert!(dir.contains(&me));
         let entry = self.entries.get(key).expect("present");
-        let arb = entry.arb.as_ref().expect("an arbitration to abort");
-        debug_assert!(!arb.refused);
-        let requester = entry.last_r_ts.node;
-        if matches!(arb.r_type, ArbKind::Request(_)) && live(ctx, requester) {
-            let nack = Nack {
-                r_ts: entry.last_r_ts,
-                o_ts: Some(entry.o_ts),
-                reason: why,
-                current: None,
-            };
-            self.nack(ctx, fx, &BTreeSet::from([requester]), key, nack);
+        debug_assert!(entry.o_ts <= dead);
+        if let Some(arb) = &entry.arb {
+            let requester = entry.last_r_ts.node;
+            if matches!(arb.r_type, ArbKind::Request(_)) && live(ctx, requester) && !arb.refused {
+                let nack = Nack {
+                    r_ts: entry.last_r_ts,
+                    o_ts: Some(entry.o_ts),
+                    reason: why,
+                    current: None,
+                };
+                self.nack(ctx, fx, &BTreeSet::from([requester]), key, nack);
+            }
         }
-        let entry = self.entries.get(key).expect("present");
-        let pre = entry.o_replicas.clone();
         let ackers = ackers_for(ctx, &dir, &pre, None, me);
         let entry = self.entries.get_mut(key).expect("present");
         let old = entry.o_ts;
-        entry.o_ts = old.bumped(me);
+        if entry.o_replicas.holds(me) && !pre.holds(me) {
+            self.store.remove(key);
+        }
+        entry.o_replicas = pre;
+        entry.o_ts = old.max(dead).bumped(me);
         entry.o_state = OState::Drive;
         entry.last_r_ts = RTs {
             version: 0,
@@ -1619,15 +1800,19 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             ack_to: me,
             create: false,
             refused: false,
+            no_data: false,
+            replaying: false,
             since_ms: ctx.now_ms,
             collect: Some(Collect::default()),
         });
-        debug_assert!(entry.o_ts > old);
+        debug_assert!(entry.o_ts > old && entry.o_ts > dead);
+        self.blocked.insert(key.clone());
         self.stats.noops += 1;
         self.recovery.remove(key);
         if let Some(after) = self.config.replay_after_ms {
             self.schedule(ctx, fx, ctx.now_ms.saturating_add(after));
         }
+        self.settle(ctx, key);
         self.send_round(ctx, key, fx);
     }
 
@@ -1655,7 +1840,30 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             };
             let refused = entry.arb.as_ref().is_some_and(|a| a.refused);
             if refused {
-                continue; // a directory replica's replay will meet our NACK
+                // We (the owner) refused it: it can never complete. Release
+                // it ourselves if we are a directory replica, else prove it to
+                // them (its driver may be gone with our first NACK).
+                let (o_ts, r_ts) = (entry.o_ts, entry.last_r_ts);
+                let pre = entry.o_replicas.clone();
+                if self.dir(ctx, key).contains(&self.me) {
+                    self.start_noop(ctx, key, o_ts, pre, NackReason::PendingCommit, fx);
+                } else {
+                    let to = self.live_dir_others(ctx, key);
+                    if !to.is_empty() {
+                        let nack = Nack {
+                            r_ts,
+                            o_ts: Some(o_ts),
+                            reason: NackReason::PendingCommit,
+                            current: Some(Current {
+                                o_ts,
+                                valid: false,
+                                o_replicas: pre.clone(),
+                            }),
+                        };
+                        self.nack(ctx, fx, &to, key, nack);
+                    }
+                }
+                continue;
             }
             self.recovery.insert(key.clone());
             self.start_replay(ctx, key, fx);

@@ -108,6 +108,8 @@ pub struct Stats {
     pub finished_without_requester: u64,
     /// REQ retransmissions.
     pub retransmits: u64,
+    /// Replayed wins this node refused as requester (no rows to apply).
+    pub refused_wins: u64,
 }
 
 impl Stats {

@@ -130,6 +130,7 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
             version: 1,
             node: n(4),
         },
+        r_floor: 0,
     };
     rejected(
         &mut world,
@@ -332,6 +333,7 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
             version: 1,
             node: n(2),
         },
+        r_floor: 0,
     };
     rejected(
         &mut world,
@@ -511,11 +513,9 @@ fn injected_garbage_never_panics() {
             Body::Ack(ack) => match r % 3 {
                 0 => ack.data = Some(data(r >> 40)),
                 1 => ack.o_ts.version += 1,
-                _ => ack
-                    .ackers
-                    .insert(n((r >> 8) as u32 % 5))
-                    .then_some(())
-                    .unwrap_or(()),
+                _ => {
+                    ack.ackers.insert(n((r >> 8) as u32 % 5));
+                }
             },
             Body::Val(val) => val.o_ts.version = val.o_ts.version.wrapping_add(r % 3),
             Body::Nack(nack) => nack.reason = NackReason::PendingCommit,
@@ -572,6 +572,7 @@ fn wire_format_round_trips_and_is_versioned() {
         Body::Val(Val {
             o_ts: inv.o_ts,
             r_ts: inv.r_ts,
+            r_floor: 0,
         }),
         Body::Nack(Nack {
             r_ts: inv.r_ts,
@@ -613,6 +614,7 @@ fn wire_format_round_trips_and_is_versioned() {
         Body::Val(Val {
             o_ts: OTs::ZERO,
             r_ts: RTs::default(),
+            r_floor: 0,
         }),
     ))
     .unwrap();

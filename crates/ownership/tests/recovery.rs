@@ -10,8 +10,7 @@ use std::collections::BTreeSet;
 use common::*;
 use roost_cluster::NodeId;
 use roost_ownership::{
-    Access, Body, FailReason, NackReason, OReplicas, OState, OwnershipBugs, OwnershipOut,
-    RequestKind,
+    Access, Body, FailReason, NackReason, OState, OwnershipBugs, OwnershipOut, RequestKind,
 };
 
 fn setup(count: u32, owner: NodeId, readers: &[NodeId]) -> (World, Key) {
@@ -79,18 +78,27 @@ fn a_dead_requesters_request_is_finished_without_it() {
     world.crash_and_install(n(4));
     let outs = world.deliver_all(1_000);
     settled(&world, key);
-    assert_eq!(world.owners(key), vec![n(3)], "the old owner keeps it");
+    // As in the spec: the request is applied, then the dead requester
+    // stripped. The object is ownerless; the demoted owner holds the data.
+    assert!(world.owners(key).is_empty());
+    assert_eq!(world.node(n(3)).access(&key), Access::Reader);
     assert!(
         world.node(n(1)).stats().finished_without_requester
             + world.node(n(2)).stats().finished_without_requester
             >= 1
     );
     assert!(outputs_of(&outs, n(3)).is_empty());
-    // The dead requester is in no vector.
-    assert_eq!(
-        world.node(n(1)).meta(&key).unwrap().o_replicas,
-        OReplicas::owned_by(n(3))
-    );
+    let meta = world.node(n(1)).meta(&key).unwrap();
+    assert_eq!(meta.o_replicas.owner, None);
+    assert_eq!(meta.o_replicas.readers, BTreeSet::from([n(3)]));
+    // A later request gets the rows from that reader.
+    world.acquire(n(2), key, 2, RequestKind::AddOwner);
+    let outs = world.run_until_quiet(10_000);
+    assert!(outputs_of(&outs, n(2))
+        .iter()
+        .any(|o| matches!(o, OwnershipOut::Acquired { .. })));
+    assert_eq!(world.owners(key), vec![n(2)]);
+    assert_eq!(world.node(n(2)).store().get(&key), Some(&data(1)));
 }
 
 #[test]
@@ -255,10 +263,7 @@ fn requests_wait_while_recovery_runs() {
 fn a_lost_val_is_recovered_by_the_stuck_timer() {
     let (mut world, key) = setup(4, n(3), &[]);
     world.acquire(n(4), key, 1, RequestKind::AddOwner);
-    loop {
-        let Some(i) = world.find(|m| m.msg.body.name() != "VAL") else {
-            break;
-        };
+    while let Some(i) = world.find(|m| m.msg.body.name() != "VAL") {
         world.deliver(i);
     }
     assert_eq!(world.owners(key), vec![n(4)]);
@@ -280,10 +285,7 @@ fn a_lost_val_is_recovered_by_the_stuck_timer() {
 fn a_demoted_owner_that_lost_its_val_learns_from_the_directory() {
     let (mut world, key) = setup(5, n(3), &[]);
     world.acquire(n(4), key, 1, RequestKind::AddOwner);
-    loop {
-        let Some(i) = world.find(|m| m.msg.body.name() != "VAL") else {
-            break;
-        };
+    while let Some(i) = world.find(|m| m.msg.body.name() != "VAL") {
         world.deliver(i);
     }
     world.lose_where(|m| m.msg.body.name() == "VAL" && m.to == n(3));

@@ -445,10 +445,7 @@ fn val_applies_at_the_arbiters_and_duplicates_are_harmless() {
     let (mut world, key) = setup(4, &[n(1), n(2)], n(3), &[]);
     world.acquire(n(4), key, 1, RequestKind::AddOwner);
     // Deliver everything but the VALs.
-    loop {
-        let Some(i) = world.find(|m| m.msg.body.name() != "VAL") else {
-            break;
-        };
+    while let Some(i) = world.find(|m| m.msg.body.name() != "VAL") {
         world.deliver(i);
     }
     assert_eq!(world.owners(key), vec![n(4)], "the requester applied first");

@@ -57,8 +57,9 @@ pub fn model_config(directory_replicas: usize, max_attempts: u32) -> OwnershipCo
         retransmit_ms: None,
         replay_after_ms: None,
         request_timeout_ms: None,
-        backoff_base_ms: 10,
-        backoff_max_ms: 10,
+        // 1 ms: no jitter to multiply the states (jitter is tested apart).
+        backoff_base_ms: 1,
+        backoff_max_ms: 1,
         ..OwnershipConfig::default()
     }
 }

@@ -172,6 +172,10 @@ impl NackReason {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Current {
     pub o_ts: OTs,
+    /// The attempt `o_ts` arbitrated (a NOOP's: version 0, its driver).
+    pub r_ts: RTs,
+    /// The replier is `Valid` at `o_ts` (else `o_replicas` is the pre-vector
+    /// of its pending arbitration).
     pub valid: bool,
     pub o_replicas: OReplicas,
 }

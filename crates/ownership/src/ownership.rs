@@ -963,6 +963,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             reason: NackReason::Refused,
             current: Some(Current {
                 o_ts: win.o_ts,
+                r_ts: win.r_ts,
                 valid: false,
                 o_replicas: win.pre.clone(),
             }),
@@ -1208,6 +1209,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                         reason: NackReason::PendingCommit,
                         current: Some(Current {
                             o_ts: inv.o_ts,
+                            r_ts: inv.r_ts,
                             valid: false,
                             o_replicas: entry.o_replicas.clone(),
                         }),
@@ -1233,6 +1235,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 if from == inv.ack_to {
                     let current = Current {
                         o_ts: entry.o_ts,
+                        r_ts: entry.last_r_ts,
                         valid: entry.o_state == OState::Valid,
                         o_replicas: entry.o_replicas.clone(),
                     };
@@ -1353,6 +1356,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 reason: NackReason::PendingCommit,
                 current: Some(Current {
                     o_ts: inv.o_ts,
+                    r_ts: inv.r_ts,
                     valid: false,
                     o_replicas: inv.o_replicas.clone(),
                 }),
@@ -1571,7 +1575,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     return false;
                 }
                 let entry = self.entries.get_mut(key).expect("present");
-                entry.o_ts = current.o_ts;
+                if current.valid {
+                    entry.o_ts = current.o_ts;
+                    entry.last_r_ts = current.r_ts;
+                }
+                // Else keep our stamp: the replica's pending arbitration may
+                // be ours to apply (a RESP may come for it).
                 entry.o_state = OState::Valid;
                 let was_holder = entry.o_replicas.holds(me);
                 entry.o_replicas = current.o_replicas.clone();
@@ -1856,6 +1865,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                             reason: NackReason::PendingCommit,
                             current: Some(Current {
                                 o_ts,
+                                r_ts,
                                 valid: false,
                                 o_replicas: pre.clone(),
                             }),

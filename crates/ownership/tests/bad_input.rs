@@ -385,6 +385,7 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
         o_ts: Some(good_inv.o_ts),
         reason: NackReason::Stale,
         current: Some(Current {
+            r_ts: RTs::default(),
             o_ts: OTs {
                 version: 8,
                 node: n(4),
@@ -579,6 +580,7 @@ fn wire_format_round_trips_and_is_versioned() {
             o_ts: None,
             reason: NackReason::Busy,
             current: Some(Current {
+                r_ts: RTs::default(),
                 o_ts: OTs::ZERO,
                 valid: false,
                 o_replicas: OReplicas::default(),

@@ -324,7 +324,10 @@ impl World {
     /// until nothing happens. Returns every step's output.
     pub fn run_until_quiet(&mut self, max_steps: usize) -> Vec<StepOut> {
         let mut outs = Vec::new();
-        for _ in 0..max_steps {
+        for step in 0..max_steps {
+            if step + 3 > max_steps {
+                eprintln!("not quiet: {}", self.dump());
+            }
             if let Some(id) = self.live().into_iter().find(|&id| self.needs_view(id)) {
                 outs.push(self.install(id));
                 continue;
@@ -345,6 +348,40 @@ impl World {
             return outs;
         }
         panic!("no quiescence within {max_steps} steps");
+    }
+
+    /// The live nodes' metadata, timers and the network (for failures).
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        for id in self.live() {
+            let p = &self.procs[&id];
+            out += &format!(
+                "\n{id} clock {} timer {:?} epoch {} pending {} blocked {} recovering {}",
+                p.clock,
+                p.timer,
+                p.view.epoch,
+                p.node.pending_requests(),
+                p.node.blocked(),
+                p.node.recovering()
+            );
+            for (k, m) in p.node.metas() {
+                out += &format!(
+                    "\n   key {k}: {} {:?} {:?} r_ts {:?}",
+                    m.o_ts, m.o_state, m.o_replicas, m.r_ts
+                );
+            }
+        }
+        for m in &self.net {
+            out += &format!(
+                "\n  {} {}->{} {}: {:?}",
+                m.msg.body.name(),
+                m.from,
+                m.to,
+                m.epoch,
+                m.msg.body
+            );
+        }
+        out
     }
 
     /// Like [`World::run_until_quiet`] but only messages and views, no

@@ -64,8 +64,9 @@
 //!
 //! An owner (or data source) with a pending reliable commit
 //! ([`ObjectStore::has_pending_commit`]) NACKs the request to the requester
-//! and to the driver; the driver then releases the other arbiters with a
-//! `NOOP` arbitration (the spec's no-change `rType`) at a greater `o_ts`.
+//! and to the driver, and keeps refusing that arbitration; the driver then
+//! releases the other arbiters with a `NOOP` arbitration (the spec's
+//! no-change `rType`) at a greater `o_ts`.
 //!
 //! # Recovery (the slow path)
 //!
@@ -75,22 +76,51 @@
 //! live arbiters, with ACKs coming back to the replayer. Once all have
 //! answered, the replayer sends **RESP** to a live requester, which applies
 //! and sends VAL as on the fast path (a requester that applied already just
-//! repeats its VAL); a dead requester's request is finished without it: the
-//! replayer applies it (changing nothing but the dead nodes) and sends VAL
-//! itself. A requester whose driver died starts a new attempt. Drivers NACK
-//! new requests (`Recovering`) until this node's replays have finished and
-//! the store says reliable-commit recovery is done. A blocked arbiter also
-//! replays after [`OwnershipConfig::replay_after_ms`] without a VAL (lost
-//! messages), and a requester re-sends its REQ after
-//! [`OwnershipConfig::retransmit_ms`].
+//! repeats its VAL). A dead requester's request is finished without it: the
+//! replayer applies it as if the requester were live, strips the dead node
+//! (the spec's `post_sVec(n, 0, ...)`: a change-owner then leaves the object
+//! ownerless, its rows with the readers) and sends VAL itself. A requester
+//! whose driver died starts a new attempt; its VAL carries the highest
+//! attempt version it issued (`r_floor`), below which no directory replica
+//! drives its attempts afterwards, so a late REQ of an abandoned attempt is
+//! never arbitrated. Drivers NACK new requests (`Recovering`) until this
+//! node's replays have finished and the store says reliable-commit recovery
+//! is done. A blocked arbiter also replays after
+//! [`OwnershipConfig::replay_after_ms`] without a VAL (lost messages), and a
+//! requester re-sends its REQ after [`OwnershipConfig::retransmit_ms`].
 //!
-//! A dead requester's request is applied as if it were live and the dead
-//! node then stripped (the spec's `post_sVec(n, 0, ...)`): a change-owner
-//! whose requester died leaves the object ownerless, its data with the
-//! readers (the demoted owner among them). That way an arbiter that applied
-//! the VAL before the view change and one that finishes the request after it
-//! agree. (An earlier version of this crate kept the old owner instead; the
-//! model checker found the two disagreeing.)
+//! A replay is never abandoned on a guess: the requester may have applied
+//! the arbitration in an earlier epoch, and then it alone holds the rows.
+//! An arbitration is released (NOOP) only with a proof that it can never
+//! complete: its owner, an arbiter that every completion needs, refused it
+//! and keeps refusing; or its requester refused the replayed win (a RESP
+//! without rows for a request it had not applied) and remembers that; or,
+//! on the fast path, its data source refused and keeps refusing. A reader's
+//! refusal during a replay proves nothing, so the replay completes without
+//! rows and the requester decides. A proof carries the dead arbitration's
+//! pre-vector, which is the latest completed state (a valid driver bumped
+//! it), and goes to the live directory replicas: any of them at or below it
+//! can release it. An old owner that is no directory replica and lost the
+//! VAL that demoted it learns its role from a directory replica's `Stale`
+//! reply to its replay.
+//!
+//! The model checker (`tests/model_check.rs`) found five flaws in earlier
+//! versions of these rules and the seeded random runs
+//! (`tests/random_runs.rs`) a sixth; the commits that fixed them describe
+//! each.
+//!
+//! # Using it
+//!
+//! The local node sends [`OwnershipCmd::Acquire`] (`AddOwner`, `ChangeOwner`,
+//! `AddReader`, `RemoveReader`, with a caller-chosen [`ReqId`]; many may be
+//! in flight, one per object) or [`OwnershipCmd::Create`] (register a new
+//! object with this node as owner) as `Input::Command`, and gets
+//! [`OwnershipOut::Acquired`] once the request took effect here (the
+//! transaction that waited resumes), [`OwnershipOut::Failed`] with a
+//! [`FailReason`], or [`OwnershipOut::LateWin`] for an attempt that won
+//! after its request was answered. The rows move through an
+//! [`ObjectStore`] the protocol is generic over ([`MemStore`] for tests);
+//! [`Ownership::access`] tells the transaction layer what it may do.
 //!
 //! # Bad input
 //!
@@ -105,7 +135,8 @@
 //! Requests in flight per node ([`OwnershipConfig::max_pending_requests`]),
 //! objects with metadata ([`OwnershipConfig::max_objects`]), attempts per
 //! request, the at-most-once memory (one number per configured node per
-//! object), and messages to self per call are all bounded.
+//! object), the refusal memories (one slot per object), and messages to self
+//! per call are all bounded.
 
 mod config;
 mod key;

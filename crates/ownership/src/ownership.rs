@@ -290,6 +290,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         store: S,
     ) -> Result<Self, NewError> {
         config.validate()?;
+        assert!(config.directory_replicas >= 1);
+        assert!(config.max_attempts >= 1 && config.max_pending_requests >= 1);
         let jitter = Jitter(mix64(config.seed ^ mix64(u64::from(me.0))));
         Ok(Ownership {
             me,
@@ -399,6 +401,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     // ---- plumbing ---------------------------------------------------------
 
     fn send(&mut self, ctx: &Context<'_>, fx: &mut Fx<K>, to: NodeId, key: &K, body: Body) {
+        debug_assert!(ctx.nodes.contains(&to), "sends only to configured nodes");
         let msg = OwnershipMsg::new(ctx.view.epoch, key.clone(), body);
         if to == self.me {
             debug_assert!(self.loopback.len() < MAX_LOOPBACK);
@@ -417,6 +420,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         nack: Nack,
     ) {
         debug_assert!(!to.is_empty());
+        debug_assert!(to.len() <= MAX_LOOPBACK);
         for &node in to {
             self.stats.nacks_sent += 1;
             self.send(ctx, fx, node, key, Body::Nack(nack.clone()));
@@ -424,7 +428,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     }
 
     fn drop_input(&mut self, fx: &mut Fx<K>, reason: DropReason, from: NodeId, what: &str) {
+        debug_assert!(!what.is_empty());
         self.stats.count_drop(reason);
+        debug_assert!(self.stats.dropped(reason) > 0);
         if reason.is_bad_input() {
             fx.log(format!(
                 "ownership {}: dropped {what} from {from}: {reason:?}",
@@ -439,14 +445,19 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
 
     /// The object's live directory replicas, this node excepted.
     fn live_dir_others(&self, ctx: &Context<'_>, key: &K) -> BTreeSet<NodeId> {
-        self.dir(ctx, key)
+        let others: BTreeSet<NodeId> = self
+            .dir(ctx, key)
             .into_iter()
             .filter(|&n| n != self.me && live(ctx, n))
-            .collect()
+            .collect();
+        debug_assert!(!others.contains(&self.me));
+        debug_assert!(others.len() < self.config.directory_replicas.max(1) + 1);
+        others
     }
 
     /// Arms the tick timer for `at` unless it fires earlier already.
     fn schedule(&mut self, ctx: &Context<'_>, fx: &mut Fx<K>, at: u64) {
+        debug_assert!(at >= ctx.now_ms, "a deadline in the past");
         if self.armed_at.is_none_or(|armed| at < armed) {
             self.armed_at = Some(at);
             fx.set_timer(TICK_TIMER, at.saturating_sub(ctx.now_ms));
@@ -478,6 +489,15 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 }
             }
         }
+        // A request backing off always has a deadline.
+        debug_assert!(
+            next.is_some()
+                || !self
+                    .requests
+                    .values()
+                    .any(|p| matches!(p.phase, Phase::Backoff { .. }))
+        );
+        debug_assert!(self.blocked.len() <= self.entries.len());
         next
     }
 
@@ -518,6 +538,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return Err(DropReason::Overloaded);
         }
         self.entries.insert(key.clone(), Entry::fresh());
+        debug_assert!(self.entries.len() <= self.config.max_objects);
+        debug_assert!(!self.blocked.contains(key));
         Ok(())
     }
 
@@ -527,6 +549,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let floor = ctx.view.epoch.0 << 32;
         let version = (self.last_r_ts + 1).max(floor);
         debug_assert!(version > self.last_r_ts);
+        debug_assert!(version >> 32 >= ctx.view.epoch.0);
         self.last_r_ts = version;
         RTs {
             version,
@@ -627,7 +650,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if let Some(timeout) = self.config.request_timeout_ms {
             self.schedule(ctx, fx, ctx.now_ms.saturating_add(timeout));
         }
+        debug_assert!(self.requests.len() <= self.config.max_pending_requests);
         self.start_attempt(ctx, &key, fx);
+        debug_assert!(self
+            .requests
+            .get(&key)
+            .is_none_or(|p| !p.attempts.is_empty()));
     }
 
     /// Sends a new REQ (a fresh `r_ts`) to the object's driver: this node if
@@ -697,6 +725,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             create: pending.create.is_some(),
         };
         self.stats.retransmits += 1;
+        debug_assert!(live(ctx, driver));
+        debug_assert_eq!(r_ts.node, self.me);
         if let Some(every) = self.config.retransmit_ms {
             self.schedule(ctx, fx, ctx.now_ms.saturating_add(every));
         }
@@ -706,6 +736,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     fn fail(&mut self, ctx: &Context<'_>, key: &K, reason: FailReason, fx: &mut Fx<K>) {
         let pending = self.requests.remove(key).expect("pending request");
         debug_assert!(!self.requests.contains_key(key));
+        debug_assert!(pending.attempts.len() <= self.config.max_attempts as usize);
         if let Some(entry) = self.entries.get_mut(key) {
             if entry.o_state == OState::Request {
                 entry.o_state = OState::Valid;
@@ -896,23 +927,35 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         // here afterwards.
         let floor = entry.seen.entry(me).or_insert(0);
         *floor = (*floor).max(self.last_r_ts);
-        debug_assert!(entry.o_replicas.holds(me) == win.kind.wants_data());
-        debug_assert!(!win.kind.wants_ownership() || entry.o_replicas.owner == Some(me));
+        let holds = entry.o_replicas.holds(me);
+        // The owner stays a holder whatever it asked (a remove-reader that
+        // raced with a win making this node the owner changes nothing).
+        let is_owner = entry.o_replicas.owner == Some(me);
+        debug_assert!(holds == win.kind.wants_data() || is_owner);
+        debug_assert!(!win.kind.wants_ownership() || is_owner);
         self.blocked.remove(key);
         self.recovery.remove(key);
-        if win.kind == RequestKind::RemoveReader {
+        if !holds {
             self.store.remove(key);
         }
         self.stats.applied += 1;
         self.settle(ctx, key);
         if answers {
             let pending = self.requests.remove(key).expect("answers a request");
-            fx.output(OwnershipOut::Acquired {
-                key: key.clone(),
-                req: pending.req,
-                kind: pending.kind,
-                o_ts: win.o_ts,
-            });
+            if pending.kind == RequestKind::RemoveReader && is_owner {
+                fx.output(OwnershipOut::Failed {
+                    key: key.clone(),
+                    req: pending.req,
+                    reason: FailReason::IsOwner,
+                });
+            } else {
+                fx.output(OwnershipOut::Acquired {
+                    key: key.clone(),
+                    req: pending.req,
+                    kind: pending.kind,
+                    o_ts: win.o_ts,
+                });
+            }
         } else {
             fx.output(OwnershipOut::LateWin {
                 key: key.clone(),
@@ -956,6 +999,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let entry = self.entries.get_mut(key).expect("present");
         entry.refused_win = Some((win.o_ts, win.r_ts));
         debug_assert!(entry.o_ts <= win.o_ts);
+        debug_assert_eq!(win.r_ts.node, self.me);
         self.stats.refused_wins += 1;
         let nack = Nack {
             r_ts: win.r_ts,
@@ -1174,6 +1218,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let is_dir = dir.contains(&me);
         let is_owner = inv.o_replicas.owner == Some(me);
         let is_source = inv.data_from == Some(me);
+        debug_assert!(dir_contains_ts(&dir, inv.o_ts), "checked by check_shape");
+        debug_assert!(inv.ackers.contains(&me));
         if !is_dir && !is_owner && !is_source {
             return self.drop_input(fx, DropReason::NotArbiter, from, "INV");
         }
@@ -1382,6 +1428,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return;
         }
         debug_assert!(by != entry.o_ts);
+        debug_assert!(self.blocked.contains(key));
         let nack = Nack {
             r_ts: entry.last_r_ts,
             o_ts: Some(entry.o_ts),
@@ -1424,6 +1471,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !may_send {
             return self.drop_input(fx, DropReason::ForgedSender, from, "VAL");
         }
+        debug_assert!(dir.len() <= self.config.directory_replicas);
         if from == val.r_ts.node && val.r_floor > 0 {
             // The requester moved past every attempt up to r_floor.
             let entry = self.entries.get_mut(key).expect("present");
@@ -1457,6 +1505,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     // ---- NACK, RESP -------------------------------------------------------
 
     fn on_nack(&mut self, ctx: &Context<'_>, from: NodeId, key: &K, nack: Nack, fx: &mut Fx<K>) {
+        debug_assert!(nack
+            .o_ts
+            .is_none_or(|o| dir_contains_ts(&self.dir(ctx, key), o)));
         let mut used = false;
         // As requester.
         let current_attempt = self
@@ -1474,6 +1525,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !used {
             self.drop_input(fx, DropReason::Stale, from, "NACK");
         }
+        // The attempt a NACK answered is no longer the one in flight.
+        debug_assert!(!self.requests.get(key).is_some_and(|p| {
+            nack.r_ts.node == self.me
+                && nack.reason != NackReason::Stale
+                && matches!(&p.phase, Phase::Requesting(a) if a.r_ts == nack.r_ts)
+        }));
     }
 
     fn arbiter_nacked(
@@ -1487,9 +1544,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     ) -> bool {
         let me = self.me;
         let is_dir = self.dir(ctx, key).contains(&me);
+        debug_assert_eq!(nack.o_ts, Some(o_ts));
         let Some(entry) = self.entries.get(key) else {
             return false;
         };
+        debug_assert_eq!(entry.blocked(), self.blocked.contains(key));
         // Holds exactly the refused arbitration (not refused by us).
         let holds = entry.o_ts == o_ts
             && entry.last_r_ts == nack.r_ts
@@ -1610,6 +1669,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !resp.val_to.contains(&from) || !resp.val_to.iter().all(|n| ctx.nodes.contains(n)) {
             return self.drop_input(fx, DropReason::Malformed, from, "RESP");
         }
+        debug_assert!(dir_contains_ts(&dir, resp.o_ts), "checked by check_shape");
+        debug_assert_eq!(resp.r_ts.node, self.me);
         self.requester_apply(
             ctx,
             from,
@@ -1659,6 +1720,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             _ => {}
         }
         let collect = arb.collect.as_mut().expect("collecting");
+        debug_assert!(collect.got.is_subset(&arb.ackers));
         if !collect.got.insert(from) {
             return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
         }
@@ -1740,6 +1802,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         // proceeds without, and the requester decides on the RESP.
         let no_data = needs_data && data_from.is_none();
         let ackers = ackers_for(ctx, &dir, &pre, data_from, me);
+        debug_assert!(ackers.iter().all(|&n| live(ctx, n)));
+        debug_assert!(!no_data || requester_live);
         let entry = self.entries.get_mut(key).expect("present");
         let arb = entry.arb.as_mut().expect("an arbitration to replay");
         arb.ackers = ackers;
@@ -1919,6 +1983,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
 
     fn on_tick(&mut self, ctx: &Context<'_>, fx: &mut Fx<K>) {
         let now = ctx.now_ms;
+        debug_assert!(self.loopback.is_empty());
         self.armed_at = None;
         let keys: Vec<K> = self.requests.keys().cloned().collect();
         for key in &keys {
@@ -1963,6 +2028,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 }
             }
         }
+        // No backoff that ended is left waiting.
+        debug_assert!(!self
+            .requests
+            .values()
+            .any(|p| matches!(p.phase, Phase::Backoff { until_ms } if until_ms <= now)));
+        debug_assert!(self.armed_at.is_none_or(|at| at >= now));
     }
 
     fn on_message(
@@ -1989,7 +2060,23 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return self.drop_input(fx, reason, from, what);
         }
         let key = msg.key;
-        match msg.body {
+        let before = self.entries.get(&key).map(|e| e.o_ts);
+        self.dispatch(ctx, from, key.clone(), msg.body, fx);
+        // o_ts only grows at an entry (the planted bug aside).
+        let after = self.entries.get(&key).map(|e| e.o_ts);
+        debug_assert!(
+            self.bugs.arbiter_accepts_smaller_o_ts
+                || !matches!((before, after), (Some(b), Some(a)) if a < b),
+            "o_ts went back from {before:?} to {after:?}"
+        );
+        debug_assert!(self.blocked.iter().all(|k| self.entries.contains_key(k)));
+    }
+
+    fn dispatch(&mut self, ctx: &Context<'_>, from: NodeId, key: K, body: Body, fx: &mut Fx<K>) {
+        let what = body.name();
+        debug_assert!(from == self.me || live(ctx, from));
+        debug_assert!(ctx.member);
+        match body {
             Body::Req(req) => self.on_req(ctx, from, &key, req, fx),
             Body::Inv(inv) => self.on_inv(ctx, from, &key, inv, fx),
             Body::Ack(ack) => {
@@ -2039,6 +2126,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             _ => Ok(()),
         };
         let dir = self.dir(ctx, &msg.key);
+        debug_assert!(!dir.is_empty() || nodes.is_empty());
+        debug_assert!(dir.len() <= self.config.directory_replicas);
         if let Some(o_ts) = msg.body.o_ts() {
             if !dir_contains_ts(&dir, o_ts) {
                 return Err(DropReason::ImpossibleOTs);
@@ -2108,7 +2197,9 @@ fn access_of(entry: &Entry, me: NodeId) -> Access {
     if entry.o_state != OState::Valid {
         return Access::Invalid;
     }
+    debug_assert!(entry.arb.is_none(), "a valid entry holds no arbitration");
     if entry.o_replicas.owner == Some(me) {
+        debug_assert!(!entry.o_replicas.readers.contains(&me));
         Access::Owner
     } else {
         Access::Reader
@@ -2118,6 +2209,7 @@ fn access_of(entry: &Entry, me: NodeId) -> Access {
 /// The request is already in effect at `me` (no message needed).
 fn satisfied(entry: &Entry, me: NodeId, kind: RequestKind) -> Option<OTs> {
     let valid = entry.o_state == OState::Valid;
+    debug_assert!(!valid || entry.arb.is_none());
     let done = match kind {
         RequestKind::AddOwner | RequestKind::ChangeOwner => {
             valid && entry.o_replicas.owner == Some(me)
@@ -2125,6 +2217,7 @@ fn satisfied(entry: &Entry, me: NodeId, kind: RequestKind) -> Option<OTs> {
         RequestKind::AddReader => valid && entry.o_replicas.holds(me),
         RequestKind::RemoveReader => !entry.o_replicas.holds(me) && !entry.blocked(),
     };
+    debug_assert!(!done || kind == RequestKind::RemoveReader || valid);
     done.then_some(entry.o_ts)
 }
 
@@ -2137,15 +2230,17 @@ fn dir_contains_ts(dir: &[NodeId], o_ts: OTs) -> bool {
 /// Who ships the rows: the owner if live, else the first live reader (never
 /// the requester itself).
 fn data_source(ctx: &Context<'_>, pre: &OReplicas, requester: NodeId) -> Option<NodeId> {
-    if let Some(owner) = pre.owner {
-        if owner != requester && live(ctx, owner) {
-            return Some(owner);
-        }
-    }
-    pre.readers
-        .iter()
-        .copied()
-        .find(|&r| r != requester && live(ctx, r))
+    let source = match pre.owner {
+        Some(owner) if owner != requester && live(ctx, owner) => Some(owner),
+        _ => pre
+            .readers
+            .iter()
+            .copied()
+            .find(|&r| r != requester && live(ctx, r)),
+    };
+    debug_assert!(source.is_none_or(|s| s != requester && pre.holds(s)));
+    debug_assert!(source.is_none_or(|s| live(ctx, s)));
+    source
 }
 
 /// Everyone whose ACK an arbitration needs: the live directory replicas, the
@@ -2164,17 +2259,21 @@ fn ackers_for(
     ackers.extend(data_from);
     ackers.insert(me);
     debug_assert!(ackers.len() <= dir.len() + 3);
+    debug_assert!(data_from.is_none_or(|d| ackers.contains(&d)));
     ackers
 }
 
 /// The arbiters among the ackers (VAL goes to them, not to a reader that
 /// only shipped data).
 fn val_targets(ackers: &BTreeSet<NodeId>, pre: &OReplicas, dir: &[NodeId]) -> BTreeSet<NodeId> {
-    ackers
+    let targets: BTreeSet<NodeId> = ackers
         .iter()
         .copied()
         .filter(|n| dir.contains(n) || pre.owner == Some(*n))
-        .collect()
+        .collect();
+    debug_assert!(targets.is_subset(ackers));
+    debug_assert!(targets.len() <= dir.len() + 1);
+    targets
 }
 
 /// Where a refusal goes: the requester, the driver and whoever collects.
@@ -2183,6 +2282,8 @@ fn nack_targets(inv: &Inv, from: NodeId) -> BTreeSet<NodeId> {
     if inv.r_type != ArbKind::Noop {
         to.insert(inv.r_ts.node);
     }
+    debug_assert!(to.contains(&inv.ack_to) && to.contains(&from));
+    debug_assert!(to.len() <= 4);
     to
 }
 

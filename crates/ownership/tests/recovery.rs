@@ -384,3 +384,73 @@ fn requests_time_out() {
     )));
     assert_eq!(world.owners(key), vec![n(3)]);
 }
+
+#[test]
+fn a_remove_reader_that_races_with_a_late_win_keeps_the_owners_rows() {
+    let mut config = test_config(2);
+    config.request_timeout_ms = None;
+    config.retransmit_ms = None;
+    config.replay_after_ms = Some(100);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.acquire(n(4), key, 1, RequestKind::AddReader);
+    world.deliver_all(1_000);
+    // n4 (a reader) asks to own it; the win's ACKs are lost.
+    world.acquire(n(4), key, 2, RequestKind::ChangeOwner);
+    let Some(Body::Req(req)) = world
+        .net
+        .iter()
+        .find(|m| m.msg.body.name() == "REQ")
+        .map(|m| m.msg.body.clone())
+    else {
+        unreachable!()
+    };
+    while let Some(i) = world.find(|m| m.msg.body.name() != "ACK" || m.to != n(4)) {
+        world.deliver(i);
+    }
+    world.net.retain(|m| m.msg.body.name() != "ACK");
+    // The request is answered (a permanent NACK, as if the driver said so)
+    // while its attempt can still win; n4 then asks to stop being a reader.
+    let nack = roost_ownership::Nack {
+        r_ts: req.r_ts,
+        o_ts: None,
+        reason: NackReason::DataLost,
+        current: None,
+    };
+    let out = world.inject(
+        n(1),
+        n(4),
+        Msg::new(roost_cluster::Epoch(1), key, Body::Nack(nack)),
+    );
+    assert!(matches!(
+        out.outputs.as_slice(),
+        [(_, OwnershipOut::Failed { .. })]
+    ));
+    world.acquire(n(4), key, 3, RequestKind::RemoveReader);
+    // The stuck driver replays, the old attempt wins late (n4 owns the
+    // object), and the remove-reader, retried, is then driven for the owner.
+    let outs = world.run_until_quiet(10_000);
+    let mine = outputs_of(&outs, n(4));
+    assert!(
+        matches!(
+            mine.as_slice(),
+            [
+                OwnershipOut::LateWin { .. },
+                OwnershipOut::Failed {
+                    reason: FailReason::IsOwner,
+                    ..
+                }
+            ]
+        ),
+        "{mine:?}"
+    );
+    assert_eq!(world.owners(key), vec![n(4)]);
+    assert_eq!(
+        world.node(n(4)).store().get(&key),
+        Some(&data(1)),
+        "rows kept"
+    );
+    settled(&world, key);
+}

@@ -30,6 +30,19 @@ impl OTs {
             node,
         }
     }
+
+    /// The next stamp a driver `node` assigns in `epoch`: at least
+    /// `epoch << 32`, so a restarted driver (a new member, in a later epoch
+    /// than anything its previous incarnation bumped) never reuses a stamp
+    /// it has forgotten.
+    pub fn bumped_in(self, node: NodeId, epoch: roost_cluster::Epoch) -> OTs {
+        let next = OTs {
+            version: (self.version + 1).max(epoch.0 << 32),
+            node,
+        };
+        debug_assert!(next > self);
+        next
+    }
 }
 
 impl std::fmt::Display for OTs {

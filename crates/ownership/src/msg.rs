@@ -103,6 +103,10 @@ pub struct Inv {
     pub ack_to: NodeId,
     /// The request registers a new object (the requester has the rows).
     pub create: bool,
+    /// The requester left the view or restarted since it issued `r_ts` (a
+    /// replayer says so to arbiters that did not see it go): the request is
+    /// finished without it.
+    pub requester_gone: bool,
 }
 
 /// Arbiter → `ack_to`.

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 
-use roost_cluster::{Context, Effects, Input, NodeId, Protocol, TimerId};
+use roost_cluster::{Context, Effects, Incarnation, Input, NodeId, Protocol, TimerId};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{NewError, OwnershipBugs, OwnershipConfig};
@@ -116,6 +116,9 @@ struct Arb {
     refused: bool,
     /// This node replays it (arb-replay: the ACKs come to it).
     replaying: bool,
+    /// Its requester left the view or restarted since issuing it: finished
+    /// without it (the new incarnation gets no RESP for it).
+    requester_gone: bool,
     /// A replay that proceeds without the rows (no live source, or the
     /// source reader has a pending commit): the requester decides with the
     /// RESP (apply if it already has, else refuse).
@@ -147,10 +150,12 @@ struct Entry {
     seen: BTreeMap<NodeId, u64>,
     /// The access level last reported to the store.
     reported: Access,
-    /// As a data-source reader: the arbitration this node refused to ship
-    /// rows for (a pending commit); it refuses it again, so that the refusal
-    /// is a proof the arbitration cannot complete.
-    source_refused: Option<OTs>,
+    /// As a data-source reader: the last arbitration this node answered and
+    /// whether it refused (a pending commit). It repeats that answer for the
+    /// same `o_ts` (a refusal then proves the arbitration cannot complete,
+    /// and an ACK is never followed by a refusal a driver could mistake for
+    /// one), and ignores older arbitrations.
+    source_said: Option<(OTs, bool)>,
     /// As requester: a replayed win this node refused; it never applies it.
     refused_win: Option<(OTs, RTs)>,
 }
@@ -165,7 +170,7 @@ impl Entry {
             arb: None,
             seen: BTreeMap::new(),
             reported: Access::None,
-            source_refused: None,
+            source_said: None,
             refused_win: None,
         }
     }
@@ -213,6 +218,9 @@ struct Pending {
     phase: Phase,
     started_ms: u64,
     last_nack: Option<NackReason>,
+    /// Directory replicas that answered `UnknownObject` (a restarted one
+    /// forgot the object): the next attempt asks another.
+    unknown_at: BTreeSet<NodeId>,
 }
 
 /// A seeded generator for backoff jitter (SplitMix64): deterministic per
@@ -252,6 +260,18 @@ pub struct Ownership<K: ObjectKey, S> {
     recovery: BTreeSet<K>,
     /// Highest `r_ts.version` this node issued.
     last_r_ts: u64,
+    /// The members (and incarnations) of the last view: a node whose
+    /// incarnation changed restarted, its memory gone, even if the new view
+    /// admits the new incarnation in the same step.
+    members: BTreeMap<NodeId, Incarnation>,
+    /// Per node, the epoch since which its current incarnation counts (it
+    /// left the view, or restarted, in the view change to that epoch): its
+    /// attempts from before are a dead requester's. At most one per
+    /// configured node.
+    gone_since: BTreeMap<NodeId, u64>,
+    /// The lowest attempt version this incarnation may have issued: wins of
+    /// lower ones are a previous incarnation's.
+    r_ts_base: Option<u64>,
     jitter: Jitter,
     /// When the tick timer is set to fire (`None`: not set).
     armed_at: Option<u64>,
@@ -271,6 +291,9 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.blocked.hash(state);
         self.recovery.hash(state);
         self.last_r_ts.hash(state);
+        self.members.hash(state);
+        self.gone_since.hash(state);
+        self.r_ts_base.hash(state);
         self.jitter.hash(state);
         self.armed_at.hash(state);
     }
@@ -303,6 +326,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             blocked: BTreeSet::new(),
             recovery: BTreeSet::new(),
             last_r_ts: 0,
+            members: BTreeMap::new(),
+            gone_since: BTreeMap::new(),
+            r_ts_base: None,
             jitter,
             armed_at: None,
             loopback: VecDeque::new(),
@@ -441,6 +467,16 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
 
     fn dir(&self, ctx: &Context<'_>, key: &K) -> Vec<NodeId> {
         directory(key, ctx.nodes, self.config.directory_replicas)
+    }
+
+    /// The requester of attempt `r_ts` is gone: not in the view, or it left
+    /// or restarted after issuing it.
+    fn requester_gone(&self, ctx: &Context<'_>, r_ts: RTs) -> bool {
+        let since = self.gone_since.get(&r_ts.node).copied();
+        let gone = !live(ctx, r_ts.node) || since.is_some_and(|e| (r_ts.version >> 32) < e);
+        debug_assert!(!gone || r_ts.node != self.me || !live(ctx, self.me));
+        debug_assert!(self.gone_since.len() <= ctx.nodes.len());
+        gone
     }
 
     /// The object's live directory replicas, this node excepted.
@@ -645,6 +681,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 },
                 started_ms: ctx.now_ms,
                 last_nack: None,
+                unknown_at: BTreeSet::new(),
             },
         );
         if let Some(timeout) = self.config.request_timeout_ms {
@@ -670,10 +707,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return self.fail(ctx, key, reason, fx);
         }
         let dir = self.dir(ctx, key);
-        let driver = if dir.contains(&self.me) {
+        let unknown_at = &pending.unknown_at;
+        let driver = if dir.contains(&self.me) && !unknown_at.contains(&self.me) {
             Some(self.me)
         } else {
-            dir.iter().copied().find(|&n| live(ctx, n))
+            dir.iter()
+                .copied()
+                .find(|&n| live(ctx, n) && !unknown_at.contains(&n))
         };
         let Some(driver) = driver else {
             return self.fail(ctx, key, FailReason::NoDirectory, fx);
@@ -752,11 +792,25 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
 
     fn requester_nacked(&mut self, ctx: &Context<'_>, key: &K, reason: NackReason, fx: &mut Fx<K>) {
         let max = self.config.max_attempts as usize;
+        let dir = self.dir(ctx, key);
         let pending = self.requests.get_mut(key).expect("pending request");
         debug_assert!(matches!(pending.phase, Phase::Requesting(_)));
         pending.last_nack = Some(reason);
         let attempts = pending.attempts.len();
-        if reason.is_permanent() || attempts >= max {
+        let mut permanent = reason.is_permanent();
+        if reason == NackReason::UnknownObject {
+            // Another directory replica may still know it (this one may
+            // have restarted and forgotten it).
+            let Phase::Requesting(attempt) = &pending.phase else {
+                unreachable!("checked above");
+            };
+            pending.unknown_at.insert(attempt.driver);
+            let others = dir
+                .iter()
+                .any(|&n| live(ctx, n) && !pending.unknown_at.contains(&n));
+            permanent = !others;
+        }
+        if permanent || attempts >= max {
             return self.fail(ctx, key, FailReason::Nacked(reason), fx);
         }
         let wait = self.backoff_ms(attempts as u32);
@@ -854,6 +908,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         fx: &mut Fx<K>,
     ) {
         let me = self.me;
+        if self.r_ts_base.is_some_and(|base| win.r_ts.version < base) {
+            // A previous incarnation's attempt: not ours to apply.
+            return self.drop_input(fx, DropReason::Stale, from, "win");
+        }
         if let Some(entry) = self.entries.get(key) {
             if entry.o_ts > win.o_ts {
                 // A greater arbitration passed here: this one cannot have won.
@@ -863,9 +921,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 if entry.last_r_ts != win.r_ts || entry.arb.as_ref().is_some_and(|a| a.refused) {
                     return self.drop_input(fx, DropReason::ConflictingOTs, from, "win");
                 }
-                if entry.o_state == OState::Valid {
-                    // Applied already (a duplicate RESP): the VALs may have
-                    // been lost.
+                if !entry.blocked() {
+                    // Applied already (a duplicate RESP: the VALs may have
+                    // been lost), whether or not a newer request of ours has
+                    // put the entry in Request since.
                     self.stats.count_drop(DropReason::Duplicate);
                     let val = Val {
                         o_ts: win.o_ts,
@@ -1104,7 +1163,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let ackers = ackers_for(ctx, &dir, &pre, data_from, me);
         let entry = self.entries.get_mut(key).expect("present");
         let old = entry.o_ts;
-        entry.o_ts = old.bumped(me);
+        entry.o_ts = old.bumped_in(me, ctx.view.epoch);
         entry.o_state = OState::Drive;
         entry.last_r_ts = req.r_ts;
         entry.seen.insert(from, req.r_ts.version);
@@ -1118,6 +1177,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             refused: false,
             no_data: false,
             replaying: false,
+            requester_gone: false,
             since_ms: ctx.now_ms,
             collect: None,
         });
@@ -1153,6 +1213,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             data_from: arb.data_from,
             ack_to: arb.ack_to,
             create: arb.create,
+            requester_gone: arb.requester_gone,
         };
         let others: Vec<NodeId> = arb.ackers.iter().copied().filter(|&n| n != me).collect();
         let with_data = arb.data_from == Some(me);
@@ -1310,18 +1371,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert_eq!(inv.data_from, Some(self.me));
         debug_assert!(!self.dir(ctx, key).contains(&self.me));
         let entry = self.entries.get_mut(key).expect("a reader has an entry");
-        let refused_before = entry.source_refused == Some(inv.o_ts);
-        if entry.source_refused.is_some_and(|o| o < inv.o_ts) {
-            entry.source_refused = None;
-        }
-        let pending = inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key);
-        if refused_before || pending {
-            // Refuse, and keep refusing this arbitration (a retransmitted or
-            // replayed INV must not get the rows later: the driver may have
-            // released the arbiters on our first NACK).
-            let entry = self.entries.get_mut(key).expect("present");
-            entry.source_refused = Some(inv.o_ts);
-            debug_assert!(entry.source_refused.is_some());
+        let refuse = match entry.source_said {
+            Some((o_ts, refused)) if o_ts == inv.o_ts => refused,
+            Some((o_ts, _)) if o_ts > inv.o_ts => {
+                // An older arbitration than one we answered: stale.
+                return self.drop_input(fx, DropReason::Stale, from, "INV");
+            }
+            _ => inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key),
+        };
+        let entry = self.entries.get_mut(key).expect("present");
+        entry.source_said = Some((inv.o_ts, refuse));
+        debug_assert!(entry.source_said.is_some_and(|(o, _)| o == inv.o_ts));
+        if refuse {
             let to = nack_targets(&inv, from);
             let nack = Nack {
                 r_ts: inv.r_ts,
@@ -1349,6 +1410,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let me = self.me;
         let is_owner = inv.o_replicas.owner == Some(me);
         let freezes = inv.r_type != ArbKind::Noop && (is_owner || is_source);
+        let requester_gone = inv.r_type != ArbKind::Noop
+            && (inv.requester_gone || self.requester_gone(ctx, inv.r_ts));
         let refused = freezes && self.store.has_pending_commit(key);
         let data = if is_source && !refused {
             match self.store.export(key) {
@@ -1379,6 +1442,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             refused,
             no_data: false,
             replaying: false,
+            requester_gone,
             since_ms: ctx.now_ms,
             collect: None,
         });
@@ -1424,7 +1488,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         };
         let leads = entry.o_state == OState::Drive || arb.replaying;
         let requester = entry.last_r_ts.node;
-        if arb.refused || !leads || arb.r_type == ArbKind::Noop || !live(ctx, requester) {
+        if arb.refused
+            || !leads
+            || arb.r_type == ArbKind::Noop
+            || arb.requester_gone
+            || !live(ctx, requester)
+        {
             return;
         }
         debug_assert!(by != entry.o_ts);
@@ -1449,7 +1518,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let requester = entry.last_r_ts.node;
         let was_holder = entry.o_replicas.holds(me);
         let mut post = entry.o_replicas.post(requester, arb.r_type);
-        post.retain_live(|n| live(ctx, n));
+        // A requester that left or restarted since: applied, then stripped
+        // (its new incarnation, if any, holds nothing).
+        let gone = arb.requester_gone;
+        post.retain_live(|n| live(ctx, n) && !(gone && n == requester));
         entry.o_replicas = post;
         entry.o_state = OState::Valid;
         let holder = entry.o_replicas.holds(me);
@@ -1574,9 +1646,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     collect.got.insert(from);
                     self.collect_done(ctx, key, fx);
                 }
-            } else if is_dir {
-                // The fast path needs the source's rows, and it keeps
-                // refusing this arbitration: it can never complete.
+            } else if is_dir && entry.o_state == OState::Drive {
+                // We drive it on the fast path, which needs the source's
+                // rows, and the source keeps refusing this arbitration: it
+                // can never complete. (A mere arbiter proves nothing here:
+                // the refusal may answer a replay of an arbitration that
+                // completed long ago with other rows.)
                 let pre = entry.o_replicas.clone();
                 self.start_noop(ctx, key, o_ts, pre, NackReason::PendingCommit, fx);
             }
@@ -1617,7 +1692,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return true;
         }
         match nack.reason {
-            NackReason::Stale if holds && !is_dir => {
+            NackReason::Stale if holds => {
                 let Some(current) = &nack.current else {
                     return false;
                 };
@@ -1626,13 +1701,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 // VAL). If the directory's vector does not make us the owner,
                 // we are no arbiter of what followed: adopt it (even while
                 // that replica is mid-arbitration: its pre-vector is what
-                // holds for us, a reader at most).
+                // holds for us, a reader at most). A directory replica adopts
+                // only a completed state: it missed that arbitration (it
+                // restarted, say, and learned ours from a replay), and nobody
+                // will send it again.
                 let demoted = current.o_ts > entry.o_ts
                     && current.o_replicas.owner != Some(me)
+                    && (current.valid || !is_dir)
                     && dir_contains_ts(&self.dir(ctx, key), current.o_ts);
                 if !demoted || !self.dir(ctx, key).contains(&from) {
                     return false;
                 }
+                self.supersede(ctx, key, current.o_ts, fx);
                 let entry = self.entries.get_mut(key).expect("present");
                 if current.valid {
                     entry.o_ts = current.o_ts;
@@ -1749,7 +1829,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let (o_ts, r_ts) = (entry.o_ts, entry.last_r_ts);
         let requester = r_ts.node;
         match arb.r_type {
-            ArbKind::Request(kind) if live(ctx, requester) => {
+            ArbKind::Request(kind) if live(ctx, requester) && !arb.requester_gone => {
                 let resp = Resp {
                     o_ts,
                     r_ts,
@@ -1787,7 +1867,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert!(!arb.refused);
         let pre = entry.o_replicas.clone();
         let requester = entry.last_r_ts.node;
-        let requester_live = live(ctx, requester);
+        let requester_live = live(ctx, requester) && !arb.requester_gone;
         let needs_data = match arb.r_type {
             ArbKind::Request(kind) => {
                 kind.wants_data() && requester_live && !arb.create && !pre.holds(requester)
@@ -1842,7 +1922,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert!(entry.o_ts <= dead);
         if let Some(arb) = &entry.arb {
             let requester = entry.last_r_ts.node;
-            if matches!(arb.r_type, ArbKind::Request(_)) && live(ctx, requester) && !arb.refused {
+            let told = live(ctx, requester) && !arb.requester_gone && !arb.refused;
+            if matches!(arb.r_type, ArbKind::Request(_)) && told {
                 let nack = Nack {
                     r_ts: entry.last_r_ts,
                     o_ts: Some(entry.o_ts),
@@ -1859,7 +1940,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             self.store.remove(key);
         }
         entry.o_replicas = pre;
-        entry.o_ts = old.max(dead).bumped(me);
+        entry.o_ts = old.max(dead).bumped_in(me, ctx.view.epoch);
         entry.o_state = OState::Drive;
         entry.last_r_ts = RTs {
             version: 0,
@@ -1875,6 +1956,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             refused: false,
             no_data: false,
             replaying: false,
+            requester_gone: false,
             since_ms: ctx.now_ms,
             collect: Some(Collect::default()),
         });
@@ -1895,18 +1977,51 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !ctx.member {
             return self.abandon(ctx, fx);
         }
+        // A restarted node is a new member that holds nothing.
+        let restarted: BTreeSet<NodeId> = ctx
+            .view
+            .members
+            .iter()
+            .filter(|(n, inc)| self.members.get(n).is_some_and(|old| old != *inc))
+            .map(|(&n, _)| n)
+            .collect();
+        let left: Vec<NodeId> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|n| !live(ctx, *n))
+            .collect();
+        for &n in left.iter().chain(restarted.iter()) {
+            self.gone_since.insert(n, ctx.view.epoch.0);
+        }
+        self.members = ctx.view.members.clone();
+        let survived = |n: NodeId| live(ctx, n) && !restarted.contains(&n);
         // Dead nodes leave o_replicas (and the at-most-once memory).
         let keys: Vec<K> = self.entries.keys().cloned().collect();
         for key in &keys {
             let entry = self.entries.get_mut(key).expect("present");
-            entry.o_replicas.retain_live(|n| live(ctx, n));
-            entry.seen.retain(|&n, _| live(ctx, n));
-            debug_assert!(entry.o_replicas.owner.is_none_or(|o| live(ctx, o)));
+            entry.o_replicas.retain_live(survived);
+            entry.seen.retain(|&n, _| survived(n));
+            debug_assert!(entry.o_replicas.owner.is_none_or(survived));
             self.settle(ctx, key);
         }
+        debug_assert!(
+            !restarted.contains(&self.me),
+            "a restart is a new state machine"
+        );
         // arb-replay of every arbitration this node holds, in the new epoch.
         self.recovery.clear();
         let held: Vec<K> = self.blocked.iter().cloned().collect();
+        for key in &held {
+            let r_ts = self.entries[key].last_r_ts;
+            let gone = self.requester_gone(ctx, r_ts);
+            let arb = self.entries.get_mut(key).and_then(|e| e.arb.as_mut());
+            if let Some(arb) = arb {
+                if matches!(arb.r_type, ArbKind::Request(_)) && gone {
+                    arb.requester_gone = true;
+                }
+            }
+        }
         for key in &held {
             let Some(entry) = self.entries.get(key) else {
                 continue;
@@ -1951,14 +2066,25 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             .map(|(k, _)| k.clone())
             .collect();
         for key in &requesting {
+            let mut fresh_attempt = false;
             if let Some(Phase::Requesting(attempt)) =
                 self.requests.get_mut(key).map(|p| &mut p.phase)
             {
                 attempt.expect = None;
                 attempt.got.clear();
                 attempt.data = None;
+                fresh_attempt = restarted.contains(&attempt.driver);
             }
-            self.resend_req(ctx, key, fx);
+            if fresh_attempt {
+                // The driver forgot the attempt: a new one, elsewhere or not.
+                let pending = self.requests.get_mut(key).expect("requesting");
+                pending.phase = Phase::Backoff {
+                    until_ms: ctx.now_ms,
+                };
+                self.start_attempt(ctx, key, fx);
+            } else {
+                self.resend_req(ctx, key, fx);
+            }
         }
         debug_assert!(self.recovery.is_subset(&self.blocked));
     }
@@ -2295,6 +2421,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Protocol for Ownership<K, S> {
     fn on_input(&mut self, ctx: &Context<'_>, input: Input<Self::Msg, Self::Cmd>, fx: &mut Fx<K>) {
         assert_eq!(ctx.me, self.me, "a protocol runs at one node");
         debug_assert!(self.loopback.is_empty());
+        if self.members.is_empty() && ctx.member && !matches!(input, Input::ViewChange) {
+            // The view this node runs in, whether or not its install was
+            // announced (incarnation changes are detected against it).
+            self.members = ctx.view.members.clone();
+        }
+        if self.r_ts_base.is_none() && ctx.member {
+            self.r_ts_base = Some(ctx.view.epoch.0 << 32);
+        }
         match input {
             Input::Message { from, msg } => self.on_message(ctx, from, msg, fx),
             Input::Timer(TICK_TIMER) => self.on_tick(ctx, fx),

@@ -77,6 +77,7 @@ fn inv_for(world: &World, key: Key) -> Inv {
         data_from: Some(n(3)),
         ack_to: n(4),
         create: false,
+        requester_gone: false,
     }
 }
 
@@ -553,6 +554,7 @@ fn wire_format_round_trips_and_is_versioned() {
         data_from: None,
         ack_to: n(4),
         create: false,
+        requester_gone: false,
     };
     let bodies = vec![
         Body::Req(Req {

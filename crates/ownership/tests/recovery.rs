@@ -454,3 +454,75 @@ fn a_remove_reader_that_races_with_a_late_win_keeps_the_owners_rows() {
     );
     settled(&world, key);
 }
+
+#[test]
+fn a_restarted_node_is_a_new_member_that_holds_nothing() {
+    let config = test_config(2);
+    let mut world = World::new(5, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.acquire(n(4), key, 1, RequestKind::AddReader);
+    world.deliver_all(1_000);
+    // The reader restarts and is re-admitted in the same view change: the
+    // others see its incarnation change and drop it from o_replicas.
+    world.restart(n(4), &config);
+    for id in [n(1), n(2), n(3), n(5)] {
+        world.install(id);
+    }
+    world.deliver_all(1_000);
+    for id in [n(1), n(2), n(3)] {
+        let meta = world.node(id).meta(&key).unwrap();
+        assert!(meta.o_replicas.readers.is_empty(), "{id}: {meta:?}");
+        assert_eq!(meta.o_replicas.owner, Some(n(3)));
+    }
+    // The owner restarts: the object's rows are gone with it.
+    world.restart(n(3), &config);
+    for id in [n(1), n(2), n(4), n(5)] {
+        world.install(id);
+    }
+    world.deliver_all(1_000);
+    assert_eq!(world.node(n(1)).meta(&key).unwrap().o_replicas.owner, None);
+    world.acquire(n(5), key, 2, RequestKind::AddOwner);
+    let outs = world.run_until_quiet(10_000);
+    assert!(outputs_of(&outs, n(5)).iter().any(|o| matches!(
+        o,
+        OwnershipOut::Failed {
+            reason: FailReason::Nacked(NackReason::DataLost),
+            ..
+        }
+    )));
+    settled(&world, key);
+}
+
+#[test]
+fn a_restarted_directory_replica_learns_from_the_next_inv_and_is_skipped_meanwhile() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    // The preferred driver restarts and forgets the object.
+    world.restart(n(1), &config);
+    for id in [n(2), n(3), n(4)] {
+        world.install(id);
+    }
+    world.deliver_all(1_000);
+    assert!(world.node(n(1)).meta(&key).is_none());
+    // n4 asks n1 first (UnknownObject), then n2, which drives it; n1 learns
+    // the metadata from n2's INV on the way.
+    world.acquire(n(4), key, 1, RequestKind::AddOwner);
+    let outs = world.run_until_quiet(10_000);
+    assert!(
+        outputs_of(&outs, n(4))
+            .iter()
+            .any(|o| matches!(o, OwnershipOut::Acquired { .. })),
+        "{:?}",
+        outputs_of(&outs, n(4))
+    );
+    assert_eq!(world.owners(key), vec![n(4)]);
+    let m1 = world.node(n(1)).meta(&key).unwrap();
+    let m2 = world.node(n(2)).meta(&key).unwrap();
+    assert_eq!((m1.o_ts, m1.o_replicas), (m2.o_ts, m2.o_replicas));
+    settled(&world, key);
+}

@@ -54,7 +54,7 @@ fn create_registers_the_object_at_its_directory_only() {
         let meta = world.node(id).meta(&key).expect("directory keeps metadata");
         assert_eq!(meta.o_state, OState::Valid);
         assert_eq!(meta.o_replicas, OReplicas::owned_by(n(3)));
-        assert_eq!(meta.o_ts.version, 1);
+        assert_eq!(meta.o_ts.version, 1 << 32, "the first bump of epoch 1");
         assert_eq!(meta.o_ts.node, n(1), "the first directory replica drove it");
     }
     assert_eq!(world.node(n(3)).access(&key), Access::Owner);
@@ -197,6 +197,7 @@ fn inv(key_meta_o_ts: OTs, o_replicas: OReplicas, r_ts: RTs) -> Inv {
         data_from: Some(n(3)),
         ack_to: n(4),
         create: false,
+        requester_gone: false,
     }
 }
 

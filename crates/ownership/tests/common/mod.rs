@@ -79,6 +79,7 @@ pub struct InFlight {
 pub struct Proc {
     pub node: Node,
     pub alive: bool,
+    pub incarnation: u64,
     pub view: View,
     pub clock: u64,
     /// Absolute time the protocol's tick timer is set for.
@@ -89,6 +90,7 @@ impl Hash for Proc {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.node.hash(state);
         self.alive.hash(state);
+        self.incarnation.hash(state);
         self.view.epoch.hash(state);
         self.clock.hash(state);
         self.timer.hash(state);
@@ -148,6 +150,7 @@ impl World {
                     Proc {
                         node,
                         alive: true,
+                        incarnation: 1,
                         view: view.clone(),
                         clock: 0,
                         timer: None,
@@ -184,7 +187,7 @@ impl World {
         let nodes = self.nodes.clone();
         let proc = self.procs.get_mut(&id).expect("configured");
         assert!(proc.alive, "a dead node gets no input");
-        let member = proc.view.contains(id, 1);
+        let member = proc.view.contains(id, proc.incarnation);
         let ctx = Context {
             now_ms: proc.clock,
             me: id,
@@ -299,6 +302,28 @@ impl World {
         self.net.retain(|m| m.to != id);
         self.latest.epoch = Epoch(self.latest.epoch.0 + 1);
         self.latest.members.remove(&id);
+    }
+
+    /// Restarts `id`: a new incarnation with an empty state (and store),
+    /// admitted in the very next view (the same view change that drops the
+    /// old incarnation), which it installs at once.
+    pub fn restart(&mut self, id: NodeId, config: &OwnershipConfig) {
+        self.net.retain(|m| m.to != id && m.from != id);
+        self.latest.epoch = Epoch(self.latest.epoch.0 + 1);
+        let proc = self.procs.get_mut(&id).expect("configured");
+        proc.incarnation += 1;
+        proc.node = Ownership::new(
+            id,
+            config.clone(),
+            OwnershipBugs::default(),
+            MemStore::new(),
+        )
+        .expect("valid config");
+        proc.timer = None;
+        proc.alive = true;
+        self.latest.members.insert(id, proc.incarnation);
+        proc.view = self.latest.clone();
+        self.call(id, Input::ViewChange, 0);
     }
 
     /// `id` has not installed the latest view yet.

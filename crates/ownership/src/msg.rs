@@ -120,6 +120,9 @@ pub struct Ack {
     pub data_from: Option<NodeId>,
     /// The rows, from the data source only.
     pub data: Option<ObjectData>,
+    /// The acker has applied this arbitration already (it is `Valid` at
+    /// `o_ts`): proof that it completed, so a replayer finishes it.
+    pub applied: bool,
 }
 
 /// Requester (or a replayer, for a dead requester or a NOOP) → arbiters:

@@ -253,6 +253,11 @@ pub struct Ownership<K: ObjectKey, S> {
     store: S,
     entries: BTreeMap<K, Entry>,
     requests: BTreeMap<K, Pending>,
+    /// Fast-path ACKs for attempts of ours that are not the current one of
+    /// a request (a late REQ driven after we moved on): collected, so that
+    /// such a win is applied (a late win) and its arbiters released. At most
+    /// `max_pending_requests`; emptied by a view change.
+    stray: BTreeMap<(K, RTs), Attempt>,
     /// Keys whose entry holds an arbitration (`Invalid` or `Drive`).
     blocked: BTreeSet<K>,
     /// Keys replayed after the last view change and not finished: drivers
@@ -288,6 +293,7 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.store.hash(state);
         self.entries.hash(state);
         self.requests.hash(state);
+        self.stray.hash(state);
         self.blocked.hash(state);
         self.recovery.hash(state);
         self.last_r_ts.hash(state);
@@ -323,6 +329,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             store,
             entries: BTreeMap::new(),
             requests: BTreeMap::new(),
+            stray: BTreeMap::new(),
             blocked: BTreeSet::new(),
             recovery: BTreeSet::new(),
             last_r_ts: 0,
@@ -520,9 +527,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if let Some(after) = self.config.replay_after_ms {
             for key in &self.blocked {
                 let arb = self.entries[key].arb.as_ref().expect("blocked has an arb");
-                if !arb.refused {
-                    consider(arb.since_ms.saturating_add(after));
-                }
+                consider(arb.since_ms.saturating_add(after));
             }
         }
         // A request backing off always has a deadline.
@@ -896,6 +901,80 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         );
     }
 
+    /// An ACK for one of our attempts that no request waits for: collect it
+    /// like the current attempt's, and apply the win when complete.
+    fn on_stray_ack(&mut self, ctx: &Context<'_>, from: NodeId, key: &K, ack: Ack, fx: &mut Fx<K>) {
+        debug_assert_eq!(ack.r_ts.node, self.me);
+        let slot = (key.clone(), ack.r_ts);
+        if !self.stray.contains_key(&slot) {
+            if self.stray.len() >= self.config.max_pending_requests {
+                // The replay timers at the arbiters recover it (RESP).
+                return self.drop_input(fx, DropReason::Overloaded, from, "ACK");
+            }
+            self.stray.insert(
+                slot.clone(),
+                Attempt {
+                    r_ts: ack.r_ts,
+                    driver: ack.o_ts.node,
+                    sent_ms: ctx.now_ms,
+                    expect: None,
+                    got: BTreeSet::new(),
+                    data: None,
+                },
+            );
+        }
+        debug_assert!(self.stray.len() <= self.config.max_pending_requests);
+        let attempt = self.stray.get_mut(&slot).expect("present");
+        if !ack.ackers.contains(&from) {
+            return self.drop_input(fx, DropReason::UnexpectedAck, from, "ACK");
+        }
+        let said = Expect {
+            o_ts: ack.o_ts,
+            r_type: ack.r_type,
+            o_replicas: ack.o_replicas,
+            ackers: ack.ackers,
+            data_from: ack.data_from,
+        };
+        match &attempt.expect {
+            None => attempt.expect = Some(said),
+            Some(expect) if *expect == said => {}
+            Some(_) => return self.drop_input(fx, DropReason::ConflictingOTs, from, "ACK"),
+        }
+        let expect = attempt.expect.clone().expect("just set");
+        if ack.data.is_some() != (expect.data_from == Some(from)) {
+            return self.drop_input(fx, DropReason::UnexpectedData, from, "ACK");
+        }
+        if !attempt.got.insert(from) {
+            return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
+        }
+        if ack.data.is_some() {
+            attempt.data = ack.data;
+        }
+        if attempt.got != expect.ackers {
+            return;
+        }
+        let attempt = self.stray.remove(&slot).expect("present");
+        let ArbKind::Request(kind) = expect.r_type else {
+            unreachable!("checked by the caller");
+        };
+        let dir = self.dir(ctx, key);
+        let val_to = val_targets(&expect.ackers, &expect.o_replicas, &dir);
+        self.requester_apply(
+            ctx,
+            from,
+            key,
+            Win {
+                o_ts: expect.o_ts,
+                r_ts: attempt.r_ts,
+                kind,
+                pre: expect.o_replicas,
+                data: attempt.data,
+                val_to,
+            },
+            fx,
+        );
+    }
+
     /// The requester applies a won arbitration: installs the data, becomes
     /// owner or reader (or stops being one), `Valid`, outputs, then sends
     /// VAL. Arbiters apply only on VAL, so the requester is always first.
@@ -914,8 +993,16 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         }
         if let Some(entry) = self.entries.get(key) {
             if entry.o_ts > win.o_ts {
-                // A greater arbitration passed here: this one cannot have won.
-                return self.drop_input(fx, DropReason::ConflictingOTs, from, "win");
+                // We are past it (we applied it, or it lost): tell the
+                // replayer, which asks the arbiters again.
+                self.stats.count_drop(DropReason::Stale);
+                let nack = Nack {
+                    r_ts: win.r_ts,
+                    o_ts: Some(win.o_ts),
+                    reason: NackReason::Stale,
+                    current: None,
+                };
+                return self.nack(ctx, fx, &BTreeSet::from([from]), key, nack);
             }
             if entry.o_ts == win.o_ts {
                 if entry.last_r_ts != win.r_ts || entry.arb.as_ref().is_some_and(|a| a.refused) {
@@ -1245,6 +1332,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     ) {
         debug_assert!(inv.ackers.contains(&self.me));
         debug_assert_eq!(data.is_some(), inv.data_from == Some(self.me));
+        let applied = self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.o_ts == inv.o_ts && e.last_r_ts == inv.r_ts && !e.blocked());
         let ack = Ack {
             o_ts: inv.o_ts,
             r_ts: inv.r_ts,
@@ -1253,6 +1344,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             ackers: inv.ackers.clone(),
             data_from: inv.data_from,
             data,
+            applied,
         };
         self.send(ctx, fx, inv.ack_to, key, Body::Ack(ack));
     }
@@ -1284,7 +1376,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !is_dir && !is_owner && !is_source {
             return self.drop_input(fx, DropReason::NotArbiter, from, "INV");
         }
-        if !self.entries.contains_key(key) {
+        let learned = !self.entries.contains_key(key);
+        if learned {
             if !is_dir {
                 return self.drop_input(fx, DropReason::UnknownObject, from, "INV");
             }
@@ -1300,7 +1393,20 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let entry = self.entries.get(key).expect("present");
         let accept_smaller = self.bugs.arbiter_accepts_smaller_o_ts && inv.r_type != ArbKind::Noop;
         match inv.o_ts.cmp(&entry.o_ts) {
-            std::cmp::Ordering::Greater => self.accept_inv(ctx, from, key, inv, is_source, fx),
+            std::cmp::Ordering::Greater => {
+                // A directory replica that learns the object from a replay
+                // (it restarted, say) may be the last to hear of it: it
+                // replays too, and a superseded arbitration then meets the
+                // others' Stale replies instead of blocking it for good.
+                let replay = from != inv.driver && inv.r_type != ArbKind::Noop;
+                self.accept_inv(ctx, from, key, inv, is_source, fx);
+                if learned && replay && self.entries.get(key).is_some_and(Entry::blocked) {
+                    let refused = self.entries[key].arb.as_ref().is_some_and(|a| a.refused);
+                    if !refused {
+                        self.start_replay(ctx, key, fx);
+                    }
+                }
+            }
             std::cmp::Ordering::Less if accept_smaller => {
                 self.accept_inv(ctx, from, key, inv, is_source, fx)
             }
@@ -1371,13 +1477,23 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert_eq!(inv.data_from, Some(self.me));
         debug_assert!(!self.dir(ctx, key).contains(&self.me));
         let entry = self.entries.get_mut(key).expect("a reader has an entry");
+        let pending = inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key);
         let refuse = match entry.source_said {
             Some((o_ts, refused)) if o_ts == inv.o_ts => refused,
             Some((o_ts, _)) if o_ts > inv.o_ts => {
-                // An older arbitration than one we answered: stale.
-                return self.drop_input(fx, DropReason::Stale, from, "INV");
+                // Older than one we answered (whose driver may be gone):
+                // never a refusal, which a driver could take for a proof;
+                // the rows if we can, else silence until the commit is done
+                // (the replayer asks again).
+                if pending {
+                    return self.drop_input(fx, DropReason::Stale, from, "INV");
+                }
+                let Some(data) = self.store.export(key) else {
+                    return self.drop_input(fx, DropReason::MissingData, from, "INV");
+                };
+                return self.send_ack(ctx, key, &inv, Some(data), fx);
             }
-            _ => inv.r_type != ArbKind::Noop && self.store.has_pending_commit(key),
+            _ => pending,
         };
         let entry = self.entries.get_mut(key).expect("present");
         entry.source_said = Some((inv.o_ts, refuse));
@@ -1477,6 +1593,41 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if self.bugs.arbiters_apply_before_requester && inv.r_type != ArbKind::Noop {
             self.apply_val(ctx, key);
         }
+    }
+
+    /// We (the owner) refused the arbitration we hold, so it can never
+    /// complete: release it (a directory replica), or send the proof, with
+    /// its pre-vector, to its driver and the live directory replicas.
+    fn prove_refusal(&mut self, ctx: &Context<'_>, key: &K, fx: &mut Fx<K>) {
+        let entry = self.entries.get_mut(key).expect("present");
+        let arb = entry.arb.as_mut().expect("a refused arbitration");
+        debug_assert!(arb.refused);
+        arb.since_ms = ctx.now_ms;
+        let driver = arb.driver;
+        let (o_ts, r_ts, pre) = (entry.o_ts, entry.last_r_ts, entry.o_replicas.clone());
+        debug_assert!(pre.owner == Some(self.me));
+        if self.dir(ctx, key).contains(&self.me) {
+            return self.start_noop(ctx, key, o_ts, pre, NackReason::PendingCommit, fx);
+        }
+        let mut to = self.live_dir_others(ctx, key);
+        if live(ctx, driver) {
+            to.insert(driver);
+        }
+        if to.is_empty() {
+            return;
+        }
+        let nack = Nack {
+            r_ts,
+            o_ts: Some(o_ts),
+            reason: NackReason::PendingCommit,
+            current: Some(Current {
+                o_ts,
+                r_ts,
+                valid: false,
+                o_replicas: pre,
+            }),
+        };
+        self.nack(ctx, fx, &to, key, nack);
     }
 
     /// A greater arbitration replaces the one this node held: a driver or
@@ -1694,6 +1845,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         match nack.reason {
             NackReason::Stale if holds => {
                 let Some(current) = &nack.current else {
+                    // Our requester is past it: ask the arbiters again (they
+                    // applied it, or are past it too, and say so).
+                    let replaying = entry.arb.as_ref().is_some_and(|a| a.replaying);
+                    if replaying && from == nack.r_ts.node {
+                        self.start_replay(ctx, key, fx);
+                        return true;
+                    }
                     return false;
                 };
                 // A directory replica is past our arbitration, so it can
@@ -1798,6 +1956,26 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             }
             (None, true) => return self.drop_input(fx, DropReason::MissingData, from, "ACK"),
             _ => {}
+        }
+        if ack.applied && matches!(arb.r_type, ArbKind::Request(_)) {
+            // An arbiter applied it: it completed (its requester applied it
+            // first). Finish it here too, and tell the other arbiters.
+            let (o_ts, r_ts) = (ack.o_ts, last_r_ts);
+            let dir = self.dir(ctx, key);
+            let entry = self.entries.get(key).expect("present");
+            let arb = entry.arb.as_ref().expect("collecting");
+            let val_to = val_targets(&arb.ackers, &entry.o_replicas, &dir);
+            self.apply_val(ctx, key);
+            let val = Val {
+                o_ts,
+                r_ts,
+                r_floor: 0,
+            };
+            let me = self.me;
+            for &node in val_to.iter().filter(|&&n| n != me && n != from) {
+                self.send(ctx, fx, node, key, Body::Val(val.clone()));
+            }
+            return;
         }
         let collect = arb.collect.as_mut().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
@@ -1977,6 +2155,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !ctx.member {
             return self.abandon(ctx, fx);
         }
+        // The old epoch's fast-path ACKs are void.
+        self.stray.clear();
         // A restarted node is a new member that holds nothing.
         let restarted: BTreeSet<NodeId> = ctx
             .view
@@ -2031,27 +2211,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 // We (the owner) refused it: it can never complete. Release
                 // it ourselves if we are a directory replica, else prove it to
                 // them (its driver may be gone with our first NACK).
-                let (o_ts, r_ts) = (entry.o_ts, entry.last_r_ts);
-                let pre = entry.o_replicas.clone();
-                if self.dir(ctx, key).contains(&self.me) {
-                    self.start_noop(ctx, key, o_ts, pre, NackReason::PendingCommit, fx);
-                } else {
-                    let to = self.live_dir_others(ctx, key);
-                    if !to.is_empty() {
-                        let nack = Nack {
-                            r_ts,
-                            o_ts: Some(o_ts),
-                            reason: NackReason::PendingCommit,
-                            current: Some(Current {
-                                o_ts,
-                                r_ts,
-                                valid: false,
-                                o_replicas: pre.clone(),
-                            }),
-                        };
-                        self.nack(ctx, fx, &to, key, nack);
-                    }
-                }
+                self.prove_refusal(ctx, key, fx);
                 continue;
             }
             self.recovery.insert(key.clone());
@@ -2143,13 +2303,19 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 .iter()
                 .filter(|k| {
                     let arb = self.entries[*k].arb.as_ref().expect("blocked");
-                    !arb.refused && now >= arb.since_ms.saturating_add(after)
+                    now >= arb.since_ms.saturating_add(after)
                 })
                 .cloned()
                 .collect();
             for key in &stuck {
-                // A lost VAL or ACK: replay in the current epoch.
-                if self.entries.get(key).is_some_and(Entry::blocked) {
+                let Some(entry) = self.entries.get(key).filter(|e| e.blocked()) else {
+                    continue;
+                };
+                if entry.arb.as_ref().is_some_and(|a| a.refused) {
+                    // Our refusal (or its proof) may have been lost.
+                    self.prove_refusal(ctx, key, fx);
+                } else {
+                    // A lost VAL or ACK: replay in the current epoch.
                     self.start_replay(ctx, key, fx);
                 }
             }
@@ -2213,10 +2379,15 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     && self.requests.get(&key).is_some_and(
                         |p| matches!(&p.phase, Phase::Requesting(a) if a.r_ts == ack.r_ts),
                     );
+                let ours = ack.r_ts.node == self.me
+                    && ack.r_ts.version <= self.last_r_ts
+                    && self.r_ts_base.is_some_and(|b| ack.r_ts.version >= b);
                 if collecting {
                     self.on_collector_ack(ctx, from, &key, ack, fx);
                 } else if requesting {
                     self.on_requester_ack(ctx, from, &key, ack, fx);
+                } else if ours && matches!(ack.r_type, ArbKind::Request(_)) {
+                    self.on_stray_ack(ctx, from, &key, ack, fx);
                 } else {
                     self.drop_input(fx, DropReason::Stale, from, what);
                 }

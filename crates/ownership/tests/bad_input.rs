@@ -303,6 +303,7 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
         ackers: good_inv.ackers.clone(),
         data_from: good_inv.data_from,
         data: None,
+        applied: false,
     };
     rejected(
         &mut world,
@@ -467,6 +468,7 @@ fn forged_acks_cannot_make_an_owner() {
         ackers: BTreeSet::from([n(1), n(4)]),
         data_from: None,
         data: None,
+        applied: false,
     };
     // A made-up acker set that the driver's genuine ACK contradicts.
     world.inject(n(1), n(4), m(key, Body::Ack(forged.clone())));
@@ -571,6 +573,7 @@ fn wire_format_round_trips_and_is_versioned() {
             ackers: inv.ackers.clone(),
             data_from: Some(n(3)),
             data: Some(data(7)),
+            applied: false,
         }),
         Body::Val(Val {
             o_ts: inv.o_ts,

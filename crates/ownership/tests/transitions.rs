@@ -325,6 +325,7 @@ fn ack_collection_needs_every_acker_and_checks_them() {
         ackers: inv.ackers.clone(),
         data_from: inv.data_from,
         data: None,
+        applied: false,
     };
     // From a node that was not asked.
     world.inject(n(5), n(4), msg(key, 1, Body::Ack(fake.clone())));

@@ -73,6 +73,9 @@ pub struct InFlight {
     /// Causal hops from the command that started the chain (tests only; 0
     /// in the model).
     pub hops: u32,
+    /// A hash of the message: with the endpoints, the canonical order of
+    /// the network multiset (computed once, when sent).
+    pub order: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -118,10 +121,14 @@ pub struct World {
 }
 
 fn msg_order(m: &InFlight) -> (NodeId, NodeId, Epoch, u64) {
+    (m.from, m.to, m.epoch, m.order)
+}
+
+fn msg_hash(msg: &Msg, hops: u32) -> u64 {
     let mut h = DefaultHasher::new();
-    m.msg.hash(&mut h);
-    m.hops.hash(&mut h);
-    (m.from, m.to, m.epoch, h.finish())
+    msg.hash(&mut h);
+    hops.hash(&mut h);
+    h.finish()
 }
 
 impl Hash for World {
@@ -209,12 +216,14 @@ impl World {
             if !self.procs[&to].alive {
                 continue;
             }
+            let order = msg_hash(&msg, next_hops);
             self.net.push(InFlight {
                 from: id,
                 to,
                 epoch,
                 msg,
                 hops: next_hops,
+                order,
             });
         }
         self.net.sort_by_key(msg_order);
@@ -381,13 +390,15 @@ impl World {
         for id in self.live() {
             let p = &self.procs[&id];
             out += &format!(
-                "\n{id} clock {} timer {:?} epoch {} pending {} blocked {} recovering {}",
+                "\n{id} inc {} clock {} timer {:?} epoch {} pending {} blocked {} recovering {} drops {:?}",
+                p.incarnation,
                 p.clock,
                 p.timer,
                 p.view.epoch,
                 p.node.pending_requests(),
                 p.node.blocked(),
-                p.node.recovering()
+                p.node.recovering(),
+                p.node.stats().drops()
             );
             for (k, m) in p.node.metas() {
                 out += &format!(

@@ -95,19 +95,38 @@
 //! complete: its owner, an arbiter that every completion needs, refused it
 //! and keeps refusing; or its requester refused the replayed win (a RESP
 //! without rows for a request it had not applied) and remembers that; or,
-//! on the fast path, its data source refused and keeps refusing. A reader's
+//! on the fast path, the driver's data source refused it (a source repeats
+//! its answer for an `o_ts` and never refuses an older one). A reader's
 //! refusal during a replay proves nothing, so the replay completes without
 //! rows and the requester decides. A proof carries the dead arbitration's
 //! pre-vector, which is the latest completed state (a valid driver bumped
 //! it), and goes to the live directory replicas: any of them at or below it
-//! can release it. An old owner that is no directory replica and lost the
-//! VAL that demoted it learns its role from a directory replica's `Stale`
-//! reply to its replay.
+//! can release it; the owner re-sends it on its stuck timer. Conversely, an
+//! ACK from an arbiter that has already applied the arbitration proves it
+//! completed, and the replayer finishes it without a RESP.
 //!
-//! The model checker (`tests/model_check.rs`) found five flaws in earlier
-//! versions of these rules and the seeded random runs
-//! (`tests/random_runs.rs`) a sixth; the commits that fixed them describe
-//! each.
+//! Nodes that miss an outcome learn it from a `Stale` NACK, the answer to an
+//! INV older than the answerer's `o_ts`, which carries its metadata: an old
+//! owner that lost the VAL demoting it, or a directory replica that restarted
+//! and learned an old arbitration from a replay (such a replica replays what
+//! it learns at once, to meet those answers).
+//!
+//! A node that restarts is a new member holding nothing, even if the view
+//! change that drops its old incarnation admits the new one: every node
+//! notes the incarnation change, strips the node from `o_replicas`, and
+//! treats its earlier attempts as a dead requester's (`gone_since`; a replay
+//! INV says `requester_gone` to arbiters that did not see it). Stamps cannot
+//! repeat across restarts: attempt versions and `o_ts` bumps are at least
+//! `epoch << 32`. A directory replica that restarted knows no objects; a
+//! requester that gets `UnknownObject` asks the next live one.
+//!
+//! Late wins are applied, never ignored: a requester collects the ACKs of
+//! its own earlier attempts too (a REQ can be driven after the request was
+//! answered) and reports [`OwnershipOut::LateWin`].
+//!
+//! The model checker (`tests/model_check.rs`) and the seeded random runs
+//! (`tests/random_runs.rs`) found the flaws that shaped these rules; the
+//! commits that fixed them describe each.
 //!
 //! # Using it
 //!

@@ -11,6 +11,9 @@
 //!   as a multiset: any one may come next, so any delay and reordering);
 //! - `Tick(n)`: `n`'s timer fires (a backoff ends); time jumps to it;
 //! - `Crash(n)`: `n` crash-stops (once per run); the next view excludes it;
+//! - `Restart(n)` (instead of `Crash`, in the restart scenarios): `n` comes
+//!   back at once as a new incarnation holding nothing, admitted by the very
+//!   view change that drops the old one;
 //! - `Install(n)`: `n` installs the latest view (`Input::ViewChange`); each
 //!   node on its own, so old-epoch messages still arrive at nodes that have
 //!   not installed it, and new-epoch ones wait for the receiver to catch up;
@@ -35,7 +38,12 @@
 //! arbitration, a pending request, or an object not `Valid`, and none is
 //! still recovering.
 //!
-//! Each planted bug ([`OwnershipBugs`]) must be caught.
+//! Scenarios (all with 3 nodes and 2 directory replicas): the owner inside
+//! or outside the directory, with a crash; a write with contention; a write
+//! and a crash; a restart. Larger ones (restarts with retries, a restart
+//! with the owner outside the directory) are `#[ignore]`d: run them in
+//! release with `--ignored`. Each planted bug ([`OwnershipBugs`]) must be
+//! caught.
 
 mod common;
 

@@ -35,7 +35,7 @@ impl OTs {
     /// `epoch << 32`, so a restarted driver (a new member, in a later epoch
     /// than anything its previous incarnation bumped) never reuses a stamp
     /// it has forgotten.
-    pub fn bumped_in(self, node: NodeId, epoch: roost_cluster::Epoch) -> OTs {
+    pub fn bumped_in(self, node: NodeId, epoch: roost_cluster::EpochId) -> OTs {
         let next = OTs {
             version: (self.version + 1).max(epoch.0 << 32),
             node,

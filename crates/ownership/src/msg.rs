@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use roost_cluster::{Epoch, NodeId};
+use roost_cluster::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{ArbKind, OReplicas, OTs, RTs, RequestKind};
@@ -21,13 +21,13 @@ pub const WIRE_VERSION: u16 = 1;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OwnershipMsg<K> {
     pub version: u16,
-    pub epoch: Epoch,
+    pub epoch: EpochId,
     pub key: K,
     pub body: Body,
 }
 
 impl<K> OwnershipMsg<K> {
-    pub fn new(epoch: Epoch, key: K, body: Body) -> Self {
+    pub fn new(epoch: EpochId, key: K, body: Body) -> Self {
         OwnershipMsg {
             version: WIRE_VERSION,
             epoch,

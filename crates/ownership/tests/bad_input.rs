@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use roost_cluster::{Epoch, NodeId};
+use roost_cluster::{EpochId, NodeId};
 use roost_ownership::{
     Ack, ArbKind, Body, Current, DropReason, FailReason, Inv, Meta, Nack, NackReason, NewError,
     OReplicas, OTs, OwnershipBugs, OwnershipConfig, OwnershipOut, RTs, Req, RequestKind, Resp, Val,
@@ -82,7 +82,7 @@ fn inv_for(world: &World, key: Key) -> Inv {
 }
 
 fn m(key: Key, body: Body) -> Msg {
-    Msg::new(Epoch(1), key, body)
+    Msg::new(EpochId(1), key, body)
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
 
     // Wrong epoch (the node wrapper filters these too; the protocol checks).
     let mut msg = m(key, Body::Inv(good_inv.clone()));
-    msg.epoch = Epoch(7);
+    msg.epoch = EpochId(7);
     rejected(&mut world, key, n(1), n(2), msg, DropReason::WrongEpoch);
 
     // A sender that is not a member.
@@ -436,12 +436,12 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
 #[test]
 fn a_non_member_takes_part_in_nothing() {
     let (mut world, key) = setup();
-    world.latest.epoch = Epoch(2);
+    world.latest.epoch = EpochId(2);
     world.latest.members.remove(&n(2));
     world.install(n(2));
     let inv = inv_for(&world, key);
     let mut msg = m(key, Body::Inv(inv));
-    msg.epoch = Epoch(2);
+    msg.epoch = EpochId(2);
     rejected(&mut world, key, n(1), n(2), msg, DropReason::NotMember);
 }
 
@@ -601,7 +601,7 @@ fn wire_format_round_trips_and_is_versioned() {
         }),
     ];
     for body in bodies {
-        let msg = Msg::new(Epoch(5), 42u64, body);
+        let msg = Msg::new(EpochId(5), 42u64, body);
         assert_eq!(msg.version, WIRE_VERSION);
         let bytes = postcard::to_allocvec(&msg).unwrap();
         let back: Msg = postcard::from_bytes(&bytes).unwrap();
@@ -616,7 +616,7 @@ fn wire_format_round_trips_and_is_versioned() {
     }
     // The first field is the version.
     let bytes = postcard::to_allocvec(&Msg::new(
-        Epoch(1),
+        EpochId(1),
         1u64,
         Body::Val(Val {
             o_ts: OTs::ZERO,

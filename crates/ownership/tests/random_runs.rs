@@ -44,7 +44,7 @@ struct Run {
     log: Vec<String>,
     shape: Shape,
     /// Restarted nodes and the epoch whose view re-admitted them.
-    reborn: Vec<(NodeId, roost_cluster::Epoch)>,
+    reborn: Vec<(NodeId, roost_cluster::EpochId)>,
     reasons: std::collections::BTreeMap<String, u64>,
     /// Every arbitration seen: (key, o_ts) -> r_ts. An o_ts names one.
     arbitrations: std::collections::BTreeMap<(u64, roost_ownership::OTs), roost_ownership::RTs>,
@@ -126,7 +126,7 @@ impl Run {
             .collect();
         // A restarted node's previous incarnation is dead too, for the
         // vectors of nodes that have not installed the view it left in.
-        let reborn: Vec<(NodeId, roost_cluster::Epoch)> = self.reborn.clone();
+        let reborn: Vec<(NodeId, roost_cluster::EpochId)> = self.reborn.clone();
         for key in 0..KEYS {
             let owners = w.owners(key);
             assert!(

@@ -335,7 +335,7 @@ fn a_node_removed_from_the_view_abandons_its_requests() {
     world.acquire(n(4), key, 1, RequestKind::AddOwner);
     // n4 is removed (say its lease lapsed) but still runs and installs the
     // view that excludes it.
-    world.latest.epoch = roost_cluster::Epoch(world.latest.epoch.0 + 1);
+    world.latest.epoch = roost_cluster::EpochId(world.latest.epoch.0 + 1);
     world.latest.members.remove(&n(4));
     let out = world.install(n(4));
     assert!(matches!(
@@ -422,7 +422,7 @@ fn a_remove_reader_that_races_with_a_late_win_keeps_the_owners_rows() {
     let out = world.inject(
         n(1),
         n(4),
-        Msg::new(roost_cluster::Epoch(1), key, Body::Nack(nack)),
+        Msg::new(roost_cluster::EpochId(1), key, Body::Nack(nack)),
     );
     assert!(matches!(
         out.outputs.as_slice(),

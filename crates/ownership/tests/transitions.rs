@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use roost_cluster::{Epoch, NodeId};
+use roost_cluster::{EpochId, NodeId};
 use roost_ownership::{
     Access, ArbKind, Body, DropReason, FailReason, Inv, NackReason, OReplicas, OState, OTs,
     ObjectStore, OwnershipBugs, OwnershipOut, RTs, RequestKind,
@@ -202,7 +202,7 @@ fn inv(key_meta_o_ts: OTs, o_replicas: OReplicas, r_ts: RTs) -> Inv {
 }
 
 fn msg(key: Key, epoch: u64, body: Body) -> Msg {
-    Msg::new(Epoch(epoch), key, body)
+    Msg::new(EpochId(epoch), key, body)
 }
 
 #[test]

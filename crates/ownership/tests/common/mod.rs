@@ -12,7 +12,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
-use roost_cluster::{Context, Effects, Epoch, Input, NodeId, Protocol, View};
+use roost_cluster::{Context, Effects, EpochId, Input, NodeId, Protocol, View};
 use roost_ownership::{
     directory, MemStore, ObjectData, Ownership, OwnershipBugs, OwnershipCmd, OwnershipConfig,
     OwnershipMsg, OwnershipOut, ReqId, RequestKind, TICK_TIMER,
@@ -68,7 +68,7 @@ pub fn model_config(directory_replicas: usize, max_attempts: u32) -> OwnershipCo
 pub struct InFlight {
     pub from: NodeId,
     pub to: NodeId,
-    pub epoch: Epoch,
+    pub epoch: EpochId,
     pub msg: Msg,
     /// Causal hops from the command that started the chain (tests only; 0
     /// in the model).
@@ -120,7 +120,7 @@ pub struct World {
     pub track_hops: bool,
 }
 
-fn msg_order(m: &InFlight) -> (NodeId, NodeId, Epoch, u64) {
+fn msg_order(m: &InFlight) -> (NodeId, NodeId, EpochId, u64) {
     (m.from, m.to, m.epoch, m.order)
 }
 
@@ -144,7 +144,7 @@ impl World {
     pub fn new(count: u32, config: &OwnershipConfig, bugs: OwnershipBugs) -> World {
         let nodes: Vec<NodeId> = (1..=count).map(NodeId).collect();
         let view = View {
-            epoch: Epoch(1),
+            epoch: EpochId(1),
             members: nodes.iter().map(|&n| (n, 1)).collect(),
         };
         let procs = nodes
@@ -309,7 +309,7 @@ impl World {
         assert!(proc.alive);
         proc.alive = false;
         self.net.retain(|m| m.to != id);
-        self.latest.epoch = Epoch(self.latest.epoch.0 + 1);
+        self.latest.epoch = EpochId(self.latest.epoch.0 + 1);
         self.latest.members.remove(&id);
     }
 
@@ -318,7 +318,7 @@ impl World {
     /// old incarnation), which it installs at once.
     pub fn restart(&mut self, id: NodeId, config: &OwnershipConfig) {
         self.net.retain(|m| m.to != id && m.from != id);
-        self.latest.epoch = Epoch(self.latest.epoch.0 + 1);
+        self.latest.epoch = EpochId(self.latest.epoch.0 + 1);
         let proc = self.procs.get_mut(&id).expect("configured");
         proc.incarnation += 1;
         proc.node = Ownership::new(

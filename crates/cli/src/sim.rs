@@ -12,12 +12,15 @@ use roost_cluster::sim::{
     campaign, CampaignReport, CampaignSpec, CampaignStop, RegisterScenario, Scenario, SimConfig,
     SimReport,
 };
+use roost_ownership::sim::OwnershipScenario;
 
 /// The protocols `roost sim` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SimProtocol {
     /// The ABD atomic register (the example protocol).
     Register,
+    /// The Zeus ownership protocol (`roost-ownership`).
+    Ownership,
 }
 
 /// Bugs a simulation can plant for its checkers to find.
@@ -29,6 +32,10 @@ pub enum SimBug {
     QuorumMinusOne,
     /// Register: restarted replicas answer before recovering.
     SkipRecovery,
+    /// Ownership: an arbiter accepts an INV with a smaller o_ts.
+    SmallerOTs,
+    /// Ownership: arbiters apply a request before its requester has.
+    ApplyBeforeRequester,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -123,6 +130,25 @@ impl SimArgs {
                         SimBug::EarlyRemoval => {} // the membership's: in config()
                         SimBug::QuorumMinusOne => scenario.bugs.quorum_minus_one = true,
                         SimBug::SkipRecovery => scenario.bugs.skip_recovery = true,
+                        SimBug::SmallerOTs | SimBug::ApplyBeforeRequester => {
+                            bail!("--planted {} is an ownership bug", Self::name(*bug))
+                        }
+                    }
+                }
+                Ok(Box::new(scenario))
+            }
+            SimProtocol::Ownership => {
+                let mut scenario = OwnershipScenario::default();
+                for bug in &self.planted {
+                    match bug {
+                        SimBug::EarlyRemoval => {}
+                        SimBug::SmallerOTs => scenario.bugs.arbiter_accepts_smaller_o_ts = true,
+                        SimBug::ApplyBeforeRequester => {
+                            scenario.bugs.arbiters_apply_before_requester = true
+                        }
+                        SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
+                            bail!("--planted {} is a register bug", Self::name(*bug))
+                        }
                     }
                 }
                 Ok(Box::new(scenario))

@@ -162,6 +162,7 @@ mod key;
 mod meta;
 mod msg;
 mod ownership;
+pub mod sim;
 mod stats;
 mod store;
 

@@ -482,8 +482,18 @@ fn phantom_test_catches_a_scan_that_skips_a_record() {
         scans_skip_first_record: true,
         ..PlantedBugs::default()
     };
+    // Only the final count (around the transaction layer) sees the extra
+    // row, and a group may be back at the limit when the run ends: short
+    // rounds, each ending in a count, until one catches it (a loaded CI
+    // machine once ran a single 20 s round that ended with every group
+    // back at the limit).
+    let start = std::time::Instant::now();
+    let mut caught = 0;
+    while caught == 0 && start.elapsed() < PLANTED_BUDGET {
+        caught += phantoms(planted, Duration::from_millis(500));
+    }
     assert!(
-        phantoms(planted, PLANTED_BUDGET) > 0,
+        caught > 0,
         "the phantom test missed a scan that skips a record"
     );
 }

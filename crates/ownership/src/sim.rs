@@ -1,0 +1,366 @@
+//! The ownership protocol under the cluster's deterministic simulator
+//! (`roost_cluster::sim`): the same state machine, driven with message loss,
+//! duplication, reordering, crashes, restarts and partitions, and membership
+//! changes from the real membership protocol.
+//!
+//! * [`OwnershipWorkload`]: every client of every node creates its objects
+//!   once, then keeps asking to own a random one (change-owner, sometimes
+//!   add-reader), one request at a time, each tagged by a request id;
+//! * [`OwnershipSafety`], after every event: at most one owner per object
+//!   among serving nodes; the owner holds the object's data as created (the
+//!   simulation writes nothing else, so any other copy is a corruption);
+//!   the valid arbiters of the latest view agree on `o_ts` and `o_replicas`.
+//!
+//! `roost sim --protocol ownership` runs it by seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::Rng;
+use roost_cluster::sim::{
+    membership_checkers, run_simulation, Cause, Checker, ClientId, Scenario, SimConfig,
+    SimConfigError, SimRng, SimRun, Simulation, Violation, Workload, WorkloadStats, World,
+};
+use roost_cluster::{Incarnation, NodeId};
+
+use crate::config::{OwnershipBugs, OwnershipConfig};
+use crate::key::directory;
+use crate::meta::{OState, ReqId, RequestKind};
+use crate::ownership::{FailReason, Ownership, OwnershipCmd, OwnershipOut};
+use crate::store::{MemStore, ObjectData};
+
+/// The protocol as simulated: objects keyed by `u64`, held in memory.
+pub type SimOwnership = Ownership<u64, MemStore<u64>>;
+
+/// Objects one simulation moves around at most.
+pub const MAX_SIM_OBJECTS: u64 = 64;
+
+/// The contents object `key` is created with (and, since the simulation
+/// writes nothing, keeps): a checker recomputes it from the key.
+pub fn created_data(key: u64) -> ObjectData {
+    ObjectData::new(1, key.to_le_bytes().repeat(3))
+}
+
+/// The ownership protocol's settings in a simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnershipScenario {
+    pub config: OwnershipConfig,
+    pub bugs: OwnershipBugs,
+    /// Objects, each created by node `key % nodes`.
+    pub objects: u64,
+    /// Probability that a request is add-reader rather than change-owner.
+    pub reader_probability: f64,
+}
+
+impl Default for OwnershipScenario {
+    fn default() -> Self {
+        OwnershipScenario {
+            config: OwnershipConfig {
+                directory_replicas: 2,
+                ..OwnershipConfig::default()
+            },
+            bugs: OwnershipBugs::default(),
+            objects: 4,
+            reader_probability: 0.2,
+        }
+    }
+}
+
+type Checkers = (
+    roost_cluster::sim::ViewAgreement,
+    roost_cluster::sim::LeaseSafety,
+    OwnershipSafety,
+);
+
+/// A built simulation of the ownership protocol.
+pub type OwnershipSimulation = Simulation<
+    SimOwnership,
+    Box<dyn FnMut(NodeId, Incarnation) -> SimOwnership>,
+    OwnershipWorkload,
+    Checkers,
+>;
+
+impl OwnershipScenario {
+    pub fn simulation(
+        &self,
+        config: SimConfig,
+        seed: u64,
+    ) -> Result<OwnershipSimulation, SimConfigError> {
+        Scenario::validate(self)?;
+        let nodes = config.nodes;
+        let (view_agreement, lease_safety) = membership_checkers();
+        let (own, bugs) = (self.config.clone(), self.bugs);
+        let factory: Box<dyn FnMut(NodeId, Incarnation) -> SimOwnership> =
+            Box::new(move |node, _incarnation| {
+                Ownership::new(node, own.clone(), bugs, MemStore::new())
+                    .expect("validated by the scenario")
+            });
+        let all: Vec<NodeId> = (0..nodes).map(NodeId).collect();
+        let checker = OwnershipSafety {
+            directories: (0..self.objects)
+                .map(|key| {
+                    let replicas = directory(&key, &all, self.config.directory_replicas);
+                    (key, replicas.into_iter().collect())
+                })
+                .collect(),
+        };
+        Simulation::new(
+            config,
+            seed,
+            factory,
+            OwnershipWorkload::new(self.objects, nodes, self.reader_probability),
+            (view_agreement, lease_safety, checker),
+        )
+    }
+}
+
+impl Scenario for OwnershipScenario {
+    fn protocol(&self) -> &'static str {
+        "ownership"
+    }
+
+    fn validate(&self) -> Result<(), SimConfigError> {
+        let invalid = |reason| SimConfigError::Protocol {
+            protocol: "ownership",
+            reason,
+        };
+        if self.config.validate().is_err() {
+            return Err(invalid("the ownership configuration is invalid"));
+        }
+        if self.objects == 0 || self.objects > MAX_SIM_OBJECTS {
+            return Err(invalid("objects must be 1..=64"));
+        }
+        if !(0.0..=1.0).contains(&self.reader_probability) {
+            return Err(invalid("reader_probability is not a probability"));
+        }
+        Ok(())
+    }
+
+    fn run(&self, config: &SimConfig, seed: u64, trace: bool) -> Result<SimRun, SimConfigError> {
+        Ok(run_simulation(
+            self.simulation(config.clone(), seed)?,
+            trace,
+        ))
+    }
+}
+
+/// What the clients did: answers by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnershipHistory {
+    pub acquired: u64,
+    pub failed: u64,
+    pub late_wins: u64,
+    /// Requests whose node crashed before answering.
+    pub lost: u64,
+}
+
+pub struct OwnershipWorkload {
+    objects: u64,
+    nodes: u32,
+    reader_probability: f64,
+    next_req: u64,
+    /// Request id to the client waiting for it (one request per client).
+    waiting: BTreeMap<u64, ClientId>,
+    busy: BTreeSet<ClientId>,
+    /// Objects whose create took effect (only their requests are issued).
+    created: BTreeSet<u64>,
+    /// Creates in flight, by request id (a failed one is issued again).
+    creating: BTreeMap<u64, u64>,
+    history: OwnershipHistory,
+}
+
+impl OwnershipWorkload {
+    pub fn new(objects: u64, nodes: u32, reader_probability: f64) -> Self {
+        assert!(objects > 0 && nodes > 0, "validated by the scenario");
+        OwnershipWorkload {
+            objects,
+            nodes,
+            reader_probability,
+            next_req: 1,
+            waiting: BTreeMap::new(),
+            busy: BTreeSet::new(),
+            created: BTreeSet::new(),
+            creating: BTreeMap::new(),
+            history: OwnershipHistory::default(),
+        }
+    }
+
+    fn tag(&mut self, client: ClientId) -> ReqId {
+        let req = ReqId(self.next_req);
+        self.next_req += 1;
+        self.waiting.insert(req.0, client);
+        self.busy.insert(client);
+        debug_assert_eq!(
+            self.waiting.len(),
+            self.busy.len(),
+            "one request per client"
+        );
+        req
+    }
+}
+
+impl Workload<SimOwnership> for OwnershipWorkload {
+    type History = OwnershipHistory;
+
+    fn next_command(
+        &mut self,
+        rng: &mut SimRng,
+        _now_ms: u64,
+        client: ClientId,
+    ) -> Option<OwnershipCmd<u64>> {
+        if self.busy.contains(&client) {
+            return None;
+        }
+        // The creating node's first client creates each of its objects once.
+        if client.index == 0 {
+            let mine = |k: &u64| k % u64::from(self.nodes) == u64::from(client.node.0);
+            let uncreated = (0..self.objects).find(|k| {
+                mine(k) && !self.created.contains(k) && !self.creating.values().any(|c| c == k)
+            });
+            if let Some(key) = uncreated {
+                let req = self.tag(client);
+                self.creating.insert(req.0, key);
+                return Some(OwnershipCmd::Create {
+                    key,
+                    req,
+                    data: created_data(key),
+                });
+            }
+        }
+        let key = rng.random_range(0..self.objects);
+        if !self.created.contains(&key) {
+            return None;
+        }
+        let kind = if rng.random_bool(self.reader_probability) {
+            RequestKind::AddReader
+        } else {
+            RequestKind::ChangeOwner
+        };
+        let req = self.tag(client);
+        Some(OwnershipCmd::Acquire { key, req, kind })
+    }
+
+    fn on_output(&mut self, _node: NodeId, _now_ms: u64, _cause: Cause, out: &OwnershipOut<u64>) {
+        let req = match out {
+            OwnershipOut::Acquired { req, .. } => {
+                self.history.acquired += 1;
+                if let Some(key) = self.creating.remove(&req.0) {
+                    self.created.insert(key);
+                }
+                *req
+            }
+            OwnershipOut::Failed { req, reason, .. } => {
+                self.history.failed += 1;
+                if let Some(key) = self.creating.remove(&req.0) {
+                    if *reason == FailReason::AlreadyExists {
+                        self.created.insert(key);
+                    }
+                }
+                *req
+            }
+            OwnershipOut::LateWin { .. } => {
+                self.history.late_wins += 1;
+                return;
+            }
+        };
+        if let Some(client) = self.waiting.remove(&req.0) {
+            self.busy.remove(&client);
+        }
+    }
+
+    fn on_crash(&mut self, node: NodeId, _now_ms: u64) {
+        let lost: Vec<u64> = self
+            .waiting
+            .iter()
+            .filter(|(_, c)| c.node == node)
+            .map(|(&r, _)| r)
+            .collect();
+        for req in lost {
+            let client = self.waiting.remove(&req).expect("listed above");
+            self.busy.remove(&client);
+            // A create lost with its node may or may not have taken effect:
+            // issuing it again is answered AlreadyExists if it did.
+            self.creating.remove(&req);
+            self.history.lost += 1;
+        }
+    }
+
+    fn history(&self) -> &OwnershipHistory {
+        &self.history
+    }
+
+    fn stats(&self) -> WorkloadStats {
+        WorkloadStats {
+            completed: self.history.acquired,
+            unknown: self.history.lost,
+            rejected: self.history.failed,
+        }
+    }
+}
+
+/// The ownership invariants of the seed's TLA+ spec that hold at every
+/// instant (AT_MOST_ONE_OWNER, OWNER_LATEST_DATA, CONSISTENT_SHARERS).
+pub struct OwnershipSafety {
+    /// Each object's directory replicas.
+    directories: BTreeMap<u64, BTreeSet<NodeId>>,
+}
+
+impl Checker<SimOwnership, OwnershipHistory> for OwnershipSafety {
+    fn after_event(
+        &mut self,
+        world: &World<'_, SimOwnership>,
+        _history: &OwnershipHistory,
+    ) -> Result<(), Violation> {
+        let Some((&latest_epoch, latest)) = world.views.iter().next_back() else {
+            return Ok(());
+        };
+        for (&key, replicas) in &self.directories {
+            let mut owners = Vec::new();
+            let mut valid_views = BTreeSet::new();
+            for slot in world.nodes {
+                let Some(node) = slot.node() else { continue };
+                let app = node.app();
+                if app.is_owner(&key) {
+                    // A node cut off from the view may still think it owns
+                    // the object; it cannot serve (lease safety), so only
+                    // serving owners count.
+                    if node.serving(world.now_ms) {
+                        owners.push(slot.id());
+                    }
+                    let held = app.store().get(&key);
+                    if held != Some(&created_data(key)) {
+                        return Err(Violation::new(
+                            "owner holds the latest data",
+                            world.now_ms,
+                            format!("object {key}: owner {} holds {held:?}", slot.id()),
+                        ));
+                    }
+                }
+                let current =
+                    node.epoch() == latest_epoch && latest.contains(slot.id(), slot.incarnation());
+                let Some(meta) = app.meta(&key) else { continue };
+                let arbiter =
+                    replicas.contains(&slot.id()) || meta.o_replicas.owner == Some(slot.id());
+                if current && arbiter && meta.o_state == OState::Valid {
+                    let mut vector = meta.o_replicas.clone();
+                    vector.retain_live(|n| latest.members.contains_key(&n));
+                    valid_views.insert((meta.o_ts, vector));
+                }
+            }
+            if owners.len() > 1 {
+                return Err(Violation::new(
+                    "at most one owner",
+                    world.now_ms,
+                    format!("object {key}: owners {owners:?}"),
+                ));
+            }
+            if valid_views.len() > 1 {
+                return Err(Violation::new(
+                    "valid arbiters agree",
+                    world.now_ms,
+                    format!("object {key}: {valid_views:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -191,6 +191,47 @@ struct Attempt {
     data: Option<ObjectData>,
 }
 
+impl Attempt {
+    /// Adds `from`'s ACK to this attempt's: every ACK must name `from` among
+    /// its ackers and agree with the first; exactly the data source's
+    /// carries the rows. `Ok(Some(expect))` once every acker has answered.
+    fn collect(&mut self, from: NodeId, ack: Ack) -> Result<Option<Expect>, DropReason> {
+        debug_assert_eq!(self.r_ts, ack.r_ts);
+        if !ack.ackers.contains(&from) {
+            return Err(DropReason::UnexpectedAck);
+        }
+        let said = Expect {
+            o_ts: ack.o_ts,
+            r_type: ack.r_type,
+            o_replicas: ack.o_replicas,
+            ackers: ack.ackers,
+            data_from: ack.data_from,
+        };
+        match &self.expect {
+            None => self.expect = Some(said),
+            Some(expect) if *expect == said => {}
+            Some(_) => return Err(DropReason::ConflictingOTs),
+        }
+        let expect = self.expect.as_ref().expect("just set");
+        match (&ack.data, expect.data_from == Some(from)) {
+            (Some(_), false) => return Err(DropReason::UnexpectedData),
+            (None, true) => return Err(DropReason::MissingData),
+            _ => {}
+        }
+        if !self.got.insert(from) {
+            return Err(DropReason::Duplicate);
+        }
+        if ack.data.is_some() {
+            self.data = ack.data;
+        }
+        if self.got != expect.ackers {
+            debug_assert!(self.got.is_subset(&expect.ackers));
+            return Ok(None);
+        }
+        Ok(Some(expect.clone()))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Expect {
     o_ts: OTs,
@@ -840,65 +881,20 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let Phase::Requesting(attempt) = &mut pending.phase else {
             unreachable!("matched a requesting attempt");
         };
-        debug_assert_eq!(attempt.r_ts, ack.r_ts);
-        if !ack.ackers.contains(&from) {
-            return self.drop_input(fx, DropReason::UnexpectedAck, from, "ACK");
-        }
-        let said = Expect {
-            o_ts: ack.o_ts,
-            r_type: ack.r_type,
-            o_replicas: ack.o_replicas,
-            ackers: ack.ackers,
-            data_from: ack.data_from,
-        };
-        if said.r_type != want || !said.ackers.contains(&said.o_ts.node) {
+        // The current attempt's ACKs also name its own kind and driver.
+        if ack.ackers.contains(&from)
+            && (ack.r_type != want || !ack.ackers.contains(&ack.o_ts.node))
+        {
             return self.drop_input(fx, DropReason::ConflictingOTs, from, "ACK");
         }
-        match &attempt.expect {
-            None => attempt.expect = Some(said),
-            Some(expect) if *expect == said => {}
-            Some(_) => return self.drop_input(fx, DropReason::ConflictingOTs, from, "ACK"),
-        }
-        let expect = attempt.expect.as_ref().expect("just set");
-        match (&ack.data, expect.data_from == Some(from)) {
-            (Some(_), false) => {
-                return self.drop_input(fx, DropReason::UnexpectedData, from, "ACK");
-            }
-            (None, true) => return self.drop_input(fx, DropReason::MissingData, from, "ACK"),
-            _ => {}
-        }
-        if !attempt.got.insert(from) {
-            return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
-        }
-        if ack.data.is_some() {
-            attempt.data = ack.data;
-        }
-        if attempt.got != expect.ackers {
-            debug_assert!(attempt.got.is_subset(&expect.ackers));
-            return;
-        }
-        // Every ACK is in: apply first, then VAL the arbiters.
-        let expect = attempt.expect.clone().expect("set above");
-        let data = attempt.data.take();
-        let r_ts = attempt.r_ts;
-        let ArbKind::Request(kind) = expect.r_type else {
-            unreachable!("checked against the request's kind");
+        let expect = match attempt.collect(from, ack) {
+            Ok(Some(expect)) => expect,
+            Ok(None) => return,
+            Err(reason) => return self.drop_input(fx, reason, from, "ACK"),
         };
-        let val_to = val_targets(&expect.ackers, &expect.o_replicas, &dir);
-        self.requester_apply(
-            ctx,
-            from,
-            key,
-            Win {
-                o_ts: expect.o_ts,
-                r_ts,
-                kind,
-                pre: expect.o_replicas,
-                data,
-                val_to,
-            },
-            fx,
-        );
+        // Every ACK is in: apply first, then VAL the arbiters.
+        let win = Win::of(expect, attempt.r_ts, attempt.data.take(), &dir);
+        self.requester_apply(ctx, from, key, win, fx);
     }
 
     /// An ACK for one of our attempts that no request waits for: collect it
@@ -925,54 +921,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         }
         debug_assert!(self.stray.len() <= self.config.max_pending_requests);
         let attempt = self.stray.get_mut(&slot).expect("present");
-        if !ack.ackers.contains(&from) {
-            return self.drop_input(fx, DropReason::UnexpectedAck, from, "ACK");
-        }
-        let said = Expect {
-            o_ts: ack.o_ts,
-            r_type: ack.r_type,
-            o_replicas: ack.o_replicas,
-            ackers: ack.ackers,
-            data_from: ack.data_from,
+        let expect = match attempt.collect(from, ack) {
+            Ok(Some(expect)) => expect,
+            Ok(None) => return,
+            Err(reason) => return self.drop_input(fx, reason, from, "ACK"),
         };
-        match &attempt.expect {
-            None => attempt.expect = Some(said),
-            Some(expect) if *expect == said => {}
-            Some(_) => return self.drop_input(fx, DropReason::ConflictingOTs, from, "ACK"),
-        }
-        let expect = attempt.expect.clone().expect("just set");
-        if ack.data.is_some() != (expect.data_from == Some(from)) {
-            return self.drop_input(fx, DropReason::UnexpectedData, from, "ACK");
-        }
-        if !attempt.got.insert(from) {
-            return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
-        }
-        if ack.data.is_some() {
-            attempt.data = ack.data;
-        }
-        if attempt.got != expect.ackers {
-            return;
-        }
         let attempt = self.stray.remove(&slot).expect("present");
-        let ArbKind::Request(kind) = expect.r_type else {
-            unreachable!("checked by the caller");
-        };
-        let dir = self.dir(ctx, key);
-        let val_to = val_targets(&expect.ackers, &expect.o_replicas, &dir);
-        self.requester_apply(
-            ctx,
-            from,
-            key,
-            Win {
-                o_ts: expect.o_ts,
-                r_ts: attempt.r_ts,
-                kind,
-                pre: expect.o_replicas,
-                data: attempt.data,
-                val_to,
-            },
-            fx,
-        );
+        let win = Win::of(expect, attempt.r_ts, attempt.data, &self.dir(ctx, key));
+        self.requester_apply(ctx, from, key, win, fx);
     }
 
     /// The requester applies a won arbitration: installs the data, becomes
@@ -2485,6 +2441,25 @@ struct Win {
     pre: OReplicas,
     data: Option<ObjectData>,
     val_to: BTreeSet<NodeId>,
+}
+
+impl Win {
+    /// The win every ACK of attempt `r_ts` agreed on (`expect`), with the
+    /// rows its data source shipped.
+    fn of(expect: Expect, r_ts: RTs, data: Option<ObjectData>, dir: &[NodeId]) -> Win {
+        let ArbKind::Request(kind) = expect.r_type else {
+            unreachable!("only ACKs of requests are collected by a requester");
+        };
+        let val_to = val_targets(&expect.ackers, &expect.o_replicas, dir);
+        Win {
+            o_ts: expect.o_ts,
+            r_ts,
+            kind,
+            pre: expect.o_replicas,
+            data,
+            val_to,
+        }
+    }
 }
 
 fn access_of(entry: &Entry, me: NodeId) -> Access {

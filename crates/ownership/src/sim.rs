@@ -160,7 +160,6 @@ pub struct OwnershipWorkload {
     next_req: u64,
     /// Request id to the client waiting for it (one request per client).
     waiting: BTreeMap<u64, ClientId>,
-    busy: BTreeSet<ClientId>,
     /// Objects whose create took effect (only their requests are issued).
     created: BTreeSet<u64>,
     /// Creates in flight, by request id (a failed one is issued again).
@@ -177,23 +176,22 @@ impl OwnershipWorkload {
             reader_probability,
             next_req: 1,
             waiting: BTreeMap::new(),
-            busy: BTreeSet::new(),
             created: BTreeSet::new(),
             creating: BTreeMap::new(),
             history: OwnershipHistory::default(),
         }
     }
 
+    /// `client` waits for an answer (clients are few: a scan is enough).
+    fn is_waiting(&self, client: ClientId) -> bool {
+        self.waiting.values().any(|&c| c == client)
+    }
+
     fn tag(&mut self, client: ClientId) -> ReqId {
+        debug_assert!(!self.is_waiting(client), "one request per client");
         let req = ReqId(self.next_req);
         self.next_req += 1;
         self.waiting.insert(req.0, client);
-        self.busy.insert(client);
-        debug_assert_eq!(
-            self.waiting.len(),
-            self.busy.len(),
-            "one request per client"
-        );
         req
     }
 }
@@ -207,7 +205,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
         _now_ms: u64,
         client: ClientId,
     ) -> Option<OwnershipCmd<u64>> {
-        if self.busy.contains(&client) {
+        if self.is_waiting(client) {
             return None;
         }
         // The creating node's first client creates each of its objects once.
@@ -262,9 +260,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
                 return;
             }
         };
-        if let Some(client) = self.waiting.remove(&req.0) {
-            self.busy.remove(&client);
-        }
+        self.waiting.remove(&req.0);
     }
 
     fn on_crash(&mut self, node: NodeId, _now_ms: u64) {
@@ -275,8 +271,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
             .map(|(&r, _)| r)
             .collect();
         for req in lost {
-            let client = self.waiting.remove(&req).expect("listed above");
-            self.busy.remove(&client);
+            self.waiting.remove(&req).expect("listed above");
             // A create lost with its node may or may not have taken effect:
             // issuing it again is answered AlreadyExists if it did.
             self.creating.remove(&req);

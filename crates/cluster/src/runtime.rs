@@ -1013,6 +1013,110 @@ pub fn epoch_of(status: &StatusReport) -> EpochId {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{Context, Effects, Input};
+
+    /// A protocol whose commands `(id, hold)` wait until a command with
+    /// `hold == false` answers every held one (and itself): requests in
+    /// flight at once, answered by their own ids.
+    #[derive(Default)]
+    struct Gate {
+        held: Vec<u64>,
+    }
+
+    impl Protocol for Gate {
+        type Msg = ();
+        type Cmd = (u64, bool);
+        type Out = u64;
+
+        fn on_input(
+            &mut self,
+            _ctx: &Context<'_>,
+            input: Input<(), (u64, bool)>,
+            fx: &mut Effects<(), u64>,
+        ) {
+            if let Input::Command((id, hold)) = input {
+                self.held.push(id);
+                if !hold {
+                    for id in self.held.drain(..) {
+                        fx.output(id);
+                    }
+                }
+            }
+        }
+    }
+
+    impl Served for Gate {
+        fn command_for(
+            _path: &str,
+            _query: &BTreeMap<String, String>,
+            _request: RequestId,
+        ) -> Option<Result<(u64, bool), String>> {
+            None
+        }
+
+        fn request_id(cmd: &(u64, bool)) -> RequestId {
+            cmd.0
+        }
+
+        fn answers(out: &u64) -> Option<RequestId> {
+            Some(*out)
+        }
+
+        fn out_json(out: &u64) -> Value {
+            json!(out)
+        }
+    }
+
+    fn one_node_config() -> ClusterConfig {
+        use crate::config::NodeAddr;
+        let ports = crate::local_cluster::free_ports(2).unwrap();
+        ClusterConfig {
+            nodes: vec![NodeAddr {
+                id: 0,
+                addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
+                admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+            }],
+            ..ClusterConfig::local(1)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_in_flight_at_once_are_answered_by_their_ids() {
+        let node = start_node(&one_node_config(), 0, Gate::default())
+            .await
+            .unwrap();
+        let handle = node.handle();
+        let (a, b) = (handle.next_request_id(), handle.next_request_id());
+        assert_ne!(a, b);
+        let first = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request((a, true)).await }
+        });
+        let second = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.request((b, true)).await }
+        });
+        // Give both time to reach the driver (a local channel), where they
+        // are held; a duplicate of a held id is then refused. Every wait is
+        // bounded, so a lost answer fails the test instead of hanging it.
+        let patience = Duration::from_secs(5);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let duplicate = tokio::time::timeout(patience, handle.request((a, true))).await;
+        assert_eq!(duplicate, Ok(Err(RequestError::Busy)));
+        assert!(!first.is_finished() && !second.is_finished(), "held");
+        let c = handle.next_request_id();
+        let release = tokio::time::timeout(patience, handle.request((c, false))).await;
+        assert_eq!(release, Ok(Ok(c)));
+        let first = tokio::time::timeout(patience, first).await.unwrap();
+        let second = tokio::time::timeout(patience, second).await.unwrap();
+        assert_eq!(first.unwrap(), Ok(a));
+        assert_eq!(second.unwrap(), Ok(b));
+        node.stop().await;
+        assert_eq!(
+            handle.request((handle.next_request_id(), false)).await,
+            Err(RequestError::Stopped)
+        );
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn admin_connections_are_bounded_and_refused_clearly() {

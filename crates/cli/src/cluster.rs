@@ -14,7 +14,7 @@ use roost_cluster::coordinated::CoordinatorConfig;
 use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
 use roost_cluster::register::RegisterBugs;
 use roost_cluster::runtime::{admin_get, StatusReport};
-use roost_node::{Node, NodeConfig, NodeError};
+use roost_node::{Node, NodeConfig, NodeError, NodeProtocol};
 
 /// Where the cluster is described: a file, or `--nodes` on loopback defaults.
 #[derive(Debug, Clone, Args)]
@@ -159,12 +159,17 @@ pub struct NodeArgs {
     /// This node's id in the configuration.
     #[arg(long, default_value_t = 0)]
     pub id: u32,
-    /// Plant a register bug (checker and nemesis self-tests only).
+    /// What the node runs over the cluster: Zeus ownership of the
+    /// keyspace's reactors (a command on any node acquires the reactor of
+    /// its key), or the ABD register example (its own keyspace per node).
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Ownership)]
+    pub protocol: ProtocolArg,
+    /// Plant a register bug (checker and nemesis self-tests only; with
+    /// --protocol register).
     #[arg(long, hide = true, value_enum)]
     pub planted_register: Vec<PlantedBug>,
     /// The node's RESP (Redis protocol) client port on 127.0.0.1 (default
-    /// 6379 + id; 0: any free port). Each node serves its own keyspace until
-    /// transactions span nodes.
+    /// 6379 + id; 0: any free port).
     #[arg(long, value_name = "PORT", conflicts_with = "no_resp")]
     pub resp_port: Option<u16>,
     /// RESP client port settings (TOML: limits, requirepass, users; its
@@ -229,6 +234,14 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtocolArg {
+    /// Zeus ownership of the keyspace's reactors.
+    Ownership,
+    /// The ABD register example.
+    Register,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlantedBug {
     /// Register quorums one short of a majority.
     QuorumMinusOne,
@@ -303,11 +316,20 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
             PlantedBug::EarlyRemoval => bail!("early-removal is a simulator-only bug"),
         }
     }
+    let protocol = match args.protocol {
+        ProtocolArg::Ownership if !args.planted_register.is_empty() => {
+            bail!("--planted-register needs --protocol register")
+        }
+        ProtocolArg::Ownership => NodeProtocol::default(),
+        ProtocolArg::Register => NodeProtocol::ExampleRegister {
+            bugs: register_bugs,
+        },
+    };
     let config = NodeConfig {
         cluster: args.cluster.cluster()?,
         id: args.id,
         resp: resp_config(args)?,
-        register_bugs,
+        protocol,
     };
     let node = Node::start(config).map_err(|error| {
         let hint = if matches!(error, NodeError::FrontDoor { .. }) {

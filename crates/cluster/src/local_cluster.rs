@@ -27,6 +27,9 @@ pub struct LocalClusterConfig {
     pub lease_ttl_s: u64,
     pub keepalive_interval_ms: u64,
     pub poll_interval_ms: u64,
+    /// What the nodes run (`roost node --protocol`): `"register"`, the
+    /// example the register checks drive, or `"ownership"`.
+    pub protocol: &'static str,
     /// Planted register faults, passed to every node (checker self-tests).
     pub register_bugs: RegisterBugs,
     /// Membership from a local etcd (true) or the peer-to-peer lease protocol.
@@ -46,6 +49,7 @@ impl LocalClusterConfig {
             lease_ttl_s: 1,
             keepalive_interval_ms: 250,
             poll_interval_ms: 50,
+            protocol: "register",
             register_bugs: RegisterBugs::default(),
             etcd: true,
             extra_toml: String::new(),
@@ -211,6 +215,8 @@ impl LocalCluster {
                 &node.to_string(),
                 "--resp-port",
                 &resp_port,
+                "--protocol",
+                self.config.protocol,
                 "--config",
             ])
             .arg(&self.config_file)

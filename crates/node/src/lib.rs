@@ -13,8 +13,10 @@
 //!
 //! `roost node` parses flags into a [`NodeConfig`] and calls
 //! [`Node::start`]; `roost up` runs `roost node` processes. The protocol the
-//! runtime drives is still the example register: the Zeus ownership
-//! protocol takes its place here once it is wired to the database.
+//! runtime drives is Zeus ownership of the keyspace's reactors ([`zeus`]):
+//! a command on a key whose reactor another node owns acquires that reactor
+//! and runs here. [`NodeProtocol::ExampleRegister`] runs the ABD register
+//! example instead (the multi-process register checks use it).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,8 +27,15 @@ use roost_cluster::register::{Register, RegisterBugs};
 use roost_cluster::runtime::{
     start_node_with, MetricsSource, ProtocolHandle, RunningNode, RuntimeError, StartOptions,
 };
+use roost_cluster::NodeId;
+use roost_ownership::{NewError, Ownership, OwnershipBugs, OwnershipConfig};
+use roost_reactor::Deployment;
 use roost_resp::{Keyspace, RunningServer, Server, ServerError, Services};
 use thiserror::Error;
+
+pub mod zeus;
+
+pub use zeus::{DbStore, NodeOwnership, NodeReactor, ZeusPlacement};
 
 /// Worker threads of the runtime that drives the cluster side of a node
 /// (the protocol driver, the transport's links, the admin endpoint). The
@@ -43,10 +52,38 @@ pub struct NodeConfig {
     /// This node's id in `cluster`.
     pub id: u32,
     /// The RESP client port's settings (its `bind` is the port); `None`
-    /// serves no client port.
+    /// serves no client port (the keyspace then has the default settings).
     pub resp: Option<roost_resp::Config>,
-    /// Planted register bugs (the nemesis's self-tests only).
-    pub register_bugs: RegisterBugs,
+    /// What the cluster runtime drives.
+    pub protocol: NodeProtocol,
+}
+
+/// The protocol a node runs over the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeProtocol {
+    /// Zeus ownership of the keyspace's reactors (planted bugs: the
+    /// simulator's and checkers' self-tests only).
+    Ownership {
+        config: OwnershipConfig,
+        bugs: OwnershipBugs,
+    },
+    /// The ABD register example with its admin routes (planted bugs: the
+    /// nemesis's self-tests only); the keyspace is then this node's alone.
+    ExampleRegister { bugs: RegisterBugs },
+}
+
+impl Default for NodeProtocol {
+    fn default() -> Self {
+        NodeProtocol::Ownership {
+            config: OwnershipConfig {
+                // Writes do not reach readers until reliable commit does:
+                // a reactor's old owner keeps no copy that could go stale.
+                old_owner_stays_reader: false,
+                ..OwnershipConfig::default()
+            },
+            bugs: OwnershipBugs::default(),
+        }
+    }
 }
 
 /// Why a node did not start.
@@ -65,6 +102,30 @@ pub enum NodeError {
     },
     #[error("starting the cluster runtime: {0}")]
     Cluster(#[source] RuntimeError),
+    #[error("the ownership configuration: {0}")]
+    Ownership(#[source] NewError),
+}
+
+/// The cluster side of a running node.
+enum ClusterSide {
+    Ownership(RunningNode<NodeOwnership>),
+    Register(RunningNode<Register>),
+}
+
+impl ClusterSide {
+    fn addrs(&self) -> (u32, SocketAddr, SocketAddr) {
+        match self {
+            ClusterSide::Ownership(n) => (n.id, n.cluster_addr, n.admin_addr),
+            ClusterSide::Register(n) => (n.id, n.cluster_addr, n.admin_addr),
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            ClusterSide::Ownership(n) => n.stop().await,
+            ClusterSide::Register(n) => n.stop().await,
+        }
+    }
 }
 
 /// A running node. Dropping it without [`stop`](Self::stop) stops it too,
@@ -72,7 +133,7 @@ pub enum NodeError {
 pub struct Node {
     id: u32,
     runtime: Option<tokio::runtime::Runtime>,
-    cluster: Option<RunningNode<Register>>,
+    cluster: Option<ClusterSide>,
     keyspace: Option<Keyspace>,
     front_door: Option<RunningServer>,
 }
@@ -86,7 +147,7 @@ impl Node {
             cluster,
             id,
             resp,
-            register_bugs,
+            protocol,
         } = config;
         cluster
             .node(id)
@@ -97,44 +158,86 @@ impl Node {
             .enable_all()
             .build()
             .map_err(NodeError::Runtime)?;
-        let (keyspace, front_door) = match resp {
-            None => (None, None),
-            Some(mut resp) => {
-                // One metrics endpoint per node: the admin port's.
-                resp.metrics_bind = None;
-                let keyspace = Keyspace::new(&resp).map_err(NodeError::Database)?;
-                let addr = resp.bind;
-                let services = Services {
-                    keyspace: Some(keyspace.clone()),
-                    ..Services::examples()
-                };
-                let server = Server::spawn_with_services(resp, services)
-                    .map_err(|source| NodeError::FrontDoor { addr, source })?;
-                (Some(keyspace), Some(server))
+        let serve_clients = resp.is_some();
+        let mut resp = resp.unwrap_or_default();
+        // One metrics endpoint per node: the admin port's.
+        resp.metrics_bind = None;
+        let zeus = match &protocol {
+            NodeProtocol::Ownership { .. } => Some(zeus::Shared::new(
+                Deployment::shared_everything(resp.executors),
+            )),
+            NodeProtocol::ExampleRegister { .. } => None,
+        };
+        let keyspace = match &zeus {
+            Some(shared) => Keyspace::with_placement(
+                &resp,
+                std::sync::Arc::new(ZeusPlacement::new(std::sync::Arc::clone(shared))),
+            ),
+            None => Keyspace::new(&resp),
+        }
+        .map_err(NodeError::Database)?;
+        let front_door = if serve_clients {
+            let addr = resp.bind;
+            let services = Services {
+                keyspace: Some(keyspace.clone()),
+                ..Services::examples()
+            };
+            let server = Server::spawn_with_services(resp.clone(), services)
+                .map_err(|source| NodeError::FrontDoor { addr, source })?;
+            Some(server)
+        } else {
+            None
+        };
+        let metrics_keyspace = keyspace.clone();
+        let metrics_zeus = zeus.clone();
+        let extra_metrics: MetricsSource = std::sync::Arc::new(move || {
+            let mut text = metrics_keyspace.prometheus();
+            if let Some(zeus) = &metrics_zeus {
+                text.push_str(&zeus.prometheus());
+            }
+            text
+        });
+        let options = StartOptions {
+            extra_metrics: Some(extra_metrics),
+        };
+        let side = match protocol {
+            NodeProtocol::Ownership { config, bugs } => {
+                let shared = zeus.expect("made for ownership");
+                if bugs != OwnershipBugs::default() {
+                    tracing::warn!(node = id, ?bugs, "running with planted ownership bugs");
+                }
+                let store = DbStore::new(keyspace.clone(), std::sync::Arc::clone(&shared));
+                let app = Ownership::new(NodeId(id), config, bugs, store)
+                    .map_err(NodeError::Ownership)?;
+                let running = runtime
+                    .block_on(start_node_with(&cluster, id, app, options))
+                    .map_err(NodeError::Cluster)?;
+                shared.connect(running.handle(), runtime.handle().clone());
+                let nodes: Vec<NodeId> = cluster.nodes.iter().map(|n| NodeId(n.id)).collect();
+                let keys = (0..resp.keyspace_reactors)
+                    .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
+                    .collect::<Vec<_>>();
+                let home = zeus::home_reactors(&keys, NodeId(id), &nodes);
+                runtime.spawn(zeus::create_home_reactors(running.handle(), home));
+                ClusterSide::Ownership(running)
+            }
+            NodeProtocol::ExampleRegister { bugs } => {
+                if bugs != RegisterBugs::default() {
+                    tracing::warn!(node = id, ?bugs, "running with planted register bugs");
+                }
+                let app = Register::new(cluster.register.clone(), bugs);
+                let running = runtime
+                    .block_on(start_node_with(&cluster, id, app, options))
+                    .map_err(NodeError::Cluster)?;
+                ClusterSide::Register(running)
             }
         };
-        let extra_metrics = keyspace.clone().map(|keyspace| {
-            let source: MetricsSource = std::sync::Arc::new(move || keyspace.prometheus());
-            source
-        });
-        if register_bugs != RegisterBugs::default() {
-            tracing::warn!(
-                node = id,
-                ?register_bugs,
-                "running with planted register bugs"
-            );
-        }
-        let app = Register::new(cluster.register.clone(), register_bugs);
-        let options = StartOptions { extra_metrics };
-        let running = runtime
-            .block_on(start_node_with(&cluster, id, app, options))
-            .map_err(NodeError::Cluster)?;
-        assert_eq!(running.id, id, "the runtime started the node asked for");
+        assert_eq!(side.addrs().0, id, "the runtime started the node asked for");
         Ok(Node {
             id,
             runtime: Some(runtime),
-            cluster: Some(running),
-            keyspace,
+            cluster: Some(side),
+            keyspace: Some(keyspace),
             front_door,
         })
     }
@@ -143,18 +246,18 @@ impl Node {
         self.id
     }
 
-    fn cluster(&self) -> &RunningNode<Register> {
+    fn cluster(&self) -> &ClusterSide {
         self.cluster.as_ref().expect("present until stop")
     }
 
     /// Where the other nodes reach this one.
     pub fn cluster_addr(&self) -> SocketAddr {
-        self.cluster().cluster_addr
+        self.cluster().addrs().1
     }
 
     /// The admin HTTP endpoint (`/status`, `/metrics`, chaos, protocol routes).
     pub fn admin_addr(&self) -> SocketAddr {
-        self.cluster().admin_addr
+        self.cluster().addrs().2
     }
 
     /// The RESP client port, unless the node serves none.
@@ -167,9 +270,22 @@ impl Node {
         self.keyspace.as_ref()
     }
 
-    /// A way into the node's protocol from any thread.
-    pub fn protocol(&self) -> ProtocolHandle<Register> {
-        self.cluster().handle()
+    /// A way into the node's ownership protocol from any thread (`None`
+    /// when it runs the register example).
+    pub fn ownership(&self) -> Option<ProtocolHandle<NodeOwnership>> {
+        match self.cluster() {
+            ClusterSide::Ownership(n) => Some(n.handle()),
+            ClusterSide::Register(_) => None,
+        }
+    }
+
+    /// A way into the register example's protocol (`None` when the node
+    /// runs ownership).
+    pub fn example_register(&self) -> Option<ProtocolHandle<Register>> {
+        match self.cluster() {
+            ClusterSide::Register(n) => Some(n.handle()),
+            ClusterSide::Ownership(_) => None,
+        }
     }
 
     /// Runs `future` on the node's cluster runtime (e.g. waiting for a stop

@@ -9,7 +9,8 @@ use roost_cluster::config::{ClusterConfig, NodeAddr};
 use roost_cluster::local_cluster::free_ports;
 use roost_cluster::register::{RegisterCmd, RegisterOut};
 use roost_cluster::runtime::admin_get;
-use roost_node::{Node, NodeConfig, NodeError};
+use roost_node::{Node, NodeConfig, NodeError, NodeProtocol};
+use roost_ownership::{OwnershipCmd, OwnershipOut, ReqId};
 
 fn one_node_config() -> NodeConfig {
     let ports = free_ports(2).unwrap();
@@ -29,7 +30,7 @@ fn one_node_config() -> NodeConfig {
         cluster,
         id: 0,
         resp: Some(resp),
-        register_bugs: Default::default(),
+        protocol: NodeProtocol::default(),
     }
 }
 
@@ -71,10 +72,47 @@ fn resp_commands(metrics: &str) -> u64 {
         .unwrap()
 }
 
+/// Waits until the node owns `reactors` reactors (it creates the keyspace's
+/// once its first view is installed); the inspection it last saw.
+fn wait_until_owning(
+    node: &Node,
+    reactors: usize,
+) -> roost_ownership::Inspection<roost_node::NodeReactor> {
+    let handle = node.ownership().expect("the node runs ownership");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let req = ReqId(handle.next_request_id());
+        let out = node
+            .block_on(handle.request(OwnershipCmd::Inspect { req }))
+            .unwrap();
+        let OwnershipOut::Inspected { report, .. } = out else {
+            panic!("inspect answered {out:?}");
+        };
+        if report.owned_total == reactors {
+            return report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never owned them all: {report:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
-fn a_node_serves_resp_its_protocol_and_one_metrics_endpoint() {
-    let node = Node::start(one_node_config()).unwrap();
+fn a_node_serves_resp_over_the_reactors_it_owns_and_one_metrics_endpoint() {
+    let config = one_node_config();
+    let reactors = config.resp.as_ref().unwrap().keyspace_reactors;
+    let node = Node::start(config).unwrap();
     assert_eq!(node.id(), 0);
+    assert!(node.example_register().is_none());
+    // A one-node cluster: the node is every reactor's home and creates
+    // them all through the ownership protocol.
+    let report = wait_until_owning(&node, reactors);
+    assert!(
+        report.blocked.is_empty() && report.pending_requests == 0,
+        "{report:?}"
+    );
     let before = metrics(&node);
     assert!(before.contains("roost_epoch{node=\"0\"}"), "{before}");
     let commands_before = resp_commands(&before);
@@ -93,10 +131,33 @@ fn a_node_serves_resp_its_protocol_and_one_metrics_endpoint() {
         resp_commands(&after) >= commands_before + 2,
         "{commands_before} -> {after}"
     );
+    // The admin route answers the same inspection.
+    let (code, body) = node
+        .block_on(admin_get(
+            node.admin_addr(),
+            "/ownership/inspect",
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(&format!("\"owned_total\":{reactors}")),
+        "{body}"
+    );
+    node.stop();
+}
 
+#[test]
+fn a_node_can_run_the_register_example_instead() {
+    let mut config = one_node_config();
+    config.protocol = NodeProtocol::ExampleRegister {
+        bugs: Default::default(),
+    };
+    let node = Node::start(config).unwrap();
+    assert!(node.ownership().is_none());
     // In-process callers reach the protocol through its handle, once the
     // one-node view is installed and the node serves.
-    let handle = node.protocol();
+    let handle = node.example_register().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let written = loop {
         let out = node
@@ -114,6 +175,12 @@ fn a_node_serves_resp_its_protocol_and_one_metrics_endpoint() {
         RegisterOut::ReadDone { value, .. } => assert_eq!(value, 7),
         other => panic!("read answered {other:?}"),
     }
+    // Its keyspace is the node's own: served at once.
+    let mut client = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    resp_round_trip(&mut client, &["SET", "k", "v"], b"+OK\r\n");
     node.stop();
 }
 
@@ -135,8 +202,10 @@ fn a_node_without_a_client_port_still_runs_its_cluster_side() {
     let mut config = one_node_config();
     config.resp = None;
     let node = Node::start(config).unwrap();
-    assert!(node.resp_addr().is_none() && node.keyspace().is_none());
+    assert!(node.resp_addr().is_none());
+    // The database is there all the same: the cluster moves its reactors.
+    assert!(node.keyspace().is_some());
     let text = metrics(&node);
-    assert!(!text.contains("roost_resp_"), "{text}");
+    assert!(text.contains("roost_epoch{node=\"0\"}"), "{text}");
     node.stop();
 }

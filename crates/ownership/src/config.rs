@@ -33,6 +33,12 @@ pub struct OwnershipConfig {
     pub request_timeout_ms: Option<u64>,
     /// Seed of the jitter generator (mixed with the node id).
     pub seed: u64,
+    /// A change of owner keeps the old owner as a reader (the seed's
+    /// sharer vector). Readers are only as good as the reliable commit
+    /// that keeps their copies current: a node whose writes do not reach
+    /// the readers yet sets this `false`, so a copy never outlives the
+    /// ownership it was taken under. The same on every node.
+    pub old_owner_stays_reader: bool,
 }
 
 impl Default for OwnershipConfig {
@@ -49,6 +55,7 @@ impl Default for OwnershipConfig {
             replay_after_ms: Some(200),
             request_timeout_ms: Some(5_000),
             seed: 0x5a45_5553,
+            old_owner_stays_reader: true,
         }
     }
 }

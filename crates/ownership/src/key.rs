@@ -13,7 +13,7 @@ use std::hash::Hash;
 
 use roost_cluster::NodeId;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// The key of an owned object (a reactor, a RESP key or key group).
 pub trait ObjectKey:
@@ -24,12 +24,6 @@ pub trait ObjectKey:
     fn placement_hash(&self) -> u64;
 }
 
-/// A reactor as an owned object (the reactor layer's id space).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
-)]
-pub struct ReactorKey(pub u64);
-
 impl ObjectKey for u64 {
     fn placement_hash(&self) -> u64 {
         mix64(*self)
@@ -39,14 +33,6 @@ impl ObjectKey for u64 {
 impl ObjectKey for u32 {
     fn placement_hash(&self) -> u64 {
         mix64(u64::from(*self))
-    }
-}
-
-impl ObjectKey for ReactorKey {
-    fn placement_hash(&self) -> u64 {
-        // Distinct from a bare u64 of the same value, so a reactor and a
-        // numeric RESP key do not always share their directory.
-        mix64(self.0 ^ 0x5245_4143_544f_5200)
     }
 }
 

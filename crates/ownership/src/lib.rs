@@ -162,16 +162,20 @@ mod key;
 mod meta;
 mod msg;
 mod ownership;
+mod served;
 pub mod sim;
 mod stats;
 mod store;
 
 pub use config::{NewError, OwnershipBugs, OwnershipConfig};
-pub use key::{directory, fnv1a, mix64, ObjectKey, ReactorKey};
+pub use key::{directory, fnv1a, mix64, ObjectKey};
 pub use meta::{Access, ArbKind, OReplicas, OState, OTs, RTs, ReqId, RequestKind};
 pub use msg::{
     Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Val, WIRE_VERSION,
 };
-pub use ownership::{FailReason, Meta, Ownership, OwnershipCmd, OwnershipOut, TICK_TIMER};
+pub use ownership::{
+    FailReason, Inspection, Meta, Ownership, OwnershipCmd, OwnershipOut, INSPECT_MAX_KEYS,
+    TICK_TIMER,
+};
 pub use stats::{DropReason, Stats};
 pub use store::{MemStore, ObjectData, ObjectStore};

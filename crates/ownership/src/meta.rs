@@ -106,11 +106,23 @@ impl OReplicas {
     ///
     /// [`retain_live`]: OReplicas::retain_live
     pub fn post(&self, requester: NodeId, kind: ArbKind) -> OReplicas {
+        self.post_with(requester, kind, true)
+    }
+
+    /// [`post`](Self::post), where a change of owner keeps the old owner as
+    /// a reader only if `old_owner_stays_reader` (see
+    /// [`OwnershipConfig::old_owner_stays_reader`](crate::OwnershipConfig)).
+    pub fn post_with(
+        &self,
+        requester: NodeId,
+        kind: ArbKind,
+        old_owner_stays_reader: bool,
+    ) -> OReplicas {
         let mut next = self.clone();
         match kind {
             ArbKind::Request(RequestKind::AddOwner | RequestKind::ChangeOwner) => {
                 if let Some(old) = next.owner {
-                    if old != requester {
+                    if old != requester && old_owner_stays_reader {
                         next.readers.insert(old);
                     }
                 }
@@ -253,6 +265,10 @@ mod tests {
         assert_eq!(dead.owner, None);
         assert_eq!(dead.readers, BTreeSet::from([n(1), n(2)]));
         assert_eq!(pre.post(n(3), ArbKind::Noop), pre);
+        // Without readers kept current, the old owner keeps no copy.
+        let moved = pre.post_with(n(3), ArbKind::Request(RequestKind::AddOwner), false);
+        assert_eq!(moved.owner, Some(n(3)));
+        assert!(!moved.holds(n(1)) && moved.holds(n(2)));
         // The owner asking to read changes nothing.
         assert_eq!(
             pre.post(n(1), ArbKind::Request(RequestKind::AddReader)),

@@ -41,6 +41,29 @@ pub enum OwnershipCmd<K> {
         req: ReqId,
         data: ObjectData,
     },
+    /// Report what this node owns and holds blocked (the admin endpoint's
+    /// and the tests' view of one node; changes nothing).
+    Inspect { req: ReqId },
+}
+
+/// The most keys an [`Inspection`] lists per kind (the counts are exact).
+pub const INSPECT_MAX_KEYS: usize = 10_000;
+
+/// One node's objects as [`OwnershipCmd::Inspect`] reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Inspection<K> {
+    /// Objects this node is the valid owner of (the first
+    /// [`INSPECT_MAX_KEYS`], in key order) and how many there are.
+    pub owned: Vec<K>,
+    pub owned_total: usize,
+    /// Objects with an arbitration pending here (`Invalid` or `Drive`).
+    pub blocked: Vec<K>,
+    pub blocked_total: usize,
+    /// Objects with metadata here, and requests in flight from here.
+    pub objects: usize,
+    pub pending_requests: usize,
+    /// Recovery after the last view change is still running.
+    pub recovering: bool,
 }
 
 /// What the protocol tells its local callers.
@@ -67,6 +90,8 @@ pub enum OwnershipOut<K> {
         kind: RequestKind,
         o_ts: OTs,
     },
+    /// The answer to [`OwnershipCmd::Inspect`].
+    Inspected { req: ReqId, report: Inspection<K> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -655,8 +680,43 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
 
     // ---- requester --------------------------------------------------------
 
+    /// What this node owns and holds blocked.
+    pub fn inspect(&self) -> Inspection<K> {
+        let me = self.me;
+        let owned = self
+            .entries
+            .iter()
+            .filter(|(_, e)| access_of(e, me) == Access::Owner)
+            .map(|(k, _)| k);
+        let owned_total = owned.clone().count();
+        let report = Inspection {
+            owned: owned.take(INSPECT_MAX_KEYS).cloned().collect(),
+            owned_total,
+            blocked: self
+                .blocked
+                .iter()
+                .take(INSPECT_MAX_KEYS)
+                .cloned()
+                .collect(),
+            blocked_total: self.blocked.len(),
+            objects: self.entries.len(),
+            pending_requests: self.requests.len(),
+            recovering: self.recovering(),
+        };
+        debug_assert!(report.owned.len() <= report.owned_total);
+        debug_assert!(report.owned_total <= report.objects);
+        report
+    }
+
     fn on_command(&mut self, ctx: &Context<'_>, cmd: OwnershipCmd<K>, fx: &mut Fx<K>) {
         let (key, req, kind, create) = match cmd {
+            OwnershipCmd::Inspect { req } => {
+                fx.output(OwnershipOut::Inspected {
+                    req,
+                    report: self.inspect(),
+                });
+                return;
+            }
             OwnershipCmd::Acquire { key, req, kind } => (key, req, kind, None),
             OwnershipCmd::Create { key, req, data } => {
                 if data.payload_len() > self.config.max_data_bytes {
@@ -1021,7 +1081,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             entry.refused_win = None;
         }
         entry.o_ts = win.o_ts;
-        entry.o_replicas = win.pre.post(me, ArbKind::Request(win.kind));
+        entry.o_replicas = win.pre.post_with(
+            me,
+            ArbKind::Request(win.kind),
+            self.config.old_owner_stays_reader,
+        );
         entry.o_state = OState::Valid;
         entry.last_r_ts = win.r_ts;
         entry.arb = None;
@@ -1618,13 +1682,16 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     /// dead requester or a NOOP): the post-request sharer vector, `Valid`.
     fn apply_val(&mut self, ctx: &Context<'_>, key: &K) {
         let me = self.me;
+        let keep_old_owner = self.config.old_owner_stays_reader;
         let entry = self.entries.get_mut(key).expect("present");
         let arb = entry.arb.take().expect("an arbitration to apply");
         debug_assert!(!arb.refused);
         debug_assert!(matches!(entry.o_state, OState::Invalid | OState::Drive));
         let requester = entry.last_r_ts.node;
         let was_holder = entry.o_replicas.holds(me);
-        let mut post = entry.o_replicas.post(requester, arb.r_type);
+        let mut post = entry
+            .o_replicas
+            .post_with(requester, arb.r_type, keep_old_owner);
         // A requester that left or restarted since: applied, then stripped
         // (its new incarnation, if any, holds nothing).
         let gone = arb.requester_gone;

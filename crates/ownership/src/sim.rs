@@ -259,6 +259,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
                 self.history.late_wins += 1;
                 return;
             }
+            OwnershipOut::Inspected { req, .. } => *req,
         };
         self.waiting.remove(&req.0);
     }

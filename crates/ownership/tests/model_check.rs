@@ -362,6 +362,8 @@ impl State {
                     OwnershipOut::Acquired { o_ts, .. } => (Some(*o_ts), true),
                     OwnershipOut::LateWin { o_ts, .. } => (Some(*o_ts), false),
                     OwnershipOut::Failed { .. } => (None, true),
+                    // The model sends no Inspect.
+                    OwnershipOut::Inspected { .. } => (None, false),
                 };
                 if answer {
                     let count = self.answered.entry(*id).or_insert(0);

@@ -32,6 +32,19 @@ fn seeds_with_faults_keep_every_ownership_invariant() {
 }
 
 #[test]
+fn seeds_with_faults_keep_every_invariant_when_old_owners_keep_no_copy() {
+    // How a node runs until reliable commit keeps readers current.
+    let mut scenario = OwnershipScenario::default();
+    scenario.config.old_owner_stays_reader = false;
+    let config = SimConfig::default();
+    let seeds = seeds() / 3;
+    let report = campaign(&scenario, &config, &CampaignSpec::seeds(10_000, seeds)).unwrap();
+    assert!(report.first_failure.is_none(), "{:?}", report.first_failure);
+    assert_eq!(report.seeds_run, seeds);
+    assert!(report.ops_completed > 10 * report.seeds_run, "{report:?}");
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     let scenario = OwnershipScenario::default();
     let config = SimConfig::default();

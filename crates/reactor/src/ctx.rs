@@ -477,6 +477,18 @@ impl ReactorCtx {
         self.dispatch(container, target, true, procedure)
     }
 
+    /// Whether `target` lives in this database now rather than on another
+    /// node, as the placement table says at this instant. Not part of the
+    /// transaction's reads: for work that only the holder should do (a
+    /// background sweep skips reactors held elsewhere instead of acquiring
+    /// them); entering `target` still checks and records its placement.
+    pub fn lives_here(&self, target: ReactorId) -> bool {
+        self.root
+            .db
+            .reactor_entry(target)
+            .is_ok_and(|entry| !entry.remote)
+    }
+
     /// The context of reactor `target` when it lives in this container, for
     /// synchronous access to its relations as part of this transaction: what
     /// [`call`](Self::call) would hand an inline procedure, without the

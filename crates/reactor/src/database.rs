@@ -602,6 +602,24 @@ impl Database {
     /// than any copy this database had. Returns its handle here. Blocks, as
     /// [`run_blocking`](Self::run_blocking) does.
     pub fn install_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
+        self.install(exported, false)
+    }
+
+    /// Installs back the reactor this database exported last, `exported`
+    /// itself, when the hand-over it was exported for did not happen (the
+    /// ownership protocol released it and this node stayed its owner). The
+    /// caller vouches that no other database took it over meanwhile: the
+    /// version check accepts the export's own version here, which
+    /// [`install_reactor`](Self::install_reactor) refuses as stale.
+    pub fn reclaim_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
+        self.install(exported, true)
+    }
+
+    fn install(
+        &self,
+        exported: &ExportedReactor,
+        reclaim: bool,
+    ) -> Result<ReactorId, InstallError> {
         let key = exported.key();
         let type_index = self.type_index(key.reactor_type())?;
         let rows = Arc::new(crate::relocate::decode_rows(
@@ -631,7 +649,12 @@ impl Database {
                         return Err(InstallError::AlreadyLocal(key.clone()));
                     }
                     let have = directory.versions.get(&reactor).copied().unwrap_or(0);
-                    if have >= exported.version() {
+                    let stale = if reclaim {
+                        have > exported.version()
+                    } else {
+                        have >= exported.version()
+                    };
+                    if stale {
                         return Err(InstallError::Stale {
                             have,
                             got: exported.version(),
@@ -663,11 +686,9 @@ impl Database {
             });
         match installed {
             Ok(()) => {
-                self.end_move(
-                    reactor,
-                    Some(|e: &mut Entry| e.remote = false),
-                    Some(exported.version()),
-                );
+                // A reclaim moves the version past its own export's.
+                let installed = (!reclaim).then_some(exported.version());
+                self.end_move(reactor, Some(|e: &mut Entry| e.remote = false), installed);
                 Ok(reactor)
             }
             Err(e) => {

@@ -63,6 +63,19 @@ impl ExportedReactor {
         ExportedReactor { key, version, rows }
     }
 
+    /// A new reactor with no rows, at placement version 1: how a cluster
+    /// creates a reactor at the node its placement chose, through the same
+    /// install path as a reactor that moved there.
+    pub fn empty(key: ReactorKey) -> Self {
+        let rows = postcard::to_allocvec(&Vec::<WireRelation<'_>>::new())
+            .expect("encoding to a vector does not fail");
+        ExportedReactor {
+            key,
+            version: 1,
+            rows,
+        }
+    }
+
     pub fn key(&self) -> &ReactorKey {
         &self.key
     }

@@ -336,3 +336,41 @@ fn a_transaction_on_a_remote_reactor_waits_for_the_placement_to_acquire_it() {
         .unwrap();
     assert_eq!(seen, Some(1900));
 }
+
+#[test]
+fn an_empty_export_creates_a_reactor_and_an_own_export_can_be_reclaimed() {
+    let (one, two) = (
+        Database::new(schema(), two_containers()).unwrap(),
+        Database::new(schema(), two_containers()).unwrap(),
+    );
+    // Created elsewhere through the install path: no rows, version 1.
+    let key = ReactorKey::new("account", "carol").unwrap();
+    let empty = ExportedReactor::empty(key.clone());
+    assert_eq!(empty.version(), 1);
+    let carol = one.install_reactor(&empty).unwrap();
+    assert_eq!(contents(&one, "carol").unwrap(), (0, 0, vec![]));
+    fill(&one, "carol");
+    let expected = contents(&one, "carol").unwrap();
+
+    // Exported for a hand-over that does not happen: install refuses the
+    // database's own export as stale, reclaim takes it back, rows intact.
+    let exported = one.export_reactor(&key).unwrap();
+    assert_eq!(exported.version(), 2);
+    assert_eq!(
+        one.install_reactor(&exported),
+        Err(InstallError::Stale { have: 2, got: 2 })
+    );
+    assert_eq!(one.reclaim_reactor(&exported).unwrap(), carol);
+    assert_eq!(contents(&one, "carol").unwrap(), expected);
+
+    // The reclaim moved the version on: that export can go nowhere it could
+    // overwrite newer rows, and the next export is newer than both.
+    let again = one.export_reactor(&key).unwrap();
+    assert_eq!(again.version(), 4);
+    two.install_reactor(&again).unwrap();
+    assert_eq!(contents(&two, "carol").unwrap(), expected);
+    assert!(matches!(
+        one.reclaim_reactor(&exported),
+        Err(InstallError::Stale { have: 4, got: 2 })
+    ));
+}

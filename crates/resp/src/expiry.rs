@@ -499,6 +499,12 @@ async fn sweep(tx: &Tx, start: usize, limit: usize) -> Result<Frame, ReactorErro
     let mut deleted = 0;
     let mut full = false;
     for _ in 0..reactors {
+        if !tx.lives_here(index) {
+            // Held by another node of a cluster: its owner sweeps it
+            // (acquiring it to sweep would pull every reactor here).
+            index = (index + 1) % reactors;
+            continue;
+        }
         let (n, change) = tx
             .on_reactor(index, move |ctx, _| sweep_reactor(ctx, now, left))
             .await?;

@@ -34,7 +34,7 @@ pub use config::{Access, Config, ConfigError, User};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
 pub use server::{Keyspace, RunningServer, Server, ServerError, Services};
 pub use sites::{LocalApplied, SiteCounters, SiteOutcome};
-pub use store::{keyspace_index, SiteRow, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::{keyspace_index, keyspace_reactor, SiteRow, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick
 /// features; Roost speaks the RESP2/RESP3 of Redis 7.
@@ -82,7 +82,8 @@ pub mod fuzzing {
                 ..Config::default()
             };
             StoreHarness {
-                store: Store::new(&config, Arc::new(Stats::default())).expect("a small keyspace"),
+                store: Store::new(&config, Arc::new(Stats::default()), None)
+                    .expect("a small keyspace"),
                 functions: Functions::examples(),
                 runtime: tokio::runtime::Builder::new_current_thread()
                     .build()

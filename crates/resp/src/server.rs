@@ -103,10 +103,34 @@ impl Keyspace {
     /// Starts the keyspace's database as `config` says (the server that
     /// serves it must be given the same config).
     pub fn new(config: &Config) -> Result<Keyspace, ServerError> {
+        Keyspace::start(config, None)
+    }
+
+    /// The keyspace of one node of a cluster: `placement` says which
+    /// keyspace reactors live here ([`keyspace_reactor`](crate::keyspace_reactor)
+    /// names them); a command on one held elsewhere waits while the
+    /// placement acquires it.
+    pub fn with_placement(
+        config: &Config,
+        placement: Arc<dyn roost_reactor::Placement>,
+    ) -> Result<Keyspace, ServerError> {
+        Keyspace::start(config, Some(placement))
+    }
+
+    fn start(
+        config: &Config,
+        placement: Option<Arc<dyn roost_reactor::Placement>>,
+    ) -> Result<Keyspace, ServerError> {
         config.validate()?;
-        let store =
-            Store::start(config, Arc::new(Stats::default())).map_err(ServerError::Database)?;
+        let store = Store::start(config, Arc::new(Stats::default()), placement)
+            .map_err(ServerError::Database)?;
         Ok(Keyspace { store })
+    }
+
+    /// The keyspace's reactor database (a cluster node's ownership layer
+    /// moves its reactors in and out).
+    pub fn database(&self) -> &roost_reactor::Database {
+        self.store.database()
     }
 
     /// The keyspace's metrics (commands, latencies, aborts) as Prometheus
@@ -272,9 +296,8 @@ impl Server {
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
         let store = match keyspace {
             Some(keyspace) => keyspace.store,
-            None => {
-                Store::start(&config, Arc::new(Stats::default())).map_err(ServerError::Database)?
-            }
+            None => Store::start(&config, Arc::new(Stats::default()), None)
+                .map_err(ServerError::Database)?,
         };
         if let Some(sites) = &site_counters {
             store

@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use roost_bcounter::{Bound, BoundedCounter, FullRights, ReplicaId};
 use roost_reactor::{
-    Database, Deployment, KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ReactorId,
-    RelationDef, ScanDirection, Schema,
+    Database, Deployment, EngineConfig, KeyCodec, KeyDecodeError, Location, Placement, ReactorCtx,
+    ReactorError, ReactorId, ReactorKey, RelationDef, ScanDirection, Schema,
 };
 use serde::de::{self, DeserializeOwned, Deserializer, SeqAccess, Visitor};
 use serde::ser::{SerializeTuple, Serializer};
@@ -489,6 +489,11 @@ pub(crate) struct Shared {
     sweep_batch: AtomicUsize,
 }
 
+/// The cluster-wide key of keyspace reactor `index` (the same on every node).
+pub fn keyspace_reactor(index: usize) -> Result<ReactorKey, roost_reactor::DirectoryError> {
+    ReactorKey::new(REACTOR_TYPE, &format!("keyspace-{index}"))
+}
+
 impl Shared {
     fn reactor_of(&self, key: &[u8]) -> ReactorId {
         self.reactors[keyspace_index(key, self.reactors.len())]
@@ -507,7 +512,14 @@ pub(crate) type BatchOutcome = Result<Option<Vec<Frame>>, ReactorError>;
 type Attempt = (Option<Vec<Frame>>, RowChange);
 
 impl Store {
-    pub(crate) fn new(config: &Config, stats: Arc<Stats>) -> Result<Self, String> {
+    /// The keyspace's database: one node's own (`placement: None`), or a
+    /// cluster node's, whose placement says which keyspace reactors are
+    /// here; the others get handles that acquire them when used.
+    pub(crate) fn new(
+        config: &Config,
+        stats: Arc<Stats>,
+        placement: Option<Arc<dyn Placement>>,
+    ) -> Result<Self, String> {
         let (keyspace_reactors, executors) = (config.keyspace_reactors, config.executors);
         assert!(
             keyspace_reactors > 0 && executors > 0,
@@ -519,11 +531,28 @@ impl Store {
         let schema = Schema::new()
             .reactor_type(REACTOR_TYPE, &[&KV, &KEY_INDEX, &EXPIRY_INDEX, &SITE_ROWS])
             .map_err(|e| e.to_string())?;
-        let db = Database::new(schema, deployment).map_err(|e| e.to_string())?;
+        let db = match &placement {
+            None => Database::new(schema, deployment),
+            Some(placement) => Database::with_placement(
+                schema,
+                deployment,
+                EngineConfig::default(),
+                Arc::clone(placement),
+            ),
+        }
+        .map_err(|e| e.to_string())?;
         let reactors = (0..keyspace_reactors)
-            .map(|i| db.create_reactor(REACTOR_TYPE, &format!("keyspace-{i}")))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
+            .map(|i| {
+                let key = keyspace_reactor(i).map_err(|e| e.to_string())?;
+                let remote = placement.as_ref().map(|p| p.locate(&key)) == Some(Location::Remote);
+                if remote {
+                    db.reactor_by_key(&key)
+                } else {
+                    db.create_reactor(key.reactor_type(), key.name())
+                }
+                .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Store {
             db,
             shared: Arc::new(Shared {
@@ -539,8 +568,12 @@ impl Store {
     }
 
     /// A store with its expiry sweep running (until the store is dropped).
-    pub(crate) fn start(config: &Config, stats: Arc<Stats>) -> Result<Arc<Self>, String> {
-        let store = Arc::new(Store::new(config, stats)?);
+    pub(crate) fn start(
+        config: &Config,
+        stats: Arc<Stats>,
+        placement: Option<Arc<dyn Placement>>,
+    ) -> Result<Arc<Self>, String> {
+        let store = Arc::new(Store::new(config, stats, placement)?);
         expiry::start_sweeper(&store).map_err(|e| format!("cannot start the expiry sweep: {e}"))?;
         Ok(store)
     }
@@ -577,10 +610,19 @@ impl Store {
     /// Runs one sweep transaction (`ExpireOp::Sweep`) from the sweep's own
     /// thread: `(keys deleted, next start, whether its batch was full)`.
     pub(crate) fn sweep_once(&self, op: Op) -> Result<(usize, usize, bool), ReactorError> {
-        let root = self.shared.reactors[match &op {
+        let start = match &op {
             Op::Expire(ExpireOp::Sweep { start, .. }) => start % self.reactor_count(),
             _ => 0,
-        }];
+        };
+        // The transaction starts at a reactor held here: on a cluster a
+        // sweep never acquires one (its owner sweeps it).
+        let count = self.reactor_count();
+        let Some(root) = (0..count)
+            .map(|i| self.shared.reactors[(start + i) % count])
+            .find(|&r| !matches!(self.db.location(r), Ok(Location::Remote)))
+        else {
+            return Ok((0, start, false));
+        };
         let shared = Arc::clone(&self.shared);
         let ops = Arc::new(vec![op]);
         let (replies, change) = self.db.run_blocking(root, move |ctx| {
@@ -1057,6 +1099,13 @@ impl Tx {
 
     pub(crate) fn reactor_count(&self) -> usize {
         self.shared.reactors.len()
+    }
+
+    /// Keyspace reactor `index` lives in this node's database now (see
+    /// [`ReactorCtx::lives_here`]).
+    pub(crate) fn lives_here(&self, index: usize) -> bool {
+        self.ctx
+            .lives_here(self.shared.reactors[index % self.reactor_count()])
     }
 
     /// Runs `f` with reactor `index`'s context and the shared state: at once

@@ -1,0 +1,482 @@
+//! Zeus ownership over the node's reactor database: the protocol's
+//! [`ObjectStore`] is the database ([`DbStore`]), and the database's
+//! [`Placement`] asks the protocol for the reactors it does not hold
+//! ([`ZeusPlacement`]).
+//!
+//! **Where the rows are.** A reactor's rows live in the database only while
+//! this node is its valid owner (`Access::Owner`). The moment the protocol
+//! says otherwise (an INV made it `Invalid`, or the node stopped being a
+//! replica) the store exports the reactor ([`Database::export_reactor`]:
+//! one transaction extracts its rows and marks it remote, so every
+//! transaction that raced with it fails validation) and keeps the export as
+//! its copy: the rows the owner's ACK carries, and the copy a reader holds.
+//! When the node becomes the owner, the copy is installed into a local
+//! container ([`Database::install_reactor`]; its own export back after a
+//! hand-over that did not happen, [`Database::reclaim_reactor`]) before the
+//! protocol announces `Acquired`, so the waiting transaction finds it here.
+//!
+//! **Creation.** Every node of the cluster knows the keyspace reactors'
+//! keys; each is created by its *home* node (the first of its directory
+//! replicas) through `OwnershipCmd::Create` with an empty reactor
+//! ([`ExportedReactor::empty`]), which installs it there once the directory
+//! registered it. A node that restarts finds its reactors registered
+//! already (`AlreadyExists`) and acquires them like any other node; it never
+//! recreates rows that live elsewhere.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use roost_cluster::runtime::{ProtocolHandle, RequestError};
+use roost_cluster::NodeId;
+use roost_ownership::{
+    directory, Access, FailReason, ObjectData, ObjectKey, ObjectStore, Ownership, OwnershipCmd,
+    OwnershipOut, ReqId, RequestKind,
+};
+use roost_reactor::{
+    Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Location, Placement,
+    ReactorKey,
+};
+use roost_resp::Keyspace;
+use serde::{Deserialize, Serialize};
+
+/// The protocol a node runs: ownership of the keyspace's reactors.
+pub type NodeOwnership = Ownership<NodeReactor, DbStore>;
+
+/// How many times an export retries while another move of the reactor runs
+/// (they are short: one transaction), 1 ms apart.
+const EXPORT_BUSY_RETRIES: u32 = 1_000;
+/// How long a node keeps trying to create its home reactors (membership
+/// must first install a view with a majority).
+const CREATE_PATIENCE: Duration = Duration::from_secs(600);
+const CREATE_RETRY: Duration = Duration::from_millis(50);
+
+/// A reactor as an owned object: the reactor layer's cluster-wide key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeReactor(pub ReactorKey);
+
+impl ObjectKey for NodeReactor {
+    fn placement_hash(&self) -> u64 {
+        self.0.placement_hash()
+    }
+}
+
+impl fmt::Display for NodeReactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// `type/name`, as [`fmt::Display`] writes it.
+impl FromStr for NodeReactor {
+    type Err = roost_reactor::DirectoryError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (reactor_type, name) = text
+            .split_once('/')
+            .ok_or(roost_reactor::DirectoryError::BadName)?;
+        ReactorKey::new(reactor_type, name).map(NodeReactor)
+    }
+}
+
+/// What the placement and the store share: the reactors this node owns
+/// (the placement's answer to `locate`) and the way into the protocol.
+pub(crate) struct Shared {
+    owned: Mutex<HashSet<ReactorKey>>,
+    handle: OnceLock<ProtocolHandle<NodeOwnership>>,
+    runtime: OnceLock<tokio::runtime::Handle>,
+    deployment: Deployment,
+    counters: Counters,
+}
+
+/// What the node's `/metrics` shows of ownership.
+#[derive(Default)]
+struct Counters {
+    /// Reactors installed into the database (became owned here).
+    installed: AtomicU64,
+    /// Reactors exported out of it (ownership went elsewhere or pending).
+    exported: AtomicU64,
+    /// Acquisitions transactions waited for, and those that failed.
+    acquires: AtomicU64,
+    acquire_failures: AtomicU64,
+    /// Exports or installs that failed (logged; the protocol saw no data).
+    store_failures: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(deployment: Deployment) -> Arc<Shared> {
+        Arc::new(Shared {
+            owned: Mutex::new(HashSet::new()),
+            handle: OnceLock::new(),
+            runtime: OnceLock::new(),
+            deployment,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The ownership counters, as Prometheus text.
+    pub(crate) fn prometheus(&self) -> String {
+        let c = &self.counters;
+        let owned = self.owned.lock().expect("owned lock").len();
+        let mut text = String::new();
+        for (name, help, value) in [
+            (
+                "roost_ownership_reactors_installed_total",
+                "Reactors installed into this node's database as their owner.",
+                c.installed.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_reactors_exported_total",
+                "Reactors taken out of this node's database for another owner.",
+                c.exported.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_acquires_total",
+                "Ownership acquisitions transactions waited for.",
+                c.acquires.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_acquire_failures_total",
+                "Acquisitions that failed (the transaction answered an error).",
+                c.acquire_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_store_failures_total",
+                "Exports or installs of reactors that failed.",
+                c.store_failures.load(Ordering::Relaxed),
+            ),
+        ] {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+            ));
+        }
+        text.push_str(&format!(
+            "# HELP roost_ownership_reactors_owned Reactors this node owns.\n\
+             # TYPE roost_ownership_reactors_owned gauge\nroost_ownership_reactors_owned {owned}\n"
+        ));
+        text
+    }
+
+    /// Connects the placement to the running protocol (once).
+    pub(crate) fn connect(
+        &self,
+        handle: ProtocolHandle<NodeOwnership>,
+        runtime: tokio::runtime::Handle,
+    ) {
+        let fresh = self.handle.set(handle).is_ok() && self.runtime.set(runtime).is_ok();
+        assert!(fresh, "a node's placement is connected once");
+    }
+
+    fn set_owned(&self, key: &ReactorKey, owned: bool) {
+        let mut set = self.owned.lock().expect("owned lock");
+        if owned {
+            set.insert(key.clone());
+        } else {
+            set.remove(key);
+        }
+    }
+
+    fn owns(&self, key: &ReactorKey) -> bool {
+        self.owned.lock().expect("owned lock").contains(key)
+    }
+}
+
+/// The database's placement on a cluster node: a reactor is here while the
+/// ownership protocol says this node owns it; any other is acquired.
+pub struct ZeusPlacement {
+    shared: Arc<Shared>,
+}
+
+impl ZeusPlacement {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        ZeusPlacement { shared }
+    }
+}
+
+impl Placement for ZeusPlacement {
+    fn locate(&self, key: &ReactorKey) -> Location {
+        if self.shared.owns(key) {
+            Location::Local {
+                container: self.shared.deployment.place(key.name(), key.reactor_type()),
+            }
+        } else {
+            Location::Remote
+        }
+    }
+
+    fn acquire(&self, key: &ReactorKey) -> Acquire {
+        let (Some(handle), Some(runtime)) = (self.shared.handle.get(), self.shared.runtime.get())
+        else {
+            return Box::pin(std::future::ready(Err(AcquireError::Shutdown)));
+        };
+        let (handle, key) = (handle.clone(), NodeReactor(key.clone()));
+        let shared = Arc::clone(&self.shared);
+        shared.counters.acquires.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // The executor that polls the future runs no tokio runtime: the
+        // request runs on the node's, the answer comes back by channel.
+        runtime.spawn(async move {
+            let req = ReqId(handle.next_request_id());
+            let cmd = OwnershipCmd::Acquire {
+                key,
+                req,
+                kind: RequestKind::AddOwner,
+            };
+            let outcome = acquired(handle.request(cmd).await);
+            if outcome.is_err() {
+                shared
+                    .counters
+                    .acquire_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            let _ = tx.send(outcome);
+        });
+        Box::pin(async move { rx.await.unwrap_or(Err(AcquireError::Shutdown)) })
+    }
+}
+
+fn acquired(outcome: Result<OwnershipOut<NodeReactor>, RequestError>) -> Result<(), AcquireError> {
+    match outcome {
+        Ok(OwnershipOut::Acquired { .. }) => Ok(()),
+        Ok(OwnershipOut::Failed { reason, .. }) => Err(match reason {
+            FailReason::TimedOut => AcquireError::TimedOut,
+            _ => AcquireError::NoOwner,
+        }),
+        Ok(other) => {
+            tracing::error!(?other, "an acquire answered by another output");
+            Err(AcquireError::NoOwner)
+        }
+        Err(RequestError::Busy) => Err(AcquireError::TimedOut),
+        Err(RequestError::Stopped) => Err(AcquireError::Shutdown),
+    }
+}
+
+/// The ownership protocol's object store: the node's reactor database, and
+/// the exported copies of the reactors this node holds without owning them.
+pub struct DbStore {
+    keyspace: Keyspace,
+    shared: Arc<Shared>,
+    /// Copies held outside the database (an owner's export while an
+    /// arbitration is pending, a reader's copy), by reactor.
+    held: HashMap<NodeReactor, ObjectData>,
+    /// Exports and installs that failed (the protocol saw no data).
+    failures: u64,
+}
+
+impl DbStore {
+    pub(crate) fn new(keyspace: Keyspace, shared: Arc<Shared>) -> Self {
+        DbStore {
+            keyspace,
+            shared,
+            held: HashMap::new(),
+            failures: 0,
+        }
+    }
+
+    fn failed(&mut self) {
+        self.failures += 1;
+        self.shared
+            .counters
+            .store_failures
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn db(&self) -> &Database {
+        self.keyspace.database()
+    }
+
+    fn is_local(&self, key: &ReactorKey) -> bool {
+        self.db()
+            .reactor_by_key(key)
+            .and_then(|id| self.db().location(id))
+            .is_ok_and(|l| matches!(l, Location::Local { .. }))
+    }
+
+    /// Takes the reactor's rows out of the database into a held copy.
+    fn export_from_db(&mut self, key: &NodeReactor) -> Option<ObjectData> {
+        self.shared.set_owned(&key.0, false);
+        let mut busy = 0;
+        let exported = loop {
+            match blocking(|| self.db().export_reactor(&key.0)) {
+                Err(ExportError::Busy) if busy < EXPORT_BUSY_RETRIES => {
+                    busy += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => break other,
+            }
+        };
+        match exported {
+            Ok(exported) => {
+                self.shared
+                    .counters
+                    .exported
+                    .fetch_add(1, Ordering::Relaxed);
+                let data = ObjectData::new(exported.version(), exported.encode());
+                self.held.insert(key.clone(), data.clone());
+                Some(data)
+            }
+            Err(error) => {
+                self.failed();
+                tracing::error!(reactor = %key, %error, "exporting a reactor");
+                None
+            }
+        }
+    }
+
+    /// Installs the held copy into the database: this node owns it now.
+    fn install_into_db(&mut self, key: &NodeReactor) {
+        let Some(data) = self.held.get(key) else {
+            self.failed();
+            tracing::error!(reactor = %key, "owner without a copy to install");
+            return;
+        };
+        let exported = match ExportedReactor::decode(&data.rows) {
+            Ok(exported) if exported.key() == &key.0 => exported,
+            Ok(other) => {
+                self.failed();
+                tracing::error!(reactor = %key, got = %other.key(), "a copy of another reactor");
+                return;
+            }
+            Err(error) => {
+                self.failed();
+                tracing::error!(reactor = %key, %error, "a copy that does not decode");
+                return;
+            }
+        };
+        self.shared.set_owned(&key.0, true);
+        let db = self.db();
+        let installed = blocking(|| {
+            db.install_reactor(&exported).or_else(|error| match error {
+                // Its own export back: the hand-over did not happen.
+                roost_reactor::InstallError::Stale { have, got } if have == got => {
+                    db.reclaim_reactor(&exported)
+                }
+                other => Err(other),
+            })
+        });
+        match installed {
+            Ok(_) => {
+                self.shared
+                    .counters
+                    .installed
+                    .fetch_add(1, Ordering::Relaxed);
+                self.held.remove(key);
+            }
+            Err(error) => {
+                self.shared.set_owned(&key.0, false);
+                self.failed();
+                tracing::error!(reactor = %key, %error, "installing a reactor");
+            }
+        }
+    }
+}
+
+/// Runs a blocking database call from the protocol driver: on a
+/// multi-thread tokio runtime, without holding up the tasks queued behind it.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+impl ObjectStore<NodeReactor> for DbStore {
+    fn export(&mut self, key: &NodeReactor) -> Option<ObjectData> {
+        if let Some(data) = self.held.get(key) {
+            return Some(data.clone());
+        }
+        if self.is_local(&key.0) {
+            return self.export_from_db(key);
+        }
+        None
+    }
+
+    fn install(&mut self, key: &NodeReactor, data: ObjectData) {
+        if self.is_local(&key.0) {
+            // Replacing the live rows: take them out first, so the install
+            // that follows (if this node owns it) starts from `data`.
+            self.export_from_db(key);
+        }
+        self.held.insert(key.clone(), data);
+    }
+
+    fn remove(&mut self, key: &NodeReactor) {
+        if self.is_local(&key.0) {
+            self.export_from_db(key);
+        }
+        self.held.remove(key);
+    }
+
+    fn has_pending_commit(&self, _key: &NodeReactor) -> bool {
+        // Reliable commit (the next layer) fills this in; a local
+        // transaction racing a hand-over fails validation instead.
+        false
+    }
+
+    fn access_changed(&mut self, key: &NodeReactor, access: Access) {
+        let local = self.is_local(&key.0);
+        match access {
+            Access::Owner if !local => self.install_into_db(key),
+            Access::Owner => self.shared.set_owned(&key.0, true),
+            Access::Reader | Access::Invalid | Access::None if local => {
+                self.export_from_db(key);
+            }
+            Access::Reader | Access::Invalid | Access::None => {}
+        }
+        // The rows are in the database exactly while this node owns the
+        // reactor (unless a failure was counted and logged).
+        debug_assert!(self.failures > 0 || self.is_local(&key.0) == (access == Access::Owner));
+        debug_assert!(self.failures > 0 || self.shared.owns(&key.0) == (access == Access::Owner));
+    }
+}
+
+/// The reactors `me` creates: those whose first directory replica it is.
+pub(crate) fn home_reactors(keys: &[ReactorKey], me: NodeId, nodes: &[NodeId]) -> Vec<ReactorKey> {
+    keys.iter()
+        .filter(|key| directory(&NodeReactor((*key).clone()), nodes, 1).first() == Some(&me))
+        .cloned()
+        .collect()
+}
+
+/// Creates `keys` through the protocol, retrying while the node is not
+/// serving yet; a reactor that exists already is left to its owner.
+pub(crate) async fn create_home_reactors(
+    handle: ProtocolHandle<NodeOwnership>,
+    keys: Vec<ReactorKey>,
+) {
+    let deadline = tokio::time::Instant::now() + CREATE_PATIENCE;
+    for key in keys {
+        let data = ExportedReactor::empty(key.clone());
+        let data = ObjectData::new(data.version(), data.encode());
+        loop {
+            let req = ReqId(handle.next_request_id());
+            let cmd = OwnershipCmd::Create {
+                key: NodeReactor(key.clone()),
+                req,
+                data: data.clone(),
+            };
+            match handle.request(cmd).await {
+                Ok(OwnershipOut::Acquired { .. }) => break,
+                Ok(OwnershipOut::Failed {
+                    reason: FailReason::AlreadyExists,
+                    ..
+                }) => {
+                    tracing::info!(reactor = %key, "exists already: acquired when used");
+                    break;
+                }
+                Err(RequestError::Stopped) => return,
+                Ok(_) | Err(RequestError::Busy) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::error!(reactor = %key, "gave up creating a home reactor");
+                break;
+            }
+            tokio::time::sleep(CREATE_RETRY).await;
+        }
+    }
+}

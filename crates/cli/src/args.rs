@@ -9,7 +9,9 @@ use clap::{Args, Parser, Subcommand};
 use roost_bench::engine::{self, EngineBenchConfig};
 use roost_bench::smartmart::{self, SmartMartBenchConfig};
 
-use crate::{bench_escrow, bench_resp, bench_transport, check, cluster, resp, sim, sites};
+use crate::{
+    bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, resp, sim, sites,
+};
 
 /// Roost: an in-memory transactional database.
 #[derive(Debug, Parser)]
@@ -83,6 +85,10 @@ pub enum Benchmark {
     /// The node-to-node transport: round-trip latency beside raw tokio TCP,
     /// and small-message throughput with batching.
     Transport(bench_transport::TransportBenchArgs),
+    /// Zeus ownership across three nodes: reactor transfer latency beside
+    /// the transport round trip (idle and under load), and the Voter
+    /// migration of every reactor from node to node.
+    Ownership(bench_ownership::OwnershipBenchArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

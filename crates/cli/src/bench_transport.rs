@@ -104,6 +104,16 @@ fn joined<T>(handle: std::thread::JoinHandle<anyhow::Result<T>>) -> anyhow::Resu
 }
 
 fn roost_round_trips(plan: &Plan) -> anyhow::Result<Histogram<u64>> {
+    transport_round_trips(plan.round_trips, plan.warmup_round_trips)
+}
+
+/// `round_trips` round trips of one `u64` between two `roost-net` nodes,
+/// each on its own thread and current-thread runtime, after `warmup` more:
+/// their latencies in ns.
+pub(crate) fn transport_round_trips(
+    round_trips: u64,
+    warmup: u64,
+) -> anyhow::Result<Histogram<u64>> {
     let la = std::net::TcpListener::bind("127.0.0.1:0")?;
     let lb = std::net::TcpListener::bind("127.0.0.1:0")?;
     let (aa, ab) = (la.local_addr()?, lb.local_addr()?);
@@ -132,7 +142,6 @@ fn roost_round_trips(plan: &Plan) -> anyhow::Result<Histogram<u64>> {
             Ok(())
         })
     })?;
-    let (round_trips, warmup) = (plan.round_trips, plan.warmup_round_trips);
     let client = node_thread("node-0", move || {
         Box::pin(async move {
             let peers = BTreeMap::from([(NodeId(1), ab)]);

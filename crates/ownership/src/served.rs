@@ -5,7 +5,9 @@
 //!   (`kind`: `add-owner`, the default, `change-owner`, `add-reader` or
 //!   `remove-reader`) and answers its outcome;
 //! - `GET /ownership/inspect` answers what the node owns and holds blocked
-//!   ([`Inspection`](crate::Inspection)).
+//!   ([`Inspection`](crate::Inspection));
+//! - `GET /ownership/describe?key=<key>` answers one object's metadata and
+//!   this node's access to it.
 //!
 //! Keys are parsed with the key type's `FromStr`.
 
@@ -45,6 +47,11 @@ where
         let req = ReqId(request);
         match path {
             "/ownership/inspect" => Some(Ok(OwnershipCmd::Inspect { req })),
+            "/ownership/describe" => Some((|| {
+                let text = query.get("key").ok_or("describe needs key=<key>")?;
+                let key = K::from_str(text).map_err(|_| format!("bad key {text:?}"))?;
+                Ok(OwnershipCmd::Describe { key, req })
+            })()),
             "/ownership/acquire" => Some((|| {
                 let text = query.get("key").ok_or("acquire needs key=<key>")?;
                 let key = K::from_str(text).map_err(|_| format!("bad key {text:?}"))?;
@@ -59,7 +66,8 @@ where
         match cmd {
             OwnershipCmd::Acquire { req, .. }
             | OwnershipCmd::Create { req, .. }
-            | OwnershipCmd::Inspect { req } => req.0,
+            | OwnershipCmd::Inspect { req }
+            | OwnershipCmd::Describe { req, .. } => req.0,
         }
     }
 
@@ -67,7 +75,8 @@ where
         match out {
             OwnershipOut::Acquired { req, .. }
             | OwnershipOut::Failed { req, .. }
-            | OwnershipOut::Inspected { req, .. } => Some(req.0),
+            | OwnershipOut::Inspected { req, .. }
+            | OwnershipOut::Described { req, .. } => Some(req.0),
             // A late win answers nothing: its request was answered before.
             OwnershipOut::LateWin { .. } => None,
         }

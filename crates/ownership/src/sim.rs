@@ -259,7 +259,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
                 self.history.late_wins += 1;
                 return;
             }
-            OwnershipOut::Inspected { req, .. } => *req,
+            OwnershipOut::Inspected { req, .. } | OwnershipOut::Described { req, .. } => *req,
         };
         self.waiting.remove(&req.0);
     }

@@ -363,7 +363,9 @@ impl State {
                     OwnershipOut::LateWin { o_ts, .. } => (Some(*o_ts), false),
                     OwnershipOut::Failed { .. } => (None, true),
                     // The model sends no Inspect.
-                    OwnershipOut::Inspected { .. } => (None, false),
+                    OwnershipOut::Inspected { .. } | OwnershipOut::Described { .. } => {
+                        (None, false)
+                    }
                 };
                 if answer {
                     let count = self.answered.entry(*id).or_insert(0);

@@ -181,7 +181,7 @@ impl Run {
                     self.failed += 1;
                     *self.reasons.entry(format!("{reason:?}")).or_insert(0) += 1;
                 }
-                OwnershipOut::Inspected { .. } => {}
+                OwnershipOut::Inspected { .. } | OwnershipOut::Described { .. } => {}
             }
         }
     }

@@ -145,7 +145,7 @@ impl Default for Config {
 }
 
 /// Limits on what a configuration may ask for.
-const MAX_KEYSPACE_REACTORS: usize = 1 << 16;
+const MAX_KEYSPACE_REACTORS: usize = 1 << 20;
 const MAX_EXECUTORS: usize = 64;
 const MAX_IO_THREADS: usize = 256;
 /// Redis's own ceiling for `proto-max-bulk-len`; the storage engine's value

@@ -123,7 +123,7 @@ pub(crate) static ZSET_SCORES: RelationDef<ScoreKey, ()> =
     RelationDef::new(REACTOR_TYPE, "zset_scores");
 
 /// Which member rows a value has beside its entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Members {
     None,
     Set,
@@ -1031,6 +1031,65 @@ pub(crate) fn paste_chunk(
         }
     }
     Ok(())
+}
+
+/// What [`audit`] found in one reactor's rows (all zero when the rows are
+/// in step with the entries).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemberAudit {
+    /// Member rows whose key holds no collection of their kind.
+    pub orphaned_rows: usize,
+    /// Collections whose entry's count is not their number of rows.
+    pub miscounted: usize,
+    /// `zset_scores` rows without the same member and score in
+    /// `zset_members`, or the other way round.
+    pub unindexed: usize,
+}
+
+impl MemberAudit {
+    pub(crate) fn add(&mut self, other: MemberAudit) {
+        self.orphaned_rows += other.orphaned_rows;
+        self.miscounted += other.miscounted;
+        self.unindexed += other.unindexed;
+    }
+}
+
+/// Checks every member row of this reactor against the entries (tests and
+/// fuzzing: it reads the whole reactor).
+pub(crate) fn audit(ctx: &ReactorCtx) -> Result<MemberAudit, ReactorError> {
+    use std::collections::HashMap;
+    let mut audit = MemberAudit::default();
+    let mut rows: HashMap<(Vec<u8>, Members), u64> = HashMap::new();
+    for (row, ()) in ctx.scan(&SET_MEMBERS, .., ScanDirection::Forward, usize::MAX)? {
+        *rows.entry((row.key, Members::Set)).or_default() += 1;
+    }
+    let members = ctx.scan(&ZSET_MEMBERS, .., ScanDirection::Forward, usize::MAX)?;
+    let index = ctx.scan(&ZSET_SCORES, .., ScanDirection::Forward, usize::MAX)?;
+    let mut indexed: HashMap<(Vec<u8>, Vec<u8>), u64> = index
+        .into_iter()
+        .map(|(row, ())| ((row.key, row.member), row.bits))
+        .collect();
+    for (row, score) in members {
+        match indexed.remove(&(row.key.clone(), row.member.clone())) {
+            Some(bits) if bits == score_bits(score) => {}
+            _ => audit.unindexed += 1,
+        }
+        *rows.entry((row.key, Members::ZSet)).or_default() += 1;
+    }
+    audit.unindexed += indexed.len();
+    for ((key, kind), count) in rows {
+        let entry: Option<Entry> = ctx.get(&KV, &KvKey(key))?;
+        match entry.map(|e| e.value) {
+            Some(Value::Set(n)) if kind == Members::Set => {
+                audit.miscounted += usize::from(n != count);
+            }
+            Some(Value::ZSet(n)) if kind == Members::ZSet => {
+                audit.miscounted += usize::from(n != count);
+            }
+            _ => audit.orphaned_rows += count as usize,
+        }
+    }
+    Ok(audit)
 }
 
 #[cfg(test)]

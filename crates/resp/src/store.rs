@@ -728,6 +728,20 @@ impl Store {
             .await
     }
 
+    /// Every reactor's member rows checked against its entries
+    /// (`members::audit`), one transaction per reactor.
+    pub(crate) async fn member_audit(&self) -> Result<members::MemberAudit, ReactorError> {
+        let mut total = members::MemberAudit::default();
+        for &reactor in &self.shared.reactors {
+            let audit = self
+                .db
+                .run(reactor, |ctx| async move { members::audit(&ctx) })
+                .await?;
+            total.add(audit);
+        }
+        Ok(total)
+    }
+
     /// The keys with a site row.
     pub(crate) async fn site_row_keys(&self) -> Result<Vec<Vec<u8>>, ReactorError> {
         let mut keys = Vec::new();

@@ -441,7 +441,7 @@ fn encoding(value: &Value) -> &'static str {
         Value::Int(_) => "int",
         Value::Str(s) if s.len() <= 20 && crate::store::parse_i64(s).is_some() => "int",
         Value::Str(s) if s.len() <= 44 => "embstr",
-        Value::Str(_) | Value::Counter(_) | Value::Unread(_) => "raw",
+        Value::Str(_) | Value::Counter(_) | Value::Unread => "raw",
         // Read from the members (`members::KeyRows::encoding`); these are
         // the large ones'.
         Value::Set(_) => "hashtable",

@@ -34,9 +34,10 @@
 //! `store::modify_row`, which drops a collection's rows when its entry is
 //! deleted or replaced by a value of another kind, and keeps them when the
 //! write is the collection's own (the commands here maintain the rows
-//! themselves). An entry read for its header alone still says which kind
-//! its value is ([`Value::Unread`]), so DEL, FLUSHALL and the expiry sweep
-//! drop rows without decoding values.
+//! themselves). An entry read for its header alone still gives a set's or
+//! sorted set's value whole (its count: a few bytes), so DEL, FLUSHALL, the
+//! expiry sweep and these commands know a key's kind without decoding
+//! another value (a string of 8 MiB, say).
 
 use std::ops::Bound;
 
@@ -504,8 +505,10 @@ impl<'a> KeyRows<'a> {
         }
     }
 
+    /// The stored entry, a collection's whole, another value's header only
+    /// (a command here needs no more of it than its type).
     fn stored(&self) -> Result<Option<Entry>, ReactorError> {
-        self.ctx.get(&KV, KvKey::from_ref(self.key))
+        crate::store::headers_only(|| self.ctx.get(&KV, KvKey::from_ref(self.key)))
     }
 
     /// The key's collection of `kind` as the transaction sees it (`None`:

@@ -187,16 +187,16 @@ impl<'de> Deserialize<'de> for Entry {
                     .next_element()?
                     .ok_or_else(|| de::Error::invalid_length(2, &self))?;
                 if HEADER_ONLY.with(Cell::get) {
-                    // The value's variant alone (whether it has member
-                    // rows); the rest is left unread (postcard does not ask
-                    // for the whole input to be consumed).
-                    let tag: ValueTag = seq
+                    // The value's variant (and a collection's count, a few
+                    // bytes); the rest is left unread (postcard does not
+                    // ask for the whole input to be consumed).
+                    let head: ValueHead = seq
                         .next_element()?
                         .ok_or_else(|| de::Error::invalid_length(3, &self))?;
                     return Ok(Entry {
                         stamp,
                         deadline,
-                        value: Value::Unread(tag.members()),
+                        value: head.0,
                     });
                 }
                 let value = seq
@@ -214,40 +214,36 @@ impl<'de> Deserialize<'de> for Entry {
     }
 }
 
-/// The variant of a stored [`Value`], read without its contents.
-struct ValueTag(u32);
+/// A stored [`Value`] as a header-only read gives it: a set's or sorted
+/// set's whole (its count), anything else [`Value::Unread`].
+struct ValueHead(Value);
 
-impl ValueTag {
-    /// The variants' indexes in [`Value`]'s declaration order (a test
-    /// checks them against the derived encoding).
-    fn members(&self) -> Members {
-        match self.0 {
-            5 => Members::Set,
-            6 => Members::ZSet,
-            _ => Members::None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for ValueTag {
+impl<'de> Deserialize<'de> for ValueHead {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct TagVisitor;
+        struct HeadVisitor;
 
-        impl<'de> Visitor<'de> for TagVisitor {
-            type Value = ValueTag;
+        impl<'de> Visitor<'de> for HeadVisitor {
+            type Value = ValueHead;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a value's variant")
             }
 
-            fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<ValueTag, A::Error> {
-                // The variant's contents are never read.
-                let (index, _contents): (u32, _) = data.variant()?;
-                Ok(ValueTag(index))
+            fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<ValueHead, A::Error> {
+                use serde::de::VariantAccess;
+                // The variants' indexes in `Value`'s declaration order (a
+                // test checks them against the derived encoding); other
+                // variants' contents are never read.
+                let (index, contents): (u32, _) = data.variant()?;
+                Ok(ValueHead(match index {
+                    5 => Value::Set(contents.newtype_variant()?),
+                    6 => Value::ZSet(contents.newtype_variant()?),
+                    _ => Value::Unread,
+                }))
             }
         }
 
-        d.deserialize_enum("Value", VALUE_VARIANTS, TagVisitor)
+        d.deserialize_enum("Value", VALUE_VARIANTS, HeadVisitor)
     }
 }
 
@@ -259,9 +255,9 @@ thread_local! {
 }
 
 /// Runs `f` with every entry it decodes (on this thread) read without its
-/// value ([`Value::Unread`]): for what needs only whether a key exists, its
-/// deadline and stamp and whether it has member rows, and not the copy of a
-/// value of up to 8 MiB.
+/// value ([`Value::Unread`]; a set's or sorted set's, a count, whole): for
+/// what needs only whether a key exists, its deadline and stamp and whether
+/// it has member rows, and not the copy of a value of up to 8 MiB.
 pub(crate) fn headers_only<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
@@ -293,11 +289,11 @@ pub(crate) enum Value {
     /// A sorted set of this many members, each a row of `zset_members` and
     /// one of `zset_scores`.
     ZSet(u64),
-    /// A value not read ([`headers_only`]) but for which member rows it
-    /// has: never stored (serializing it fails), never answered. Last, so
-    /// that skipping it leaves the other variants' indexes.
+    /// A value not read ([`headers_only`]; a set's or sorted set's is
+    /// read whole): never stored (serializing it fails), never answered.
+    /// Last, so that skipping it leaves the other variants' indexes.
     #[serde(skip)]
-    Unread(Members),
+    Unread,
 }
 
 impl Value {
@@ -329,7 +325,7 @@ impl Value {
             Value::Counter(_) => "bcounter",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
-            Value::Unread(_) => "unread",
+            Value::Unread => "unread",
         }
     }
 
@@ -338,7 +334,6 @@ impl Value {
         match self {
             Value::Set(_) => Members::Set,
             Value::ZSet(_) => Members::ZSet,
-            Value::Unread(members) => *members,
             _ => Members::None,
         }
     }
@@ -1953,7 +1948,13 @@ mod tests {
             assert_eq!(bytes[3] as usize, i, "{:?}", entry.value);
             let header: Entry = headers_only(|| postcard::from_bytes(&bytes)).unwrap();
             assert_eq!(header.deadline, 5);
-            assert!(matches!(header.value, Value::Unread(m) if m == members));
+            assert_eq!(header.value.members(), members);
+            match header.value {
+                Value::Set(n) => assert_eq!(n, 3),
+                Value::ZSet(n) => assert_eq!(n, 2),
+                Value::Unread => assert_eq!(members, Members::None),
+                other => panic!("{other:?}"),
+            }
             let full: Entry = postcard::from_bytes(&bytes).unwrap();
             assert_eq!(full.value.members(), members);
         }

@@ -421,7 +421,7 @@ pub(crate) async fn apply(tx: &Tx, op: &SetOp) -> Result<Frame, ReactorError> {
                 for member in &members {
                     removed += u64::from(rows.set_remove(member)?);
                 }
-                rows.close(SET, found, found.len - removed, removed > 0)?;
+                rows.close(SET, found, found.len.saturating_sub(removed), removed > 0)?;
                 Ok(Frame::Integer(removed as i64))
             })
             .await?
@@ -537,7 +537,7 @@ fn pop(rows: &mut KeyRows<'_>, count: Option<u64>) -> Result<Frame, crate::membe
             return Ok(Frame::Null);
         };
         rows.set_remove(&member)?;
-        rows.close(SET, found, found.len - 1, true)?;
+        rows.close(SET, found, found.len.saturating_sub(1), true)?;
         return Ok(Frame::Bulk(member));
     };
     if found.len == 0 || count == 0 {
@@ -557,7 +557,12 @@ fn pop(rows: &mut KeyRows<'_>, count: Option<u64>) -> Result<Frame, crate::membe
         rows.set_remove(&member)?;
         popped.push(member);
     }
-    rows.close(SET, found, found.len - popped.len() as u64, true)?;
+    rows.close(
+        SET,
+        found,
+        found.len.saturating_sub(popped.len() as u64),
+        true,
+    )?;
     Ok(Frame::Set(bulks(popped)))
 }
 
@@ -655,7 +660,7 @@ async fn smove(tx: &Tx, src: &[u8], dst: &[u8], member: &[u8]) -> Result<Frame, 
             if !rows.set_remove(&owned)? {
                 return Ok(false);
             }
-            rows.close(SET, found, found.len - 1, true)?;
+            rows.close(SET, found, found.len.saturating_sub(1), true)?;
             Ok(true)
         })
         .await?;

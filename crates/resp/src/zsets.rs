@@ -945,7 +945,11 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                     return Ok(missing);
                 };
                 let rank = rows.zrank(&member, score, found.len)?;
-                let rank = if rev { found.len - 1 - rank } else { rank };
+                let rank = if rev {
+                    found.len.saturating_sub(rank + 1)
+                } else {
+                    rank
+                };
                 let rank = Frame::Integer(rank as i64);
                 Ok(if withscore {
                     Frame::Array(vec![rank, double(score)])
@@ -966,7 +970,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                 for member in &members {
                     removed += u64::from(rows.zremove(member)?.is_some());
                 }
-                rows.close(ZSET, found, found.len - removed, removed > 0)?;
+                rows.close(ZSET, found, found.len.saturating_sub(removed), removed > 0)?;
                 Ok(Frame::Integer(removed as i64))
             })
             .await?
@@ -983,7 +987,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                     rows.zremove(member)?;
                 }
                 let removed = doomed.len() as u64;
-                rows.close(ZSET, found, found.len - removed, removed > 0)?;
+                rows.close(ZSET, found, found.len.saturating_sub(removed), removed > 0)?;
                 Ok(Frame::Integer(removed as i64))
             })
             .await?
@@ -1016,7 +1020,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                     rows.zremove(member)?;
                 }
                 let removed = popped.len() as u64;
-                rows.close(ZSET, found, found.len - removed, removed > 0)?;
+                rows.close(ZSET, found, found.len.saturating_sub(removed), removed > 0)?;
                 Ok(match count {
                     None => Frame::Array(
                         popped

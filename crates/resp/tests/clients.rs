@@ -551,6 +551,79 @@ async fn concurrent_transfers_conserve_the_total() {
     );
 }
 
+/// Concurrent SMOVEs between sets (on several reactors) and ZINCRBYs of
+/// one sorted set: no member lost or in two sets, every increment counted,
+/// and a SUNION/ZSCORE read inside a transaction sees a whole state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_set_moves_and_score_increments() {
+    let server = start(config());
+    const SETS: usize = 5;
+    const MEMBERS: usize = 60;
+    const CLIENTS: usize = 6;
+    const ROUNDS: usize = 150;
+    let mut setup = connect(server.addr()).await;
+    let members: Vec<String> = (0..MEMBERS).map(|m| format!("m{m}")).collect();
+    let mut sadd = redis::cmd("SADD");
+    sadd.arg("set0").arg(&members);
+    let added: i64 = sadd.query_async(&mut setup).await.unwrap();
+    assert_eq!(added, MEMBERS as i64);
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let addr = server.addr();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            for round in 0..ROUNDS {
+                let from = (client + round) % SETS;
+                let to = (client * 3 + round * 7 + 1) % SETS;
+                let member = format!("m{}", (client * 13 + round * 11) % MEMBERS);
+                let _: i64 = q(
+                    &mut c,
+                    &["SMOVE", &format!("set{from}"), &format!("set{to}"), &member],
+                )
+                .await
+                .unwrap();
+                let _: f64 = q(&mut c, &["ZINCRBY", "scores", "1", &member])
+                    .await
+                    .unwrap();
+                if round % 25 == 0 {
+                    let keys: Vec<String> = (0..SETS).map(|i| format!("set{i}")).collect();
+                    let (union, card): (Vec<String>, i64) = redis::pipe()
+                        .atomic()
+                        .cmd("SUNION")
+                        .arg(&keys)
+                        .cmd("SCARD")
+                        .arg("set0")
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    assert_eq!(union.len(), MEMBERS);
+                    assert!(card <= MEMBERS as i64);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut total = 0;
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..SETS {
+        let set: Vec<String> = q(&mut setup, &["SMEMBERS", &format!("set{i}")])
+            .await
+            .unwrap();
+        total += set.len();
+        seen.extend(set);
+    }
+    assert_eq!((total, seen.len()), (MEMBERS, MEMBERS));
+    let scores: Vec<(String, f64)> = q(&mut setup, &["ZRANGE", "scores", "0", "-1", "WITHSCORES"])
+        .await
+        .unwrap();
+    let sum: f64 = scores.iter().map(|(_, s)| s).sum();
+    assert_eq!(sum, (CLIENTS * ROUNDS) as f64);
+    // Ascending by score, as the index keeps them.
+    assert!(scores.windows(2).all(|w| w[0].1 <= w[1].1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_input_is_refused_and_others_keep_working() {
     let mut cfg = config();

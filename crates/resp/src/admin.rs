@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::commands::{
-    self, arity_ok, command_docs, command_info, help, lookup, unknown_subcommand,
+    self, arity_ok, command_docs, command_info, help, lookup, numkeys_at, unknown_subcommand,
     wrong_subcommand_arity, Kind,
 };
 use crate::expiry::interval_of_hz;
@@ -511,22 +511,28 @@ fn getkeys(args: &[Vec<u8>]) -> Frame {
     let Some(spec) = lookup(&args[0]).filter(|s| !matches!(s.kind, Kind::Unsupported(_))) else {
         return Frame::error("ERR Invalid command specified");
     };
-    let movable = spec.name.starts_with("fcall");
-    if spec.first_key == 0 && !movable {
+    let movable = numkeys_at(spec.name);
+    if spec.first_key == 0 && movable.is_none() {
         return Frame::error("ERR The command has no key arguments");
     }
     if !arity_ok(spec, args.len()) {
         return Frame::error("ERR Invalid number of arguments specified for command");
     }
-    let keys: Vec<Frame> = if movable {
-        // FCALL function numkeys key...
-        match args.get(2).and_then(|n| parse_i64(n)) {
-            Some(n) if n >= 0 && (n as usize) <= args.len() - 3 => args[3..3 + n as usize]
-                .iter()
-                .map(|k| Frame::Bulk(k.clone()))
-                .collect(),
+    let keys: Vec<Frame> = if let Some(at) = movable {
+        // FCALL function numkeys key..., ZUNIONSTORE destination numkeys
+        // key..., ZUNION numkeys key...
+        let named = match args.get(at).and_then(|n| parse_i64(n)) {
+            Some(n) if n >= 0 && (n as usize) < args.len() - at => {
+                &args[at + 1..at + 1 + n as usize]
+            }
             _ => return Frame::error("ERR Invalid arguments specified for command"),
-        }
+        };
+        let destination = (spec.first_key > 0).then(|| &args[1]);
+        destination
+            .into_iter()
+            .chain(named)
+            .map(|k| Frame::Bulk(k.clone()))
+            .collect()
     } else {
         let first = spec.first_key as usize;
         let last = if spec.last_key < 0 {

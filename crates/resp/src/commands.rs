@@ -14,6 +14,7 @@ use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
 use crate::strings::{self, BitOpKind, StrOp};
+use crate::{sets, zsets};
 
 /// How a command is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -377,6 +378,275 @@ pub(crate) static COMMANDS: &[Spec] = &[
         "Returns all fields and values of a hash.",
     ),
     data("hdel", -3, true, (1, 1, 1), "Deletes fields of a hash."),
+    data("sadd", -3, true, (1, 1, 1), "Adds members to a set."),
+    data("srem", -3, true, (1, 1, 1), "Removes members from a set."),
+    data("smembers", 2, false, (1, 1, 1), "Returns every member of a set."),
+    data(
+        "sismember",
+        3,
+        false,
+        (1, 1, 1),
+        "Whether a value is a member of a set.",
+    ),
+    data(
+        "smismember",
+        -3,
+        false,
+        (1, 1, 1),
+        "Whether each value is a member of a set.",
+    ),
+    data("scard", 2, false, (1, 1, 1), "Returns the size of a set."),
+    data(
+        "spop",
+        -2,
+        true,
+        (1, 1, 1),
+        "Removes and returns random members of a set.",
+    ),
+    data(
+        "srandmember",
+        -2,
+        false,
+        (1, 1, 1),
+        "Returns random members of a set (a negative count may repeat them).",
+    ),
+    data("sinter", -2, false, (1, -1, 1), "Intersects sets."),
+    data("sunion", -2, false, (1, -1, 1), "Unites sets."),
+    data("sdiff", -2, false, (1, -1, 1), "Subtracts sets from the first."),
+    data(
+        "sinterstore",
+        -3,
+        true,
+        (1, -1, 1),
+        "Stores the intersection of sets.",
+    ),
+    data(
+        "sunionstore",
+        -3,
+        true,
+        (1, -1, 1),
+        "Stores the union of sets.",
+    ),
+    data(
+        "sdiffstore",
+        -3,
+        true,
+        (1, -1, 1),
+        "Stores the difference of sets.",
+    ),
+    // Keys are named after `numkeys` (Redis: first key 0, `movablekeys`).
+    data(
+        "sintercard",
+        -3,
+        false,
+        (0, 0, 0),
+        "Counts the intersection of sets (LIMIT).",
+    ),
+    data(
+        "smove",
+        4,
+        true,
+        (1, 2, 1),
+        "Moves a member from one set to another.",
+    ),
+    data(
+        "sscan",
+        -3,
+        false,
+        (1, 1, 1),
+        "Iterates over a set's members (MATCH, COUNT).",
+    ),
+    data(
+        "zadd",
+        -4,
+        true,
+        (1, 1, 1),
+        "Adds members to a sorted set or updates their scores (NX, XX, GT, LT, CH, INCR).",
+    ),
+    data(
+        "zincrby",
+        4,
+        true,
+        (1, 1, 1),
+        "Increments a member's score.",
+    ),
+    data("zscore", 3, false, (1, 1, 1), "Returns a member's score."),
+    data("zmscore", -3, false, (1, 1, 1), "Returns members' scores."),
+    data(
+        "zcard",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the size of a sorted set.",
+    ),
+    data(
+        "zrange",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns a range of a sorted set (BYSCORE, BYLEX, REV, LIMIT, WITHSCORES).",
+    ),
+    data(
+        "zrangestore",
+        -5,
+        true,
+        (1, 2, 1),
+        "Stores a range of a sorted set.",
+    ),
+    data(
+        "zrangebyscore",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns members by score (WITHSCORES, LIMIT).",
+    ),
+    data(
+        "zrevrangebyscore",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns members by score, highest first (WITHSCORES, LIMIT).",
+    ),
+    data(
+        "zrevrange",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns members by rank, highest first (WITHSCORES).",
+    ),
+    data(
+        "zrangebylex",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns members by lexicographic range (LIMIT).",
+    ),
+    data(
+        "zrevrangebylex",
+        -4,
+        false,
+        (1, 1, 1),
+        "Returns members by lexicographic range, highest first (LIMIT).",
+    ),
+    data(
+        "zrank",
+        -3,
+        false,
+        (1, 1, 1),
+        "Returns a member's rank (WITHSCORE).",
+    ),
+    data(
+        "zrevrank",
+        -3,
+        false,
+        (1, 1, 1),
+        "Returns a member's rank, highest first (WITHSCORE).",
+    ),
+    data(
+        "zrem",
+        -3,
+        true,
+        (1, 1, 1),
+        "Removes members from a sorted set.",
+    ),
+    data(
+        "zremrangebyrank",
+        4,
+        true,
+        (1, 1, 1),
+        "Removes members by rank.",
+    ),
+    data(
+        "zremrangebyscore",
+        4,
+        true,
+        (1, 1, 1),
+        "Removes members by score.",
+    ),
+    data(
+        "zremrangebylex",
+        4,
+        true,
+        (1, 1, 1),
+        "Removes members by lexicographic range.",
+    ),
+    data(
+        "zcount",
+        4,
+        false,
+        (1, 1, 1),
+        "Counts members in a range of scores.",
+    ),
+    data(
+        "zlexcount",
+        4,
+        false,
+        (1, 1, 1),
+        "Counts members in a lexicographic range.",
+    ),
+    data(
+        "zpopmin",
+        -2,
+        true,
+        (1, 1, 1),
+        "Removes and returns the lowest-scored members.",
+    ),
+    data(
+        "zpopmax",
+        -2,
+        true,
+        (1, 1, 1),
+        "Removes and returns the highest-scored members.",
+    ),
+    data(
+        "zunion",
+        -3,
+        false,
+        (0, 0, 0),
+        "Unites sorted sets (WEIGHTS, AGGREGATE, WITHSCORES).",
+    ),
+    data(
+        "zinter",
+        -3,
+        false,
+        (0, 0, 0),
+        "Intersects sorted sets (WEIGHTS, AGGREGATE, WITHSCORES).",
+    ),
+    data(
+        "zdiff",
+        -3,
+        false,
+        (0, 0, 0),
+        "Subtracts sorted sets from the first (WITHSCORES).",
+    ),
+    data(
+        "zunionstore",
+        -4,
+        true,
+        (1, 1, 1),
+        "Stores the union of sorted sets (WEIGHTS, AGGREGATE).",
+    ),
+    data(
+        "zinterstore",
+        -4,
+        true,
+        (1, 1, 1),
+        "Stores the intersection of sorted sets (WEIGHTS, AGGREGATE).",
+    ),
+    data(
+        "zdiffstore",
+        -4,
+        true,
+        (1, 1, 1),
+        "Stores the difference of sorted sets.",
+    ),
+    data(
+        "zscan",
+        -3,
+        false,
+        (1, 1, 1),
+        "Iterates over a sorted set's members and scores (MATCH, COUNT).",
+    ),
     data(
         "bc.create",
         -4,
@@ -548,17 +818,27 @@ pub(crate) fn unknown_command(args: &[Vec<u8>]) -> Frame {
     Frame::Error(text)
 }
 
+/// The commands that name their keys after a `numkeys` argument (COMMAND's
+/// `movablekeys`): where that argument is (the name at 0).
+pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
+    match name {
+        "fcall" | "fcall_ro" | "zunionstore" | "zinterstore" | "zdiffstore" => Some(2),
+        "sintercard" | "zunion" | "zinter" | "zdiff" => Some(1),
+        _ => None,
+    }
+}
+
 pub(crate) fn wrong_arity(name: &str) -> Frame {
     Frame::error(format!(
         "ERR wrong number of arguments for '{name}' command"
     ))
 }
 
-fn syntax_error() -> Frame {
+pub(crate) fn syntax_error() -> Frame {
     Frame::error("ERR syntax error")
 }
 
-fn check_key(key: &[u8]) -> Result<(), Frame> {
+pub(crate) fn check_key(key: &[u8]) -> Result<(), Frame> {
     if key.len() > MAX_KEY_BYTES {
         return Err(Frame::error(format!(
             "ERR key is longer than {MAX_KEY_BYTES} bytes"
@@ -580,7 +860,7 @@ fn check_value(value: &[u8]) -> Result<(), Frame> {
     Ok(())
 }
 
-fn integer(arg: &[u8]) -> Result<i64, Frame> {
+pub(crate) fn integer(arg: &[u8]) -> Result<i64, Frame> {
     parse_i64(arg).ok_or_else(|| Frame::error(NOT_INTEGER))
 }
 
@@ -599,11 +879,11 @@ pub(crate) fn parse_op(spec: &Spec, mut args: Vec<Vec<u8>>, functions: &Function
 }
 
 /// Moves argument `i` out (it is left empty).
-fn take(a: &mut [Vec<u8>], i: usize) -> Vec<u8> {
+pub(crate) fn take(a: &mut [Vec<u8>], i: usize) -> Vec<u8> {
     std::mem::take(&mut a[i])
 }
 
-fn take_all(a: &mut [Vec<u8>]) -> Vec<Vec<u8>> {
+pub(crate) fn take_all(a: &mut [Vec<u8>]) -> Vec<Vec<u8>> {
     a.iter_mut().map(std::mem::take).collect()
 }
 
@@ -620,6 +900,9 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             check_key(&a[i - 1])?;
             i += spec.step.max(1) as usize;
         }
+    }
+    if let Some(op) = sets::parse(spec.name, a).or_else(|| zsets::parse(spec.name, a)) {
+        return op;
     }
     Ok(match spec.name {
         "get" => Op::Get(take(a, 0)),
@@ -1110,8 +1393,14 @@ pub(crate) fn command_info(spec: &Spec) -> Frame {
         Kind::Data if spec.name.starts_with("fcall") => {
             flags.push(Frame::Simple("movablekeys".into()))
         }
-        Kind::Data if spec.write => flags.push(Frame::Simple("write".into())),
-        Kind::Data => flags.push(Frame::Simple("readonly".into())),
+        Kind::Data => {
+            flags.push(Frame::Simple(
+                if spec.write { "write" } else { "readonly" }.into(),
+            ));
+            if numkeys_at(spec.name).is_some() {
+                flags.push(Frame::Simple("movablekeys".into()));
+            }
+        }
         _ => {}
     }
     if spec.noauth {
@@ -1136,6 +1425,8 @@ pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
     let group = match spec.kind {
         Kind::Data if spec.name.starts_with("bc.") => "roost",
         Kind::Data if spec.name.starts_with("fcall") => "scripting",
+        Kind::Data if sets::is_set_command(spec.name) => "set",
+        Kind::Data if zsets::is_zset_command(spec.name) => "sorted-set",
         Kind::Data => "generic",
         Kind::Conn => "connection",
         Kind::Unsupported(_) => "unsupported",
@@ -1153,6 +1444,8 @@ pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sets::SetOp;
+    use crate::zsets::ZSetOp;
 
     fn args(text: &str) -> Vec<Vec<u8>> {
         text.split(' ').map(|s| s.as_bytes().to_vec()).collect()
@@ -1473,6 +1766,190 @@ mod tests {
             (
                 "bitop xor d a b",
                 |op| matches!(op, Op::Str(StrOp::BitOp { op: BitOpKind::Xor, sources, .. }) if sources.len() == 2),
+            ),
+            (
+                "sadd k a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Add { members, .. } if members.len() == 2)),
+            ),
+            (
+                "srem k a",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Rem { .. })),
+            ),
+            (
+                "smembers k",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Members(_))),
+            ),
+            (
+                "sismember k a",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::IsMember { .. })),
+            ),
+            (
+                "smismember k a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::MIsMember { .. })),
+            ),
+            (
+                "scard k",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Card(_))),
+            ),
+            (
+                "spop k 3",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Pop { count: Some(3), .. })),
+            ),
+            (
+                "srandmember k -3",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::RandMember { count: Some(-3), .. })),
+            ),
+            (
+                "sinter a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { how: sets::Combine::Inter, store: None, .. })),
+            ),
+            (
+                "sunion a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { how: sets::Combine::Union, .. })),
+            ),
+            (
+                "sdiff a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { how: sets::Combine::Diff, .. })),
+            ),
+            (
+                "sinterstore d a b",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { store: Some(d), keys, .. } if d == b"d" && keys.len() == 2)),
+            ),
+            (
+                "sunionstore d a",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { store: Some(_), .. })),
+            ),
+            (
+                "sdiffstore d a",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Combine { store: Some(_), .. })),
+            ),
+            (
+                "sintercard 2 a b limit 5",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::InterCard { limit: 5, keys } if keys.len() == 2)),
+            ),
+            (
+                "smove a b m",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Move { .. })),
+            ),
+            (
+                "sscan k 0 match a* count 5",
+                |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::Scan { cursor: 0, options: Ok(o), .. } if o.count == 5)),
+            ),
+            (
+                "zadd k nx ch 1 a 2 b",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Add { flags, pairs, .. } if flags.nx && flags.ch && pairs.len() == 2)),
+            ),
+            (
+                "zincrby k 1.5 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Add { flags, .. } if flags.incr)),
+            ),
+            (
+                "zscore k a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Score { .. })),
+            ),
+            (
+                "zmscore k a b",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MScore { .. })),
+            ),
+            (
+                "zcard k",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Card(_))),
+            ),
+            (
+                "zrange k (1 +inf byscore rev limit 0 2 withscores",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if r.rev && r.withscores && r.count == 2)),
+            ),
+            (
+                "zrangestore d k 0 -1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if r.store.is_some())),
+            ),
+            (
+                "zrangebyscore k 1 2",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if !r.rev)),
+            ),
+            (
+                "zrevrangebyscore k 2 1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if r.rev)),
+            ),
+            (
+                "zrevrange k 0 1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if r.rev)),
+            ),
+            (
+                "zrangebylex k - +",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(_))),
+            ),
+            (
+                "zrevrangebylex k + -",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Range(r) if r.rev)),
+            ),
+            (
+                "zrank k a withscore",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Rank { withscore: true, rev: false, .. })),
+            ),
+            (
+                "zrevrank k a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Rank { rev: true, .. })),
+            ),
+            (
+                "zrem k a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Rem { .. })),
+            ),
+            (
+                "zremrangebyrank k 0 1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::RemRange { .. })),
+            ),
+            (
+                "zremrangebyscore k 0 1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::RemRange { .. })),
+            ),
+            (
+                "zremrangebylex k - +",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::RemRange { .. })),
+            ),
+            (
+                "zcount k 0 1",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Count { .. })),
+            ),
+            (
+                "zlexcount k - +",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Count { .. })),
+            ),
+            (
+                "zpopmin k 2",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Pop { max: false, count: Some(2), .. })),
+            ),
+            (
+                "zpopmax k",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Pop { max: true, count: None, .. })),
+            ),
+            (
+                "zunion 2 a b weights 1 2 aggregate max withscores",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(c) if c.keys.len() == 2 && c.options.as_ref().is_ok_and(|o| o.withscores && o.weights == [1.0, 2.0]))),
+            ),
+            (
+                "zinter 1 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(_))),
+            ),
+            (
+                "zdiff 1 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(_))),
+            ),
+            (
+                "zunionstore d 1 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(c) if c.store.is_some())),
+            ),
+            (
+                "zinterstore d 1 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(c) if c.store.is_some())),
+            ),
+            (
+                "zdiffstore d 1 a",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(c) if c.store.is_some())),
+            ),
+            (
+                "zscan k 0",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Scan { .. })),
             ),
             (
                 "fcall sum 1 k",

@@ -547,6 +547,7 @@ fn sweep_reactor(
         let entry: Option<Entry> = headers_only(|| ctx.get(&KV, &key))?;
         match entry {
             Some(entry) if entry.deadline == row.deadline => {
+                crate::members::drop_all(ctx, &key.0, entry.value.members())?;
                 change.add(index_rows(
                     ctx,
                     &key,

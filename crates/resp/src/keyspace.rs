@@ -35,6 +35,7 @@ use std::sync::Arc;
 use roost_reactor::{KeyCodec, KeyDecodeError, ReactorCtx, ReactorError, ScanDirection};
 
 use crate::expiry::is_expired;
+use crate::members::Members;
 use crate::protocol::Frame;
 use crate::store::KvKey;
 use crate::store::{
@@ -351,6 +352,14 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
             if src == dst {
                 return Ok(if *nx { Frame::Integer(0) } else { done });
             }
+            if entry.value.members() != Members::None {
+                if *nx && tx.read_header(dst).await?.is_some() {
+                    return Ok(Frame::Integer(0));
+                }
+                copy_collection(tx, src, dst, entry).await?;
+                tx.delete(src).await?;
+                return Ok(done);
+            }
             let moved = tx
                 .modify(dst, |old| match old {
                     Some(_) if *nx => (Write::Keep, false),
@@ -367,6 +376,13 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
             let Some(entry) = tx.read(src).await? else {
                 return Ok(Frame::Integer(0));
             };
+            if entry.value.members() != Members::None {
+                if !*replace && tx.read_header(dst).await?.is_some() {
+                    return Ok(Frame::Integer(0));
+                }
+                copy_collection(tx, src, dst, entry).await?;
+                return Ok(Frame::Integer(1));
+            }
             tx.modify(dst, |old| match old {
                 Some(_) if !*replace => (Write::Keep, Frame::Integer(0)),
                 _ => (Write::Put(entry.value, entry.deadline), Frame::Integer(1)),
@@ -395,6 +411,17 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
                 return Ok(Frame::Null);
             };
             match sub {
+                ObjectSub::Encoding if entry.value.members() != Members::None => {
+                    let (kind, len) = match entry.value {
+                        Value::Set(n) => (Members::Set, n),
+                        Value::ZSet(n) => (Members::ZSet, n),
+                        _ => (Members::None, 0),
+                    };
+                    tx.on_key_reply(key, move |rows| {
+                        Ok(Frame::bulk(rows.encoding(kind, len)?))
+                    })
+                    .await?
+                }
                 ObjectSub::Encoding => Frame::bulk(encoding(&entry.value)),
                 ObjectSub::Freq => Frame::error(
                     "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
@@ -415,6 +442,10 @@ fn encoding(value: &Value) -> &'static str {
         Value::Str(s) if s.len() <= 20 && crate::store::parse_i64(s).is_some() => "int",
         Value::Str(s) if s.len() <= 44 => "embstr",
         Value::Str(_) | Value::Counter(_) | Value::Unread => "raw",
+        // Read from the members (`members::KeyRows::encoding`); these are
+        // the large ones'.
+        Value::Set(_) => "hashtable",
+        Value::ZSet(_) => "skiplist",
         Value::List(_) => "quicklist",
         Value::Hash(fields)
             if fields.len() <= 128
@@ -424,6 +455,46 @@ fn encoding(value: &Value) -> &'static str {
         }
         Value::Hash(_) => "hashtable",
     }
+}
+
+/// Writes `entry` (a set's or sorted set's, read from `src`) as `dst`'s,
+/// with a copy of every member row: `dst` is deleted first (whatever it
+/// held), then the rows are copied a chunk at a time, then the entry.
+async fn copy_collection(
+    tx: &Tx,
+    src: &[u8],
+    dst: &Vec<u8>,
+    entry: Entry,
+) -> Result<(), ReactorError> {
+    tx.delete(dst).await?;
+    let kind = entry.value.members();
+    let (from, to) = (
+        crate::store::keyspace_index(src, tx.reactor_count()),
+        crate::store::keyspace_index(dst, tx.reactor_count()),
+    );
+    let mut after = None;
+    loop {
+        let src = src.to_vec();
+        let rows = tx
+            .on_reactor(from, move |ctx, _| {
+                crate::members::copy_chunk(ctx, &src, kind, after)
+            })
+            .await?;
+        let Some((last, _)) = rows.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        let full = rows.len() == crate::members::CHUNK;
+        let dst = dst.clone();
+        tx.on_reactor(to, move |ctx, _| {
+            crate::members::paste_chunk(ctx, &dst, kind, &rows)
+        })
+        .await?;
+        if !full {
+            break;
+        }
+    }
+    tx.put(dst, entry.value, entry.deadline).await
 }
 
 /// Deletes `keys` (of this reactor) with all their rows.
@@ -437,6 +508,7 @@ fn delete_rows(
         let key = KvKey(key);
         let entry: Option<Entry> = headers_only(|| ctx.get(&KV, &key))?;
         if let Some(entry) = entry {
+            crate::members::drop_all(ctx, &key.0, entry.value.members())?;
             change.add(index_rows(
                 ctx,
                 &key,

@@ -114,6 +114,10 @@ pub enum Frame {
     Map(Vec<(Frame, Frame)>),
     Set(Vec<Frame>),
     Push(Vec<Frame>),
+    /// Redis's replies WITHSCORES: an array of two-element arrays in RESP3,
+    /// one flat array in RESP2. Never parsed (it reads back as what it
+    /// encodes to).
+    Pairs(Vec<(Frame, Frame)>),
 }
 
 impl Frame {
@@ -189,6 +193,21 @@ impl Frame {
             Frame::Set(items) if resp3 => aggregate(out, b'~', items, protocol),
             Frame::Push(items) if resp3 => aggregate(out, b'>', items, protocol),
             Frame::Set(items) | Frame::Push(items) => aggregate(out, b'*', items, protocol),
+            Frame::Pairs(pairs) if resp3 => {
+                header(out, b'*', pairs.len());
+                for (a, b) in pairs {
+                    out.extend_from_slice(b"*2\r\n");
+                    a.encode(protocol, out);
+                    b.encode(protocol, out);
+                }
+            }
+            Frame::Pairs(pairs) => {
+                header(out, b'*', pairs.len() * 2);
+                for (a, b) in pairs {
+                    a.encode(protocol, out);
+                    b.encode(protocol, out);
+                }
+            }
         }
     }
 
@@ -198,7 +217,7 @@ impl Frame {
             Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
                 Frame::Array(items.iter().map(Frame::downgraded).collect())
             }
-            Frame::Map(pairs) => Frame::Array(
+            Frame::Map(pairs) | Frame::Pairs(pairs) => Frame::Array(
                 pairs
                     .iter()
                     .flat_map(|(k, v)| [k.downgraded(), v.downgraded()])
@@ -221,15 +240,53 @@ fn clean_line(s: &str) -> String {
     s.replace(['\r', '\n'], " ")
 }
 
-fn format_double(d: f64) -> String {
+/// A double as Redis 7.0 prints one (`%.17g`; `inf`, `-inf`): 17
+/// significant digits, so it reads back as the same value, in fixed notation
+/// for exponents from -4 to 16 and scientific (`1.5e+300`) otherwise,
+/// trailing zeros cut.
+pub(crate) fn format_double(d: f64) -> String {
     if d.is_nan() {
-        "nan".into()
-    } else if d.is_infinite() {
-        if d > 0.0 { "inf" } else { "-inf" }.into()
-    } else {
-        // Rust's shortest representation that reads back as the same value.
-        format!("{d:?}")
+        return "nan".into();
     }
+    if d.is_infinite() {
+        return if d > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    if d == 0.0 {
+        return if d.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // 17 significant digits, rounded once: `d.ddddddddddddddddde<exp>`.
+    let scientific = format!("{:.16e}", d.abs());
+    let (mantissa, exponent) = scientific.split_once('e').expect("`e` notation");
+    let exponent: i32 = exponent.parse().expect("an exponent");
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let mut out = String::with_capacity(24);
+    if d < 0.0 {
+        out.push('-');
+    }
+    if !(-4..17).contains(&exponent) {
+        let significant = digits.trim_end_matches('0');
+        out.push_str(&significant[..1]);
+        if significant.len() > 1 {
+            out.push('.');
+            out.push_str(&significant[1..]);
+        }
+        out.push('e');
+        out.push(if exponent < 0 { '-' } else { '+' });
+        out.push_str(&format!("{:02}", exponent.unsigned_abs()));
+    } else if exponent < 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-exponent - 1) as usize));
+        out.push_str(digits.trim_end_matches('0'));
+    } else {
+        let (int, frac) = digits.split_at(exponent as usize + 1);
+        out.push_str(int);
+        let frac = frac.trim_end_matches('0');
+        if !frac.is_empty() {
+            out.push('.');
+            out.push_str(frac);
+        }
+    }
+    out
 }
 
 fn line(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
@@ -858,6 +915,54 @@ fn parse_double(text: &str) -> Result<f64, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doubles_print_as_redis_does() {
+        // Each pair: C's `%.17g` of the value (what Redis 7.0 answers).
+        let cases: &[(f64, &str)] = &[
+            (1e-5, "1.0000000000000001e-05"),
+            (0.1, "0.10000000000000001"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (1.5e300, "1.5000000000000001e+300"),
+            (4.5, "4.5"),
+            (1.0, "1"),
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1e16, "10000000000000000"),
+            (1e17, "1e+17"),
+            (0.0001, "0.0001"),
+            (-2.5, "-2.5"),
+            (3e-5, "3.0000000000000001e-05"),
+            (5e-324, "4.9406564584124654e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (-0.00012345, "-0.00012344999999999999"),
+            (9007199254740992.0, "9007199254740992"),
+            (123.456, "123.456"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(format_double(*value), *text, "{value:?}");
+            if value.is_finite() {
+                assert_eq!(text.parse::<f64>().unwrap(), *value);
+            }
+        }
+    }
+
+    #[test]
+    fn pairs_are_nested_in_resp3_and_flat_in_resp2() {
+        let pairs = Frame::Pairs(vec![(Frame::bulk("a"), Frame::Double(1.5))]);
+        let mut out = Vec::new();
+        pairs.encode(Protocol::Resp3, &mut out);
+        assert_eq!(out, b"*1\r\n*2\r\n$1\r\na\r\n,1.5\r\n");
+        out.clear();
+        pairs.encode(Protocol::Resp2, &mut out);
+        assert_eq!(out, b"*2\r\n$1\r\na\r\n$3\r\n1.5\r\n");
+        assert_eq!(
+            pairs.downgraded(),
+            Frame::Array(vec![Frame::bulk("a"), Frame::bulk("1.5")])
+        );
+    }
 
     fn parse_all(parser: &mut RequestParser, mut input: &[u8]) -> Result<Vec<Args>, ProtocolError> {
         let mut out = Vec::new();

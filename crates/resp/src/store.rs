@@ -51,10 +51,13 @@ use crate::config::Config;
 use crate::expiry::{self, Clock, ExpireOp, ExpiryKey, SetTtl};
 use crate::functions::{run_call, FCall, Writes};
 use crate::keyspace::{self, IndexKey, KeyOp};
+use crate::members::{self, Fail, KeyRows, Members, SET_MEMBERS, ZSET_MEMBERS, ZSET_SCORES};
 use crate::protocol::Frame;
+use crate::sets::{self, SetOp};
 use crate::sites::SiteCounters;
 use crate::stats::Stats;
 use crate::strings::{self, StrOp};
+use crate::zsets::{self, ZSetOp};
 
 pub(crate) const REACTOR_TYPE: &str = "keyspace";
 /// Every key's entry. Hash-indexed: point access only (the ordered walks go
@@ -184,12 +187,16 @@ impl<'de> Deserialize<'de> for Entry {
                     .next_element()?
                     .ok_or_else(|| de::Error::invalid_length(2, &self))?;
                 if HEADER_ONLY.with(Cell::get) {
-                    // The rest is the value, left unread (postcard does not
+                    // The value's variant (and a collection's count, a few
+                    // bytes); the rest is left unread (postcard does not
                     // ask for the whole input to be consumed).
+                    let head: ValueHead = seq
+                        .next_element()?
+                        .ok_or_else(|| de::Error::invalid_length(3, &self))?;
                     return Ok(Entry {
                         stamp,
                         deadline,
-                        value: Value::Unread,
+                        value: head.0,
                     });
                 }
                 let value = seq
@@ -207,14 +214,50 @@ impl<'de> Deserialize<'de> for Entry {
     }
 }
 
+/// A stored [`Value`] as a header-only read gives it: a set's or sorted
+/// set's whole (its count), anything else [`Value::Unread`].
+struct ValueHead(Value);
+
+impl<'de> Deserialize<'de> for ValueHead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct HeadVisitor;
+
+        impl<'de> Visitor<'de> for HeadVisitor {
+            type Value = ValueHead;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a value's variant")
+            }
+
+            fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<ValueHead, A::Error> {
+                use serde::de::VariantAccess;
+                // The variants' indexes in `Value`'s declaration order (a
+                // test checks them against the derived encoding); other
+                // variants' contents are never read.
+                let (index, contents): (u32, _) = data.variant()?;
+                Ok(ValueHead(match index {
+                    5 => Value::Set(contents.newtype_variant()?),
+                    6 => Value::ZSet(contents.newtype_variant()?),
+                    _ => Value::Unread,
+                }))
+            }
+        }
+
+        d.deserialize_enum("Value", VALUE_VARIANTS, HeadVisitor)
+    }
+}
+
+const VALUE_VARIANTS: &[&str] = &["Str", "Int", "List", "Hash", "Counter", "Set", "ZSet"];
+
 thread_local! {
     /// Set while entries are decoded for their header alone ([`headers_only`]).
     static HEADER_ONLY: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` with every entry it decodes (on this thread) read without its
-/// value ([`Value::Unread`]): for what needs only whether a key exists and
-/// its deadline and stamp, and not the copy of a value of up to 8 MiB.
+/// value ([`Value::Unread`]; a set's or sorted set's, a count, whole): for
+/// what needs only whether a key exists, its deadline and stamp and whether
+/// it has member rows, and not the copy of a value of up to 8 MiB.
 pub(crate) fn headers_only<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
@@ -240,8 +283,15 @@ pub(crate) enum Value {
     /// that encoding reads optional fields, which postcard's non-self-describing
     /// format cannot carry, so it is stored as bytes inside the entry.
     Counter(Vec<u8>),
-    /// A value not read ([`headers_only`]): never stored (serializing it
-    /// fails), never answered.
+    /// A set of this many members, each a row of `set_members` (see
+    /// [`crate::members`]).
+    Set(u64),
+    /// A sorted set of this many members, each a row of `zset_members` and
+    /// one of `zset_scores`.
+    ZSet(u64),
+    /// A value not read ([`headers_only`]; a set's or sorted set's is
+    /// read whole): never stored (serializing it fails), never answered.
+    /// Last, so that skipping it leaves the other variants' indexes.
     #[serde(skip)]
     Unread,
 }
@@ -273,7 +323,18 @@ impl Value {
             Value::List(_) => "list",
             Value::Hash(_) => "hash",
             Value::Counter(_) => "bcounter",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
             Value::Unread => "unread",
+        }
+    }
+
+    /// Which member rows this value has beside its entry.
+    pub(crate) fn members(&self) -> Members {
+        match self {
+            Value::Set(_) => Members::Set,
+            Value::ZSet(_) => Members::ZSet,
+            _ => Members::None,
         }
     }
 }
@@ -403,6 +464,10 @@ pub(crate) enum Op {
     },
     /// Read the keys' stamps (WATCH).
     Stamps(Vec<Vec<u8>>),
+    /// The set commands (`sets`); boxed, to keep `Op` small.
+    Sets(Box<SetOp>),
+    /// The sorted-set commands (`zsets`).
+    ZSets(Box<ZSetOp>),
     /// A registered function's call (FCALL, FCALL_RO).
     FCall(Arc<FCall>),
     /// A reply known before the transaction runs (a rejected argument's error, or a
@@ -435,6 +500,8 @@ impl Op {
             Op::Key(op) => op.first_key(),
             Op::Expire(op) => op.first_key(),
             Op::Str(op) => op.first_key(),
+            Op::Sets(op) => op.first_key(),
+            Op::ZSets(op) => op.first_key(),
             Op::FCall(call) => call.first_key(),
             Op::Reply(_) | Op::BcFence(_) => None,
         }
@@ -449,6 +516,8 @@ impl Op {
             }
             Op::Push { values, .. } => values.iter().map(Vec::len).sum(),
             Op::Str(op) => op.payload_bytes(),
+            Op::Sets(op) => op.payload_bytes(),
+            Op::ZSets(op) => op.payload_bytes(),
             Op::FCall(call) => call.payload_bytes(),
             _ => 64,
         }
@@ -529,7 +598,18 @@ impl Store {
         deployment.spin_before_park_us = config.spin_before_park_us;
         deployment.spin_while_active_us = config.spin_while_active_us;
         let schema = Schema::new()
-            .reactor_type(REACTOR_TYPE, &[&KV, &KEY_INDEX, &EXPIRY_INDEX, &SITE_ROWS])
+            .reactor_type(
+                REACTOR_TYPE,
+                &[
+                    &KV,
+                    &KEY_INDEX,
+                    &EXPIRY_INDEX,
+                    &SITE_ROWS,
+                    &SET_MEMBERS,
+                    &ZSET_MEMBERS,
+                    &ZSET_SCORES,
+                ],
+            )
             .map_err(|e| e.to_string())?;
         let db = match &placement {
             None => Database::new(schema, deployment),
@@ -683,6 +763,20 @@ impl Store {
                 }
             })
             .await
+    }
+
+    /// Every reactor's member rows checked against its entries
+    /// (`members::audit`), one transaction per reactor.
+    pub(crate) async fn member_audit(&self) -> Result<members::MemberAudit, ReactorError> {
+        let mut total = members::MemberAudit::default();
+        for &reactor in &self.shared.reactors {
+            let audit = self
+                .db
+                .run(reactor, |ctx| async move { members::audit(&ctx) })
+                .await?;
+            total.add(audit);
+        }
+        Ok(total)
     }
 
     /// The keys with a site row.
@@ -913,8 +1007,9 @@ pub(crate) enum After {
 /// expired at `now`) and applies the write it returns, in `key`'s reactor
 /// (`ctx`): one search of the `kv` index for the read and the write, then
 /// the `keys` and `expiry` rows if the key appeared, went or changed
-/// deadline.
-fn modify_row<R>(
+/// deadline, and the old value's member rows if it was a collection now
+/// deleted or replaced (see [`crate::members`]).
+pub(crate) fn modify_row<R>(
     ctx: &ReactorCtx,
     shared: &Shared,
     key: &KvKey,
@@ -925,12 +1020,22 @@ fn modify_row<R>(
     let next_stamp = &shared.next_stamp;
     // The stored entry's deadline and whether it had expired; `None`: none.
     let mut before = None;
+    // The member rows the stored value has, if the write drops them.
+    let mut drop_members = Members::None;
     let modify = |old: Option<Entry>| {
         let expired = old
             .as_ref()
             .is_some_and(|e| expiry::is_expired(e.deadline, now()));
         before = old.as_ref().map(|e| (e.deadline, expired));
+        let members = old.as_ref().map_or(Members::None, |e| e.value.members());
         let (write, result) = f(if expired { None } else { old });
+        // A write of the same kind of collection is the collection
+        // commands', which keep its rows; any other write replaces them.
+        drop_members = match &write {
+            Write::Keep => Members::None,
+            Write::Put(value, _) if !expired && value.members() == members => Members::None,
+            Write::Put(..) | Write::Delete => members,
+        };
         match write {
             Write::Keep => (None, (result, After::Keep)),
             Write::Delete => (None, (result, After::Delete)),
@@ -949,6 +1054,7 @@ fn modify_row<R>(
     } else {
         ctx.modify(&KV, key, modify)?
     };
+    members::drop_all(ctx, &key.0, drop_members)?;
     let change = index_rows(ctx, key, before, after)?;
     Ok((result, change))
 }
@@ -1123,6 +1229,42 @@ impl Tx {
         self.ctx
             .call(target, move |c| async move { f(&c, &shared) })
             .await
+    }
+
+    /// Runs `f` on `key`'s rows in its reactor (the set and sorted-set
+    /// commands); an error reply `f` gives is the command's reply.
+    pub(crate) async fn on_key<T, F>(
+        &self,
+        key: &[u8],
+        f: F,
+    ) -> Result<Result<T, Frame>, ReactorError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut KeyRows<'_>) -> Result<T, Fail> + Send + 'static,
+    {
+        let index = keyspace_index(key, self.reactor_count());
+        let now = self.now();
+        let key = key.to_vec();
+        let (result, change) = self
+            .on_reactor(index, move |ctx, shared| {
+                let mut rows = KeyRows::new(ctx, shared, &key, now);
+                match f(&mut rows) {
+                    Ok(value) => Ok((Ok(value), rows.change)),
+                    Err(Fail::Reply(reply)) => Ok((Err(reply), rows.change)),
+                    Err(Fail::Tx(e)) => Err(e),
+                }
+            })
+            .await?;
+        self.note(change);
+        Ok(result)
+    }
+
+    /// [`on_key`](Self::on_key) for a command whose result is its reply.
+    pub(crate) async fn on_key_reply<F>(&self, key: &[u8], f: F) -> Result<Frame, ReactorError>
+    where
+        F: FnOnce(&mut KeyRows<'_>) -> Result<Frame, Fail> + Send + 'static,
+    {
+        Ok(self.on_key(key, f).await?.unwrap_or_else(|reply| reply))
     }
 
     /// Reads `key`'s entry as this transaction sees it: `None` if absent or
@@ -1608,6 +1750,8 @@ impl Tx {
             Op::Key(op) => Box::pin(keyspace::apply(self, op)).await?,
             Op::Expire(op) => Box::pin(expiry::apply(self, op)).await?,
             Op::Str(op) => Box::pin(strings::apply(self, op)).await?,
+            Op::Sets(op) => Box::pin(sets::apply(self, op)).await?,
+            Op::ZSets(op) => Box::pin(zsets::apply(self, op)).await?,
             Op::Stamps(keys) => {
                 let mut stamps = Vec::with_capacity(keys.len());
                 for key in keys {
@@ -1825,6 +1969,45 @@ mod tests {
         let mut future = bytes.clone();
         future[0] = ENTRY_FORMAT + 1;
         assert!(postcard::from_bytes::<Entry>(&future).is_err());
+    }
+
+    #[test]
+    fn headers_say_which_values_have_member_rows() {
+        let values = [
+            (Value::Str(b"x".to_vec()), Members::None),
+            (Value::Int(3), Members::None),
+            (Value::List(VecDeque::from([b"a".to_vec()])), Members::None),
+            (
+                Value::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
+                Members::None,
+            ),
+            (Value::Counter(b"{}".to_vec()), Members::None),
+            (Value::Set(3), Members::Set),
+            (Value::ZSet(2), Members::ZSet),
+        ];
+        for (i, (value, members)) in values.into_iter().enumerate() {
+            assert_eq!(value.members(), members);
+            let entry = Entry {
+                stamp: 1,
+                deadline: 5,
+                value,
+            };
+            let bytes = postcard::to_allocvec(&entry).unwrap();
+            // The variant's index, as `ValueTag` reads it.
+            assert_eq!(bytes[3] as usize, i, "{:?}", entry.value);
+            let header: Entry = headers_only(|| postcard::from_bytes(&bytes)).unwrap();
+            assert_eq!(header.deadline, 5);
+            assert_eq!(header.value.members(), members);
+            match header.value {
+                Value::Set(n) => assert_eq!(n, 3),
+                Value::ZSet(n) => assert_eq!(n, 2),
+                Value::Unread => assert_eq!(members, Members::None),
+                other => panic!("{other:?}"),
+            }
+            let full: Entry = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(full.value.members(), members);
+        }
+        assert_eq!(VALUE_VARIANTS.len(), 7);
     }
 
     #[test]

@@ -551,6 +551,79 @@ async fn concurrent_transfers_conserve_the_total() {
     );
 }
 
+/// Concurrent SMOVEs between sets (on several reactors) and ZINCRBYs of
+/// one sorted set: no member lost or in two sets, every increment counted,
+/// and a SUNION/ZSCORE read inside a transaction sees a whole state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_set_moves_and_score_increments() {
+    let server = start(config());
+    const SETS: usize = 5;
+    const MEMBERS: usize = 60;
+    const CLIENTS: usize = 6;
+    const ROUNDS: usize = 150;
+    let mut setup = connect(server.addr()).await;
+    let members: Vec<String> = (0..MEMBERS).map(|m| format!("m{m}")).collect();
+    let mut sadd = redis::cmd("SADD");
+    sadd.arg("set0").arg(&members);
+    let added: i64 = sadd.query_async(&mut setup).await.unwrap();
+    assert_eq!(added, MEMBERS as i64);
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let addr = server.addr();
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            for round in 0..ROUNDS {
+                let from = (client + round) % SETS;
+                let to = (client * 3 + round * 7 + 1) % SETS;
+                let member = format!("m{}", (client * 13 + round * 11) % MEMBERS);
+                let _: i64 = q(
+                    &mut c,
+                    &["SMOVE", &format!("set{from}"), &format!("set{to}"), &member],
+                )
+                .await
+                .unwrap();
+                let _: f64 = q(&mut c, &["ZINCRBY", "scores", "1", &member])
+                    .await
+                    .unwrap();
+                if round % 25 == 0 {
+                    let keys: Vec<String> = (0..SETS).map(|i| format!("set{i}")).collect();
+                    let (union, card): (Vec<String>, i64) = redis::pipe()
+                        .atomic()
+                        .cmd("SUNION")
+                        .arg(&keys)
+                        .cmd("SCARD")
+                        .arg("set0")
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    assert_eq!(union.len(), MEMBERS);
+                    assert!(card <= MEMBERS as i64);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut total = 0;
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..SETS {
+        let set: Vec<String> = q(&mut setup, &["SMEMBERS", &format!("set{i}")])
+            .await
+            .unwrap();
+        total += set.len();
+        seen.extend(set);
+    }
+    assert_eq!((total, seen.len()), (MEMBERS, MEMBERS));
+    let scores: Vec<(String, f64)> = q(&mut setup, &["ZRANGE", "scores", "0", "-1", "WITHSCORES"])
+        .await
+        .unwrap();
+    let sum: f64 = scores.iter().map(|(_, s)| s).sum();
+    assert_eq!(sum, (CLIENTS * ROUNDS) as f64);
+    // Ascending by score, as the index keeps them.
+    assert!(scores.windows(2).all(|w| w[0].1 <= w[1].1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_input_is_refused_and_others_keep_working() {
     let mut cfg = config();
@@ -886,4 +959,135 @@ async fn counters_read_back_as_strings_everywhere() {
         r.call(&["INCR", "s"]).await,
         err("ERR value is not an integer or out of range")
     );
+}
+
+/// What the Redis 7.0 comparison cannot show: ZRANK's WITHSCORE (Redis
+/// 7.2), Roost's own bounds, WATCH over sets (a command that changes
+/// nothing leaves the stamp), MULTI/EXEC across set keys, and expired
+/// collections reclaimed by the background sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_and_sorted_sets_beyond_redis_7_0() {
+    let server = start(roost_resp::Config {
+        expire_sweep_interval_ms: 10,
+        ..config()
+    });
+    let mut a = Raw::connect(server.addr()).await;
+    let mut b = Raw::connect(server.addr()).await;
+    a.call(&["ZADD", "z", "1", "a", "2.5", "b"]).await;
+    assert_eq!(
+        a.call(&["ZRANK", "z", "b", "WITHSCORE"]).await,
+        Frame::Array(vec![Frame::Integer(1), Frame::bulk("2.5")])
+    );
+    assert_eq!(
+        a.call(&["ZREVRANK", "z", "b", "withscore"]).await,
+        Frame::Array(vec![Frame::Integer(0), Frame::bulk("2.5")])
+    );
+    assert_eq!(
+        a.call(&["ZRANK", "z", "nomember", "WITHSCORE"]).await,
+        Frame::NullArray
+    );
+    assert_eq!(
+        a.call(&["ZRANK", "nokey", "a", "WITHSCORE"]).await,
+        Frame::NullArray
+    );
+    assert_eq!(
+        a.call(&["ZRANK", "z", "a", "WITHSCORES"]).await,
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        a.call(&["ZRANK", "z", "a", "WITHSCORE", "x"]).await,
+        err("ERR wrong number of arguments for 'zrank' command")
+    );
+    // Members are at most MAX_MEMBER_BYTES (they are part of row keys).
+    let longest = "m".repeat(roost_resp::MAX_MEMBER_BYTES);
+    let too_long = "m".repeat(roost_resp::MAX_MEMBER_BYTES + 1);
+    assert_eq!(a.call(&["SADD", "s", &longest]).await, Frame::Integer(1));
+    assert_eq!(
+        a.call(&["ZADD", "z", "1", &longest]).await,
+        Frame::Integer(1)
+    );
+    let refused = err("ERR member is longer than 2048 bytes");
+    assert_eq!(a.call(&["SADD", "s", &too_long]).await, refused);
+    assert_eq!(a.call(&["ZADD", "z", "1", &too_long]).await, refused);
+    assert_eq!(a.call(&["SISMEMBER", "s", &too_long]).await, refused);
+    // A lex bound longer than any member still selects what Redis would.
+    let beyond = format!("({longest}x");
+    assert_eq!(
+        a.call(&["ZLEXCOUNT", "z", "-", &beyond]).await,
+        Frame::Integer(3)
+    );
+    assert_eq!(
+        a.call(&["SRANDMEMBER", "s", "-1000001"]).await,
+        err("ERR SRANDMEMBER with a negative count returns at most 1000000 members")
+    );
+    // WATCH: a SADD that adds nothing changes nothing; one that adds does.
+    a.call(&["SADD", "w", "x"]).await;
+    a.call(&["WATCH", "w"]).await;
+    b.call(&["SADD", "w", "x"]).await;
+    b.call(&["ZADD", "z", "1", "a"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["SCARD", "w"]).await;
+    assert_eq!(
+        a.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::Integer(1)])
+    );
+    a.call(&["WATCH", "w", "z"]).await;
+    b.call(&["ZADD", "z", "2", "a"]).await;
+    a.call(&["MULTI"]).await;
+    a.call(&["SADD", "w", "y"]).await;
+    assert_eq!(a.call(&["EXEC"]).await, Frame::NullArray);
+    assert_eq!(a.call(&["SCARD", "w"]).await, Frame::Integer(1));
+    // One transaction over several set keys (on several reactors).
+    a.call(&["MULTI"]).await;
+    a.call(&["SADD", "t1", "a", "b"]).await;
+    a.call(&["SADD", "t2", "b", "c"]).await;
+    a.call(&["SINTERSTORE", "t3", "t1", "t2"]).await;
+    a.call(&["SMOVE", "t1", "t3", "a"]).await;
+    a.call(&["SMEMBERS", "t3"]).await;
+    match a.call(&["EXEC"]).await {
+        Frame::Array(replies) => {
+            assert_eq!(replies[..4], [2, 2, 1, 1].map(Frame::Integer));
+            let mut members = match &replies[4] {
+                Frame::Array(m) => m.clone(),
+                other => panic!("{other:?}"),
+            };
+            members.sort_by_key(|f| format!("{f:?}"));
+            assert_eq!(members, vec![Frame::bulk("a"), Frame::bulk("b")]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Large collections that expire: gone at once, reclaimed by the sweep.
+    a.call(&["FLUSHALL"]).await;
+    let mut sadd = vec!["SADD".to_string(), "big".into()];
+    let mut zadd = vec!["ZADD".to_string(), "zbig".into()];
+    for i in 0..3000 {
+        sadd.push(format!("m{i}"));
+        zadd.extend([i.to_string(), format!("m{i}")]);
+    }
+    let sadd: Vec<&str> = sadd.iter().map(String::as_str).collect();
+    let zadd: Vec<&str> = zadd.iter().map(String::as_str).collect();
+    assert_eq!(a.call(&sadd).await, Frame::Integer(3000));
+    assert_eq!(a.call(&zadd).await, Frame::Integer(3000));
+    assert_eq!(
+        a.call(&["ZRANK", "zbig", "m1700"]).await,
+        Frame::Integer(1700)
+    );
+    a.call(&["PEXPIRE", "big", "1"]).await;
+    a.call(&["PEXPIRE", "zbig", "1"]).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(a.call(&["EXISTS", "big", "zbig"]).await, Frame::Integer(0));
+    assert_eq!(a.call(&["SADD", "big", "fresh"]).await, Frame::Integer(1));
+    assert_eq!(
+        a.call(&["SMEMBERS", "big"]).await,
+        Frame::Array(vec![Frame::bulk("fresh")])
+    );
+    a.call(&["DEL", "big"]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while a.call(&["DBSIZE"]).await != Frame::Integer(0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sweep reclaims zbig"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

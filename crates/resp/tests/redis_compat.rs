@@ -7,12 +7,14 @@
 //!   relative deadlines: the two servers' clocks are read at different
 //!   instants);
 //! - `?`: only the reply's type (TIME, CLIENT ID, CLIENT INFO, COMMAND COUNT);
-//! - `s`: an array compared as a set (KEYS: Redis answers in hash-table
-//!   order, Roost in scan-position order);
+//! - `s`: an array (or RESP3 set) compared as a set (KEYS, SMEMBERS,
+//!   SINTER..: Redis answers in hash-table order, Roost in scan-position
+//!   order);
 //! - `k`: INFO keyspace's `keys=` and `expires=` (not `avg_ttl`).
 //!
-//! The table covers the keyspace, expiry and string commands of issue 20
-//! (their replies and every error text, in Redis's order of checks) and the
+//! The table covers the keyspace, expiry and string commands of issue 20,
+//! the set and sorted-set commands (their replies and every error text, in
+//! Redis's order of checks; SSCAN and ZSCAN compared as whole scans) and the
 //! connection and server commands clients send on connect. A missing
 //! redis-server fails the test: run `scripts/install-deps.sh`.
 
@@ -215,7 +217,8 @@ async fn compare(table: &str, redis: &mut Raw, roost: &mut Raw, differences: &mu
                 }
             }
             Mode::Set => match (frame_of(&theirs), frame_of(&ours)) {
-                (Frame::Array(mut a), Frame::Array(mut b)) => {
+                (Frame::Array(mut a), Frame::Array(mut b))
+                | (Frame::Set(mut a), Frame::Set(mut b)) => {
                     let key = |f: &Frame| format!("{f:?}");
                     a.sort_by_key(key);
                     b.sort_by_key(key);
@@ -807,6 +810,646 @@ DBSIZE
 k INFO keyspace
 "#;
 
+/// The set commands: replies, flags, WRONGTYPE and every argument error in
+/// Redis's order of checks; an emptied set is deleted; RENAME, COPY, TYPE,
+/// OBJECT ENCODING, expiry and FLUSHALL over sets. (`?`: SPOP's pick is
+/// random.)
+const SETS: &str = r#"
+FLUSHALL
+SADD s a b c
+SADD s a d
+SADD s
+SCARD s
+SCARD nokey
+s SMEMBERS s
+SMEMBERS nokey
+SISMEMBER s a
+SISMEMBER s zz
+SISMEMBER nokey a
+SMISMEMBER s a zz d
+SMISMEMBER nokey a b
+SMISMEMBER s
+SREM s a zz
+SREM s
+SREM nokey a
+SCARD s
+TYPE s
+OBJECT ENCODING s
+SADD ints 1 2 3 -5
+OBJECT ENCODING ints
+SADD ints x
+OBJECT ENCODING ints
+SET str v
+SADD str a
+SREM str a
+SMEMBERS str
+SISMEMBER str a
+SMISMEMBER str a
+SCARD str
+SPOP str
+SRANDMEMBER str
+SINTER s str
+SUNION str s
+SDIFF s str
+SMOVE str s a
+SMOVE s str b
+SSCAN str 0
+SINTERCARD 1 str
+SADD one x
+SREM one x
+EXISTS one
+TYPE one
+SADD one x
+SPOP one
+EXISTS one
+SPOP nokey
+SPOP nokey 3
+SPOP s 0
+SPOP str 0
+SPOP s -1
+SPOP s abc
+SPOP s 1 2
+SADD p a b c
+s SPOP p 5
+EXISTS p
+SADD p a b c d e f
+? SPOP p 2
+SCARD p
+SRANDMEMBER nokey
+SRANDMEMBER nokey 5
+SRANDMEMBER nokey -5
+SRANDMEMBER s 0
+SRANDMEMBER s abc
+SRANDMEMBER s -9223372036854775808
+SRANDMEMBER s 1 2
+SADD r a b c
+s SRANDMEMBER r 3
+s SRANDMEMBER r 10
+s SRANDMEMBER r 9223372036854775807
+SADD r1 x
+SRANDMEMBER r1
+SRANDMEMBER r1 -3
+SRANDMEMBER r1 1
+SCARD r
+FLUSHALL
+SADD a 1 2 3 4 x
+SADD b 3 4 5 y x
+SADD c 4 5 6 x
+s SINTER a b
+s SINTER a b c
+SINTER a nokey
+SINTER nokey a
+s SINTER a
+s SUNION a b c
+s SUNION a nokey
+SUNION nokey
+s SDIFF a b
+s SDIFF a b c
+s SDIFF a nokey
+SDIFF nokey a
+s SDIFF b a
+SINTER
+SINTERSTORE d a b
+s SMEMBERS d
+SUNIONSTORE d a b c
+SCARD d
+SDIFFSTORE d a b c
+s SMEMBERS d
+SINTERSTORE d a nokey
+EXISTS d
+SET d string
+SUNIONSTORE d a
+TYPE d
+SADD e 1
+SDIFFSTORE e e
+EXISTS e
+SINTERSTORE a a b
+s SMEMBERS a
+SINTERSTORE d
+SINTERCARD 2 a b
+SINTERCARD 3 a b c
+SINTERCARD 2 a b LIMIT 1
+SINTERCARD 2 a b LIMIT 0
+SINTERCARD 2 a b LIMIT 100
+SINTERCARD 2 a nokey
+SINTERCARD 1 nokey
+SINTERCARD 0 a
+SINTERCARD -1 a
+SINTERCARD abc a
+SINTERCARD 3 a b
+SINTERCARD 2 a b LIMIT -1
+SINTERCARD 2 a b LIMIT abc
+SINTERCARD 2 a b LIMIT
+SINTERCARD 2 a b FOO 1
+SINTERCARD 1
+FLUSHALL
+SADD src a b c
+SADD dst x
+SMOVE src dst a
+s SMEMBERS src
+s SMEMBERS dst
+SMOVE src dst zz
+SMOVE nokey dst a
+SMOVE src newdst b
+TYPE newdst
+SMOVE src src c
+SMOVE src src zz
+SMOVE src dst c
+EXISTS src
+SMOVE dst dst2 x
+SET strk v
+SMOVE nokey strk a
+SMOVE dst strk a
+SMOVE strk dst a
+SMOVE dst
+SADD m1 a
+SADD m2 a
+SMOVE m1 m2 a
+EXISTS m1
+SCARD m2
+FLUSHALL
+SADD sc a b c d e f g h i j k l m n o p
+SSCAN nokey 0
+SSCAN nokey 0 COUNT 0
+SSCAN nokey abc
+SSCAN sc abc
+SSCAN sc 0 COUNT 0
+SSCAN sc 0 COUNT abc
+SSCAN sc 0 COUNT -1
+SSCAN sc 0 MATCH
+SSCAN sc 0 FOO bar
+SSCAN sc 0 TYPE set
+SSCAN sc
+SADD big 1
+SADD "" a
+s SMEMBERS ""
+SADD binary "\x00\x01" "a b" ""
+s SMEMBERS binary
+SISMEMBER binary ""
+SCARD binary
+SET plain x
+SADD plain2 a
+RENAME plain2 ren
+s SMEMBERS ren
+EXISTS plain2
+COPY ren cp
+s SMEMBERS cp
+SADD cp extra
+SCARD ren
+SCARD cp
+COPY ren cp
+COPY ren cp REPLACE
+SCARD cp
+RENAME ren plain
+TYPE plain
+s SMEMBERS plain
+SADD other q
+RENAMENX plain other
+RENAMENX plain fresh
+s SMEMBERS fresh
+RENAME fresh fresh
+SMEMBERS fresh
+SET fresh overwritten
+TYPE fresh
+SADD fresh x
+SCARD fresh
+DEL fresh
+SADD fresh y
+s SMEMBERS fresh
+SADD ttl a b
+EXPIRE ttl 100
+SADD ttl c
+~1 TTL ttl
+SREM ttl a
+~1 TTL ttl
+? SPOP ttl
+~1 TTL ttl
+PERSIST ttl
+TTL ttl
+k INFO keyspace
+s KEYS *
+DBSIZE
+FLUSHALL
+DBSIZE
+SMEMBERS plain
+SADD plain fresh
+s SMEMBERS plain
+"#;
+
+/// The sorted-set commands: ZADD's flags and their conflicts, scores as
+/// Redis reads and prints them (inf, hex, `-0`, 17 digits), every range
+/// form (ranks, `(` bounds, lex `[`/`(`/`-`/`+`, REV, LIMIT, WITHSCORES),
+/// ranks, removal by range, pops, ZUNION/ZINTER/ZDIFF (WEIGHTS, AGGREGATE,
+/// sets as inputs, NaN from `inf * 0` or `inf - inf`), the STORE forms,
+/// and the same key commands as for sets.
+const ZSETS: &str = r#"
+FLUSHALL
+ZADD z 1 a 2 b 3 c
+ZADD z 1 a
+ZADD z 10 a
+ZSCORE z a
+ZADD z CH 10 a 20 b 4 d
+ZADD z NX 100 a 5 e
+ZSCORE z a
+ZADD z XX 100 a 5 f
+ZSCORE z a
+ZSCORE z f
+ZADD z XX CH 100 a 200 b
+ZADD z GT 50 a 300 b
+ZADD z GT CH 50 a 300 b 7 g
+ZSCORE z g
+ZADD z LT CH 50 a 400 b
+ZADD z LT XX 1 a
+ZADD z INCR 5 a
+ZADD z INCR 5 newone
+ZADD z NX INCR 5 a
+ZADD z XX INCR 5 nope
+ZADD z GT INCR -1 a
+ZADD z LT INCR -1 a
+ZADD z INCR CH 1 a
+ZADD z NX XX 1 a
+ZADD z NX GT 1 a
+ZADD z NX LT 1 a
+ZADD z GT LT 1 a
+ZADD z INCR 1 a 2 b
+ZADD z 1
+ZADD z 1 a 2
+ZADD z abc a
+ZADD z nan a
+ZADD z 1e400 a
+ZADD z "1 " a
+ZADD z " 1" a
+ZADD z "" a
+ZADD z FOO 1 a
+ZADD z nx
+ZADD z 1 a 1 a
+ZADD dup 1 x 2 x
+ZSCORE dup x
+ZADD dup CH 3 x 4 x
+ZADD z inf inf -inf ninf +inf pinf 1.5 half 0x10 hex 1e2 hundred .5 dot -0 negz 1e-310 tiny
+ZRANGE z 0 -1 WITHSCORES
+ZINCRBY z 1 inf
+ZINCRBY z -inf inf
+ZINCRBY z 1.5 half
+ZINCRBY z 1 new
+ZINCRBY z abc half
+ZINCRBY z 0.1 half
+ZINCRBY z 0.2 half
+ZADD z INCR 0.1 half
+ZINCRBY nokey 1 m
+ZSCORE nokey m
+ZSCORE z nomember
+ZMSCORE z half nomember inf
+ZMSCORE nokey a b
+ZCARD z
+ZCARD nokey
+TYPE z
+OBJECT ENCODING z
+SET str v
+ZADD str 1 a
+ZINCRBY str 1 a
+ZSCORE str a
+ZMSCORE str a
+ZCARD str
+ZRANGE str 0 -1
+ZRANK str a
+ZREM str a
+ZCOUNT str 0 1
+ZPOPMIN str
+ZSCAN str 0
+ZUNION 1 str
+ZINTERSTORE dst 1 str
+ZRANGESTORE dst str 0 -1
+FLUSHALL
+ZADD r 1 a 2 b 3 c 4 d 5 e 5 f 5 g 6 h
+ZRANGE r 0 -1
+ZRANGE r 0 -1 WITHSCORES
+ZRANGE r 2 4
+ZRANGE r -3 -1
+ZRANGE r -100 100
+ZRANGE r 5 2
+ZRANGE r 100 200
+ZRANGE r 0 -1 REV
+ZRANGE r 0 1 REV WITHSCORES
+ZRANGE r 0 -1 withscores rev
+ZREVRANGE r 0 2
+ZREVRANGE r 0 2 WITHSCORES
+ZREVRANGE r 0 2 LIMIT 0 1
+ZREVRANGE r 0 2 REV
+ZRANGE r a b
+ZRANGE r 0 -1 LIMIT 0 2
+ZRANGE r 0 -1 LIMIT 0 -1
+ZRANGE r 0 -1 FOO
+ZRANGE r 0 -1 LIMIT 0
+ZRANGE r 0 -1 LIMIT a b
+ZRANGE r (1 5 BYSCORE
+ZRANGE r 1 5 BYSCORE
+ZRANGE r 1 (5 BYSCORE
+ZRANGE r -inf +inf BYSCORE WITHSCORES
+ZRANGE r -inf +inf BYSCORE LIMIT 2 3
+ZRANGE r -inf +inf BYSCORE LIMIT -1 3
+ZRANGE r -inf +inf BYSCORE LIMIT 1 -1
+ZRANGE r -inf +inf BYSCORE LIMIT 1 0
+ZRANGE r 5 1 BYSCORE REV
+ZRANGE r 5 (1 BYSCORE REV WITHSCORES
+ZRANGE r (5 (5 BYSCORE
+ZRANGE r 5 5 BYSCORE
+ZRANGE r 6 1 BYSCORE
+ZRANGE r abc 1 BYSCORE
+ZRANGE r 1 nan BYSCORE
+ZRANGE r "" 1 BYSCORE
+ZRANGE r ( 1 BYSCORE
+ZRANGE r " 2" 3 BYSCORE
+ZRANGE r 1e400 -1e400 BYSCORE REV
+ZRANGE r 0x2 3 BYSCORE
+ZRANGE r 2abc 3 BYSCORE
+ZRANGE r [1 3 BYSCORE
+ZRANGE r 1 3 BYSCORE BYSCORE
+ZRANGE r 1 3 BYSCORE BYLEX
+ZRANGE r 1 3 REV REV
+ZRANGEBYSCORE r 1 3
+ZRANGEBYSCORE r 1 3 WITHSCORES
+ZRANGEBYSCORE r -inf inf LIMIT 1 2 WITHSCORES
+ZRANGEBYSCORE r -inf inf WITHSCORES LIMIT 1 2
+ZRANGEBYSCORE r 1 3 BYSCORE
+ZRANGEBYSCORE r 1 3 REV
+ZRANGEBYSCORE r x 3
+ZREVRANGEBYSCORE r 3 1
+ZREVRANGEBYSCORE r +inf -inf WITHSCORES LIMIT 0 3
+ZREVRANGEBYSCORE r (5 (2
+ZREVRANGEBYSCORE r 1 3
+ZRANGEBYSCORE nokey 1 3
+ZRANGE nokey 0 -1
+ZRANGE nokey x y
+ZRANGE nokey 0 -1 BYLEX
+FLUSHALL
+ZADD l 0 a 0 b 0 c 0 d 0 e 0 f 0 g
+ZRANGE l - + BYLEX
+ZRANGE l [b [d BYLEX
+ZRANGE l (b (d BYLEX
+ZRANGE l (b + BYLEX LIMIT 1 2
+ZRANGE l + - BYLEX REV
+ZRANGE l [d (a BYLEX REV
+ZRANGE l [d (a BYLEX REV LIMIT 0 2
+ZRANGE l - + BYLEX WITHSCORES
+ZRANGE l + - BYLEX
+ZRANGE l - - BYLEX
+ZRANGE l [z [a BYLEX
+ZRANGE l [a [a BYLEX
+ZRANGE l (a [a BYLEX
+ZRANGE l a b BYLEX
+ZRANGE l +a [b BYLEX
+ZRANGE l [ [c BYLEX
+ZRANGE l ( (c BYLEX
+ZRANGEBYLEX l [b [d
+ZRANGEBYLEX l - + LIMIT 2 2
+ZRANGEBYLEX l - + WITHSCORES
+ZRANGEBYLEX l [b
+ZREVRANGEBYLEX l [d [b
+ZREVRANGEBYLEX l + - LIMIT 1 1
+ZLEXCOUNT l - +
+ZLEXCOUNT l [b (e
+ZLEXCOUNT l b e
+ZLEXCOUNT nokey - +
+ZLEXCOUNT l + -
+FLUSHALL
+ZADD rk 1 a 2 b 3 c 4 d 5 e
+ZRANK rk a
+ZRANK rk e
+ZRANK rk c
+ZRANK rk nomember
+ZRANK nokey a
+ZREVRANK rk a
+ZREVRANK rk e
+ZREVRANK rk nomember
+ZRANK rk
+ZREM rk a zz
+ZREM rk zz
+ZREM nokey a
+ZREM rk
+ZRANGE rk 0 -1
+ZREM rk b c d e
+EXISTS rk
+FLUSHALL
+ZADD rr 1 a 2 b 3 c 4 d 5 e 6 f
+ZREMRANGEBYRANK rr 0 1
+ZRANGE rr 0 -1
+ZREMRANGEBYRANK rr -1 -1
+ZREMRANGEBYRANK rr 10 20
+ZREMRANGEBYRANK rr a 1
+ZREMRANGEBYRANK nokey 0 1
+ZREMRANGEBYSCORE rr (3 4
+ZRANGE rr 0 -1 WITHSCORES
+ZREMRANGEBYSCORE rr x 1
+ZREMRANGEBYSCORE rr -inf +inf
+EXISTS rr
+ZADD rl 0 a 0 b 0 c 0 d
+ZREMRANGEBYLEX rl [b (d
+ZRANGE rl 0 -1
+ZREMRANGEBYLEX rl a b
+ZREMRANGEBYLEX rl - +
+EXISTS rl
+ZREMRANGEBYLEX nokey - +
+FLUSHALL
+ZADD c 1 a 2 b 3 c 4 d
+ZCOUNT c -inf +inf
+ZCOUNT c (1 3
+ZCOUNT c 2 2
+ZCOUNT c (2 2
+ZCOUNT c 4 1
+ZCOUNT c a 1
+ZCOUNT nokey 0 1
+ZCOUNT c "" 3
+FLUSHALL
+ZADD p 1 a 2 b 3 c 4 d
+ZPOPMIN p
+ZPOPMAX p
+ZPOPMIN p 0
+ZPOPMIN p -1
+ZPOPMIN p abc
+ZPOPMIN p 1 2
+ZPOPMIN p 10
+EXISTS p
+ZPOPMIN p
+ZPOPMIN p 2
+ZPOPMAX nokey
+ZPOPMAX nokey 3
+ZADD p 1 a 2 b 3 c
+ZPOPMAX p 2
+ZPOPMIN str
+FLUSHALL
+ZADD za 1 a 2 b 3 c
+ZADD zb 10 b 20 c 30 d
+SADD sa a d e
+ZUNION 2 za zb
+ZUNION 2 za zb WITHSCORES
+ZUNION 2 za zb WEIGHTS 2 3 WITHSCORES
+ZUNION 2 za zb AGGREGATE MIN WITHSCORES
+ZUNION 2 za zb AGGREGATE MAX WITHSCORES
+ZUNION 3 za zb sa WITHSCORES
+ZUNION 2 za nokey WITHSCORES
+ZUNION 1 nokey
+ZINTER 2 za zb WITHSCORES
+ZINTER 2 za zb WEIGHTS 1 -1 WITHSCORES
+ZINTER 2 za zb AGGREGATE MAX WITHSCORES
+ZINTER 2 za sa WITHSCORES
+ZINTER 2 za nokey
+ZINTER 3 za zb sa
+ZDIFF 2 za zb WITHSCORES
+ZDIFF 2 zb za
+ZDIFF 2 za sa WITHSCORES
+ZDIFF 1 za
+ZDIFF 2 nokey za
+ZDIFF 2 za zb WEIGHTS 1 1
+ZDIFF 2 za zb AGGREGATE SUM
+ZUNION 0 za
+ZUNION -1 za
+ZUNION abc za
+ZUNION 3 za zb
+ZUNION 2 za zb WEIGHTS 1
+ZUNION 2 za zb WEIGHTS 1 x
+ZUNION 2 za zb AGGREGATE avg
+ZUNION 2 za zb AGGREGATE
+ZUNION 2 za zb FOO
+ZUNION 2 za str
+ZUNION 2 za str WEIGHTS x y
+ZINTER 0 za
+ZDIFF 0 za
+ZUNIONSTORE out 2 za zb
+ZRANGE out 0 -1 WITHSCORES
+ZUNIONSTORE out 2 za zb WITHSCORES
+ZINTERSTORE out 2 za zb WEIGHTS 2 2 AGGREGATE SUM
+ZRANGE out 0 -1 WITHSCORES
+ZDIFFSTORE out 2 za zb
+ZRANGE out 0 -1 WITHSCORES
+ZINTERSTORE out 2 za nokey
+EXISTS out
+SET out str
+ZUNIONSTORE out 1 za
+TYPE out
+ZUNIONSTORE za 2 za zb
+ZRANGE za 0 -1 WITHSCORES
+ZUNIONSTORE out 0 za
+ZDIFFSTORE out 1 za WEIGHTS 1
+ZADD winf 1 x
+ZADD winf2 inf x
+ZUNION 2 winf winf2 WEIGHTS 0 1 WITHSCORES
+ZUNION 2 winf2 winf WEIGHTS 0 1 WITHSCORES
+ZADD ninf -inf x
+ZUNION 2 winf2 ninf WITHSCORES
+ZINTER 2 winf2 ninf WITHSCORES
+ZUNION 1 winf2 WEIGHTS 0 WITHSCORES
+FLUSHALL
+ZADD rs 1 a 2 b 3 c 4 d
+ZRANGESTORE d rs 1 2
+ZRANGE d 0 -1 WITHSCORES
+ZRANGESTORE d rs (1 +inf BYSCORE LIMIT 0 2
+ZRANGE d 0 -1 WITHSCORES
+ZRANGESTORE d rs [c - BYLEX REV
+ZRANGESTORE d rs 0 -1 WITHSCORES
+ZRANGESTORE d nokey 0 -1
+EXISTS d
+ZRANGESTORE d rs 5 10
+EXISTS d
+ZRANGESTORE d rs
+SET d str
+ZRANGESTORE d rs 0 0
+TYPE d
+FLUSHALL
+ZADD sc 1 a 2 b 3 c 1.5 d inf e
+ZSCAN nokey 0
+ZSCAN nokey abc
+ZSCAN sc abc
+ZSCAN sc 0 COUNT 0
+ZSCAN sc 0 MATCH
+ZSCAN sc 0 FOO x
+ZSCAN sc
+ZADD keep 1 a
+RENAME keep kept
+ZRANGE kept 0 -1 WITHSCORES
+COPY kept kc
+ZADD kc 2 b
+ZCARD kept
+ZRANGE kc 0 -1 WITHSCORES
+RENAME kc kept
+ZRANGE kept 0 -1 WITHSCORES
+SADD aset x
+RENAME aset kept
+TYPE kept
+ZADD kept 1 x
+SMEMBERS kept
+SET kept v
+ZADD kept 1 x
+DEL kept
+ZADD kept 1 x
+ZRANGE kept 0 -1 WITHSCORES
+ZADD ttl 1 a 2 b
+EXPIRE ttl 100
+ZADD ttl 3 c
+~1 TTL ttl
+ZPOPMIN ttl
+~1 TTL ttl
+k INFO keyspace
+s KEYS *
+DBSIZE
+FLUSHALL
+DBSIZE
+
+# Scores and range bounds as strtod reads them (a NUL ends a bound).
+ZADD z 0x1p-2 a
+ZADD z 0e999 b
+ZADD z 1e-310 c
+ZADD z 0x10p1 d
+ZADD z 0X1.8 e
+ZADD z 1e-400 f
+ZADD z -1e-400 f
+ZADD z 0x f
+ZADD z 0x.8 g
+ZADD z infinity h
+ZADD z -Infinity i
+ZADD z infin j
+ZADD z nan(123) k
+ZADD z 1.e5 l
+ZADD z .e5 m
+ZADD z 5e n
+ZADD z 5e+ o
+ZADD z "+.5" p
+ZADD z "\x00" q
+ZADD z "1\x00" r
+ZRANGE z 0 -1 WITHSCORES
+ZCOUNT z "\x00" 1
+ZCOUNT z "1\x00x" +inf
+ZCOUNT z "(\x00" +inf
+ZCOUNT z " \t1" +inf
+ZCOUNT z "\t" +inf
+ZCOUNT z 1e400 +inf
+ZCOUNT z -1e400 +inf
+ZCOUNT z 0x1p-2 +inf
+ZCOUNT z nan +inf
+ZCOUNT z (nan +inf
+ZCOUNT z inf -inf
+ZCOUNT z (-inf (inf
+ZCOUNT z "(" 1
+ZCOUNT z "((1" 1
+ZCOUNT z "-" 1
+ZCOUNT z "+" 1
+ZRANGEBYLEX z "-\x00" +
+ZRANGEBYLEX z "+\x00" +
+ZRANGEBYLEX z "[" "+"
+ZUNION 1 z WEIGHTS 1e400
+ZUNION 1 z WEIGHTS inf WITHSCORES
+ZUNION 1 z WEIGHTS " 1"
+ZUNION 1 z WEIGHTS 0x2 WITHSCORES
+ZINCRBY z 1e308 a
+ZINCRBY z 1e308 a
+ZINCRBY z 1e308 a
+ZSCORE z a
+ZINCRBY z -inf a
+ZADD z INCR inf a
+ZADD z INCR -inf a
+ZSCORE z a
+"#;
+
 /// The RESP3 part: replies whose type changes with HELLO 3.
 const RESP3: &str = r#"
 FLUSHALL
@@ -825,8 +1468,53 @@ INCRBYFLOAT f 1.5
 ? CLIENT INFO
 "#;
 
-/// Keys with the characters patterns treat specially, and patterns over
-/// them: KEYS (as sets) must agree with Redis's `stringmatchlen` on each.
+/// Sets and sorted sets in RESP3: sets for SMEMBERS and the like, doubles
+/// for scores, pairs for WITHSCORES.
+const SETS_RESP3: &str = r#"
+FLUSHALL
+SADD s a b c
+s SMEMBERS s
+SMEMBERS nokey
+s SINTER s
+s SUNION s nokey
+SDIFF nokey
+SINTER nokey s
+SMISMEMBER s a zz
+SPOP nokey
+SPOP nokey 2
+SPOP s 0
+s SPOP s 5
+SADD s a b c
+s SRANDMEMBER s 5
+SRANDMEMBER nokey 3
+SRANDMEMBER nokey
+SSCAN nokey 0
+ZADD z 1 a 2.5 b 3 c
+ZRANGE z 0 -1 WITHSCORES
+ZRANGE z 0 -1
+ZRANGEBYSCORE z -inf inf WITHSCORES
+ZREVRANGE z 0 -1 WITHSCORES
+ZSCORE z b
+ZSCORE z nomember
+ZMSCORE z a nomember
+ZINCRBY z 1 a
+ZADD z INCR 1 a
+ZADD z NX INCR 1 a
+ZPOPMIN z
+ZPOPMIN z 1
+ZPOPMAX z 5
+ZPOPMIN nokey
+ZPOPMIN nokey 1
+ZADD z 1 a 2 b
+ZUNION 1 z WITHSCORES
+ZINTER 1 z WITHSCORES
+ZDIFF 1 z WITHSCORES
+ZUNION 1 z
+ZRANGE nokey 0 -1 WITHSCORES
+ZRANK z a
+ZRANK z nomember
+"#;
+
 /// Keys with the characters patterns treat specially, and patterns over
 /// them: KEYS (as sets) must agree with Redis's `stringmatchlen` on each.
 /// (Table escapes: `\\` is a backslash, `\xHH` a byte.)
@@ -925,19 +1613,40 @@ async fn compare_globs(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<S
 
 /// Every key SCAN returns (to cursor 0) with these options.
 async fn scan_all(raw: &mut Raw, options: &[&str]) -> Vec<Vec<u8>> {
+    scan_elements(raw, &["SCAN"], options, false).await
+}
+
+/// Every element `command` (SCAN, or SSCAN/ZSCAN and a key) returns to
+/// cursor 0 with these options, sorted, each once; with `pairs`, each
+/// member joined to its score (ZSCAN).
+async fn scan_elements(
+    raw: &mut Raw,
+    command: &[&str],
+    options: &[&str],
+    pairs: bool,
+) -> Vec<Vec<u8>> {
     let mut cursor = b"0".to_vec();
     let mut keys = Vec::new();
     for _ in 0..100_000 {
-        let mut args = vec![b"SCAN".to_vec(), cursor.clone()];
+        let mut args: Vec<Vec<u8>> = command.iter().map(|c| c.as_bytes().to_vec()).collect();
+        args.push(cursor.clone());
         args.extend(options.iter().map(|o| o.as_bytes().to_vec()));
         match frame_of(&raw.call_bytes(&args).await) {
             Frame::Array(parts) => match parts.as_slice() {
                 [Frame::Bulk(next), Frame::Array(batch)] => {
+                    let mut elements = Vec::new();
                     for key in batch {
                         match key {
-                            Frame::Bulk(key) => keys.push(key.clone()),
+                            Frame::Bulk(key) => elements.push(key.clone()),
                             other => panic!("SCAN key {other:?}"),
                         }
+                    }
+                    if pairs {
+                        for pair in elements.chunks(2) {
+                            keys.push([pair[0].as_slice(), b"=", &pair[1]].concat());
+                        }
+                    } else {
+                        keys.extend(elements);
                     }
                     cursor = next.clone();
                 }
@@ -951,25 +1660,45 @@ async fn scan_all(raw: &mut Raw, options: &[&str]) -> Vec<Vec<u8>> {
             return keys;
         }
     }
-    panic!("SCAN {options:?} did not finish");
+    panic!("{command:?} {options:?} did not finish");
 }
 
 /// A keyspace of several types, some keys expired: a full SCAN with each
 /// set of options returns the same keys from both servers.
 async fn compare_scans(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<String>) {
     let mut table = String::from("FLUSHALL\n");
-    for i in 0..300 {
-        table.push_str(&match i % 5 {
+    for i in 0..320 {
+        table.push_str(&match i % 8 {
             0 => format!("SET str:{i} v\n"),
             1 => format!("RPUSH list:{i} a\n"),
             2 => format!("HSET hash:{i} f v\n"),
             3 => format!("SET gone:{i} v PX 1\n"),
+            4 => format!("SADD set:{i} a b\n"),
+            5 => format!("ZADD zset:{i} 1 a 2 b\n"),
+            6 => format!("SADD goneset:{i} a b c\nPEXPIRE goneset:{i} 1\nZADD gonezset:{i} 1 a\nPEXPIRE gonezset:{i} 1\n"),
             _ => format!("SET ttl:{i} v EX 1000\n"),
         });
     }
     compare(&table, redis, roost, differences).await;
     // Let the PX 1 keys expire.
     tokio::time::sleep(Duration::from_millis(20)).await;
+    // Expired sets and sorted sets are gone, and what is written under
+    // their names starts empty (their members do not come back).
+    let expired = r#"
+TYPE goneset:6
+SCARD goneset:6
+SMEMBERS goneset:6
+SADD goneset:6 x
+SMEMBERS goneset:6
+ZCARD gonezset:6
+ZADD gonezset:6 5 z
+ZRANGE gonezset:6 0 -1 WITHSCORES
+EXISTS goneset:14 gonezset:14
+SET goneset:14 v
+GET goneset:14
+DEL goneset:14
+"#;
+    compare(expired, redis, roost, differences).await;
     for options in [
         &[][..],
         &["COUNT", "1"],
@@ -982,6 +1711,8 @@ async fn compare_scans(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<S
         &["TYPE", "HASH", "COUNT", "2"],
         &["TYPE", "string", "MATCH", "ttl:*"],
         &["TYPE", "zset"],
+        &["TYPE", "set", "COUNT", "5"],
+        &["TYPE", "SET", "MATCH", "goneset:*"],
         &["TYPE", "nosuchtype"],
         &["MATCH", "nomatch*", "COUNT", "5"],
     ] {
@@ -999,6 +1730,51 @@ async fn compare_scans(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<S
     }
 }
 
+/// A large set and sorted set (Redis's hash-table and skiplist
+/// encodings): whole SSCANs and ZSCANs with each set of options return the
+/// same members (and scores) from both servers.
+async fn compare_member_scans(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<String>) {
+    let mut table = String::from("FLUSHALL\n");
+    let mut sadd = String::from("SADD big");
+    let mut zadd = String::from("ZADD zbig");
+    for i in 0..600 {
+        sadd.push_str(&format!(" m:{i}"));
+        zadd.push_str(&format!(" {}.5 m:{i}", i % 37));
+    }
+    table.push_str(&format!(
+        "{sadd}\n{zadd}\nSADD small a b c\nZADD zsmall 1 a 2 b\n"
+    ));
+    compare(&table, redis, roost, differences).await;
+    for (command, pairs) in [
+        (&["SSCAN", "big"][..], false),
+        (&["ZSCAN", "zbig"], true),
+        (&["SSCAN", "small"], false),
+        (&["ZSCAN", "zsmall"], true),
+    ] {
+        for options in [
+            &[][..],
+            &["COUNT", "1"],
+            &["COUNT", "7"],
+            &["COUNT", "1000"],
+            &["MATCH", "m:1*"],
+            &["MATCH", "*5", "COUNT", "3"],
+            &["MATCH", "nomatch*"],
+        ] {
+            let (a, b) = (
+                scan_elements(redis, command, options, pairs).await,
+                scan_elements(roost, command, options, pairs).await,
+            );
+            if a != b {
+                differences.push(format!(
+                    "{command:?} to the end with {options:?}: redis {} elements, roost {}",
+                    a.len(),
+                    b.len()
+                ));
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_match_a_real_redis_server() {
     let redis = spawn_redis().await;
@@ -1006,11 +1782,12 @@ async fn replies_match_a_real_redis_server() {
     let mut theirs = Raw::connect(redis.addr).await;
     let mut ours = Raw::connect(roost.addr()).await;
     let mut differences = Vec::new();
-    for table in [KEYS, EXPIRY, STRINGS, SERVER] {
+    for table in [KEYS, EXPIRY, STRINGS, SERVER, SETS, ZSETS] {
         compare(table, &mut theirs, &mut ours, &mut differences).await;
     }
     compare_globs(&mut theirs, &mut ours, &mut differences).await;
     compare_scans(&mut theirs, &mut ours, &mut differences).await;
+    compare_member_scans(&mut theirs, &mut ours, &mut differences).await;
     let hello = ["HELLO", "3"].map(|a| a.as_bytes().to_vec());
     let (a, b) = (
         theirs.call_bytes(&hello).await,
@@ -1018,6 +1795,7 @@ async fn replies_match_a_real_redis_server() {
     );
     assert_eq!((a[0], b[0]), (b'%', b'%'), "HELLO 3 answers a map");
     compare(RESP3, &mut theirs, &mut ours, &mut differences).await;
+    compare(SETS_RESP3, &mut theirs, &mut ours, &mut differences).await;
     assert!(
         differences.is_empty(),
         "{} replies differ from redis-server's:\n{}",

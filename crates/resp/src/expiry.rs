@@ -489,8 +489,14 @@ pub(crate) async fn apply(tx: &Tx, op: &ExpireOp) -> Result<Frame, ReactorError>
     })
 }
 
+/// Reactors one sweep transaction visits at most: with many reactors (a
+/// cluster's keyspace has up to a million) a sweep that visited them all
+/// would cost a core whatever expired; the next sweep goes on from where
+/// this one stopped.
+pub(crate) const SWEEP_MAX_REACTORS: usize = 1024;
+
 /// One sweep transaction: deletes up to `limit` keys whose deadline passed,
-/// reactor by reactor from `start`.
+/// reactor by reactor from `start`, visiting at most [`SWEEP_MAX_REACTORS`].
 async fn sweep(tx: &Tx, start: usize, limit: usize) -> Result<Frame, ReactorError> {
     let reactors = tx.reactor_count();
     let now = tx.now();
@@ -498,7 +504,7 @@ async fn sweep(tx: &Tx, start: usize, limit: usize) -> Result<Frame, ReactorErro
     let mut index = start % reactors;
     let mut deleted = 0;
     let mut full = false;
-    for _ in 0..reactors {
+    for _ in 0..reactors.min(SWEEP_MAX_REACTORS) {
         if !tx.lives_here(index) {
             // Held by another node of a cluster: its owner sweeps it
             // (acquiring it to sweep would pull every reactor here).

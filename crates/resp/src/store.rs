@@ -697,11 +697,13 @@ impl Store {
         // The transaction starts at a reactor held here: on a cluster a
         // sweep never acquires one (its owner sweeps it).
         let count = self.reactor_count();
-        let Some(root) = (0..count)
+        let window = count.min(crate::expiry::SWEEP_MAX_REACTORS);
+        let Some(root) = (0..window)
             .map(|i| self.shared.reactors[(start + i) % count])
             .find(|&r| !matches!(self.db.location(r), Ok(Location::Remote)))
         else {
-            return Ok((0, start, false));
+            // None of these is held here: the next sweep looks further on.
+            return Ok((0, (start + window) % count, false));
         };
         let shared = Arc::clone(&self.shared);
         let ops = Arc::new(vec![op]);

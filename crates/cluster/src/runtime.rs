@@ -368,6 +368,7 @@ where
                 &config.ids(),
                 config.membership.clone(),
                 MembershipBugs::default(),
+                None, // stable storage for the record: not yet
                 app,
                 0,
             );

@@ -52,6 +52,10 @@
 //! restarted proposer also starts from round 0 and may reuse a ballot its
 //! predecessor proposed with.
 //!
+//! **Leases after a restart.** A new process cannot know which leases its
+//! predecessor granted just before it stopped, so it declares no member dead
+//! within a lease (plus the drift margin) of its start.
+//!
 //! **The corner left.** With more than a minority of a view's members
 //! restarted before the next view is chosen (every node at once, in
 //! particular), no majority of that view is left to choose it, records or
@@ -574,7 +578,13 @@ impl Membership {
                 Some((granted, at_ms)) if granted == incarnation => {
                     now_ms >= at_ms + config.lease_duration_ms + config.clock_drift_margin_ms
                 }
-                _ => true,
+                // This process granted it nothing, but an earlier process of
+                // this node may have, just before it stopped: such a grant
+                // lapses a lease after this process started.
+                _ => {
+                    now_ms
+                        >= self.started_ms + config.lease_duration_ms + config.clock_drift_margin_ms
+                }
             };
             if grant_expired || self.bugs.declare_before_lease_expiry {
                 self.declared.insert(node);

@@ -33,6 +33,8 @@ struct Net {
     now_ms: u64,
     /// Each node's last persisted record (its disk).
     disks: Vec<Option<AcceptorRecord>>,
+    /// Every heartbeat's declarations: (time, sender, dead).
+    declarations: Vec<(u64, NodeId, Vec<NodeId>)>,
 }
 
 impl Net {
@@ -47,6 +49,7 @@ impl Net {
             silent: Vec::new(),
             now_ms: 0,
             disks: vec![None; n as usize],
+            declarations: Vec::new(),
         }
     }
 
@@ -103,6 +106,9 @@ impl Net {
             let mut out = MembershipOut::default();
             self.nodes[i].on_tick(self.now_ms, &mut out);
             self.absorb(id, &mut out);
+            if let Some((_, MembershipMsg::Heartbeat { dead, .. })) = out.sends.first() {
+                self.declarations.push((self.now_ms, id, dead.clone()));
+            }
             queue.extend(out.sends.into_iter().map(|(t, m)| (id, t, m)));
         }
         self.deliver(queue);
@@ -401,6 +407,34 @@ fn a_restarted_proposer_never_reuses_a_ballot() {
         "{record:?} after round {used}"
     );
     assert_eq!(net.nodes[2].view().members.get(&NodeId(0)), Some(&2));
+}
+
+#[test]
+fn a_restarted_process_declares_no_one_dead_within_a_lease_of_its_start() {
+    // Its predecessor may have granted a lease just before it stopped: a
+    // process that recovered a view waits out such grants before it counts
+    // towards removing anyone.
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| n.nodes.iter().all(|m| m.serving(n.now_ms)));
+    net.restart(1, 2, true);
+    let restarted_at = net.now_ms;
+    net.silent = vec![NodeId(2)];
+    let declares_2 = |net: &Net| {
+        net.declarations
+            .iter()
+            .find(|(at, from, dead)| {
+                *at > restarted_at && *from == NodeId(1) && dead.contains(&NodeId(2))
+            })
+            .map(|(at, _, _)| *at)
+    };
+    net.run_until("node 1 declares node 2 dead", |n| declares_2(n).is_some());
+    let declared_at = declares_2(&net).unwrap();
+    let wait = config().lease_duration_ms + config().clock_drift_margin_ms;
+    assert!(
+        declared_at >= restarted_at + wait,
+        "declared {} ms after its start",
+        declared_at - restarted_at
+    );
 }
 
 /// Counts the messages it is given.

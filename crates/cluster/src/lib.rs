@@ -3,7 +3,7 @@
 //! * [`protocol`]: the sans-IO [`Protocol`] trait (inputs in, effects out).
 //! * [`membership`]: static membership, lease-based failure detection, epochs
 //!   (peer-to-peer; the simulator's and the fallback without etcd); its
-//!   acceptor record's encoding ([`record`]).
+//!   acceptor record's encoding ([`record`]) and file ([`state_dir`]).
 //! * [`coordinated`]: membership decided by etcd (sans-IO rules), and
 //!   [`coordinator`] + [`etcd`], the shell and client that talk to it.
 //! * [`node`]: a node = membership + one protocol; epoch stamping and filtering.
@@ -28,6 +28,7 @@ pub mod record;
 pub mod register;
 pub mod runtime;
 pub mod sim;
+pub mod state_dir;
 
 pub use membership::{AcceptorRecord, Health, Membership, MembershipBugs, MembershipConfig};
 pub use node::{Members, Node, NodeEffects, NodeMsg, TimerKey};

@@ -37,8 +37,9 @@
 //! record keeps its promise and vote, and proposes above its old rounds (one
 //! ballot never carries two values); one that recovers an installed view
 //! adopts it, but is a new incarnation, no member of it, and joins in a
-//! later epoch like any restarted process. The simulator keeps the record on
-//! each node's simulated disk.
+//! later epoch like any restarted process. The runtime keeps the record in
+//! the node's state directory ([`crate::state_dir`], `roost node
+//! --data-dir`); the simulator on each node's simulated disk.
 //!
 //! **Without a state directory** the acceptor state lives in memory only.
 //! A restarted process never votes on a later epoch (its voters are the
@@ -50,7 +51,8 @@
 //! installed (the ownership campaign's seed 2002;
 //! [`MembershipBugs::forget_acceptor_state_on_restart`] plants it). A
 //! restarted proposer also starts from round 0 and may reuse a ballot its
-//! predecessor proposed with.
+//! predecessor proposed with. The runtime warns at start when it runs this
+//! way.
 //!
 //! **Leases after a restart.** A new process cannot know which leases its
 //! predecessor granted just before it stopped, so it declares no member dead

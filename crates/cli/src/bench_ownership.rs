@@ -124,6 +124,8 @@ fn start_nodes(reactors: usize) -> anyhow::Result<Vec<Node>> {
                 id,
                 resp: Some(resp),
                 protocol: NodeProtocol::default(),
+                // In-process and started once: no restart to survive.
+                state_dir: None,
             })
             .with_context(|| format!("starting node {id}"))
         })

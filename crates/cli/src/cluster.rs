@@ -14,6 +14,7 @@ use roost_cluster::coordinated::CoordinatorConfig;
 use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_CLIENT_PORT};
 use roost_cluster::register::RegisterBugs;
 use roost_cluster::runtime::{admin_get, StatusReport};
+use roost_cluster::state_dir::StateDir;
 use roost_node::{Node, NodeConfig, NodeError, NodeProtocol};
 
 /// Where the cluster is described: a file, or `--nodes` on loopback defaults.
@@ -179,6 +180,14 @@ pub struct NodeArgs {
     /// Serve no RESP client port.
     #[arg(long)]
     pub no_resp: bool,
+    /// This node's own state directory (created if missing; one per node):
+    /// the peer membership keeps its Paxos acceptor record there, so a
+    /// restarted node never votes against what it promised before. Without
+    /// it that state is in memory only, and a node restarted before the
+    /// first view reached it may vote on that view again (a warning says
+    /// so). Unused with etcd membership.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -195,7 +204,9 @@ pub struct UpArgs {
     #[arg(long, default_value_t = DEFAULT_ETCD_CLIENT_PORT, value_parser = clap::value_parser!(u16).range(1..65535))]
     pub etcd_port: u16,
     /// Where the local etcd keeps its data (membership survives a restart of
-    /// `roost up`) and where node logs go.
+    /// `roost up`) and where node logs go; node i's state directory is
+    /// DIR/node<i> (kept across the node's restarts, started over by each
+    /// `roost up`).
     #[arg(long, default_value = "roost-data", value_name = "DIR")]
     pub data_dir: PathBuf,
     /// Restarts of a node (or of the local etcd) that exits on its own, before
@@ -330,6 +341,7 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
         id: args.id,
         resp: resp_config(args)?,
         protocol,
+        state_dir: args.data_dir.clone(),
     };
     let node = Node::start(config).map_err(|error| {
         let hint = if matches!(error, NodeError::FrontDoor { .. }) {
@@ -349,9 +361,33 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
             a.port()
         ))
     );
-    node.block_on(stop_signal());
+    // Until a stop signal, or until the cluster side stops on its own (its
+    // state directory failed): then exit non-zero, so a supervisor sees it.
+    let stopped_on_its_own = node.block_on(async {
+        let watch = async {
+            while !node.cluster_stopped() {
+                tokio::time::sleep(NODE_WATCH_INTERVAL).await;
+            }
+        };
+        tokio::select! {
+            _ = stop_signal() => false,
+            _ = watch => true,
+        }
+    });
+    let id = node.id();
     node.stop();
+    if stopped_on_its_own {
+        bail!("node {id}: its cluster side stopped (the log says why)");
+    }
     Ok(())
+}
+
+/// How often `roost node` checks that its cluster side still runs.
+const NODE_WATCH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Node `id`'s state directory under `roost up`'s data directory.
+fn node_state_dir(data_dir: &std::path::Path, id: u32) -> PathBuf {
+    data_dir.join(format!("node{id}"))
 }
 
 /// How often `roost up` checks on its children.
@@ -370,11 +406,13 @@ struct Supervised {
     restart_at: Option<Instant>,
 }
 
-/// Starts `roost node --id id` serving RESP on `resp_base + id`.
+/// Starts `roost node --id id` serving RESP on `resp_base + id`, with its
+/// state directory under `data_dir`.
 fn spawn_node(
     exe: &std::path::Path,
     id: u32,
     resp_base: u16,
+    data_dir: &std::path::Path,
     flags: &[String],
 ) -> anyhow::Result<Child> {
     let resp_port = u16::try_from(u32::from(resp_base) + id)
@@ -383,6 +421,8 @@ fn spawn_node(
         .arg("node")
         .args(["--id", &id.to_string()])
         .args(["--resp-port", &resp_port.to_string()])
+        .arg("--data-dir")
+        .arg(node_state_dir(data_dir, id))
         .args(flags)
         .stdin(Stdio::null())
         .spawn()
@@ -518,33 +558,58 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let config = cluster_args.cluster()?;
     let flags = cluster_args.child_flags();
     let exe = std::env::current_exe().context("locating the roost binary")?;
+    // Every node of this run is a new process: a view of an earlier run has
+    // no member left to choose the next one, so the nodes' peer-membership
+    // state starts over (each keeps its own across its restarts in the run).
+    for node in &config.nodes {
+        let dir = node_state_dir(&args.data_dir, node.id);
+        StateDir::reset(&dir).with_context(|| format!("node {}'s state directory", node.id))?;
+    }
     let mut nodes = Vec::with_capacity(config.nodes.len());
     for node in &config.nodes {
         nodes.push(Supervised {
             id: node.id,
-            child: Some(spawn_node(&exe, node.id, args.resp_port, &flags)?),
+            child: Some(spawn_node(
+                &exe,
+                node.id,
+                args.resp_port,
+                &args.data_dir,
+                &flags,
+            )?),
             restarts: 0,
             restart_at: None,
         });
     }
     let last_resp = u32::from(args.resp_port) + config.nodes.len() as u32 - 1;
     println!(
-        "roost up: {} nodes, membership {} (admin {}); RESP clients: redis-cli -p {} .. {last_resp}; \
-         `roost status` shows them; Ctrl-C stops them",
+        "roost up: {} nodes, membership {} (admin {}; node state in {}); RESP clients: \
+         redis-cli -p {} .. {last_resp}; `roost status` shows them; Ctrl-C stops them",
         nodes.len(),
-        if config.coordinator.is_some() { "etcd" } else { "peer" },
+        if config.coordinator.is_some() {
+            "etcd"
+        } else {
+            "peer"
+        },
         config
             .nodes
             .iter()
             .map(|n| n.admin_addr.to_string())
             .collect::<Vec<_>>()
             .join(", "),
+        args.data_dir.join("node<i>").display(),
         args.resp_port,
     );
     let mut etcd_restarts = 0;
     let outcome = supervise_until_stopped(|| {
         supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
-        supervise_nodes(&exe, args.resp_port, &flags, args.max_restarts, &mut nodes);
+        supervise_nodes(
+            &exe,
+            args.resp_port,
+            &args.data_dir,
+            &flags,
+            args.max_restarts,
+            &mut nodes,
+        );
         if nodes
             .iter()
             .all(|n| n.child.is_none() && n.restart_at.is_none())
@@ -644,6 +709,7 @@ fn supervise_until_stopped(mut tick: impl FnMut() -> anyhow::Result<()>) -> anyh
 fn supervise_nodes(
     exe: &std::path::Path,
     resp_base: u16,
+    data_dir: &std::path::Path,
     flags: &[String],
     max_restarts: u32,
     nodes: &mut [Supervised],
@@ -672,7 +738,7 @@ fn supervise_nodes(
         if node.restart_at.is_some_and(|at| at <= now) {
             node.restart_at = None;
             node.restarts += 1;
-            match spawn_node(exe, node.id, resp_base, flags) {
+            match spawn_node(exe, node.id, resp_base, data_dir, flags) {
                 Ok(child) => node.child = Some(child),
                 Err(error) => eprintln!("roost up: {error:#}"),
             }

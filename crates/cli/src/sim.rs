@@ -28,6 +28,9 @@ pub enum SimProtocol {
 pub enum SimBug {
     /// Membership (any protocol): declare nodes dead before their lease expired.
     EarlyRemoval,
+    /// Membership (any protocol): a restarted node's disk has lost its
+    /// acceptor record (it may vote again on a view it voted on).
+    ForgetAcceptorState,
     /// Register: quorums one short of a majority.
     QuorumMinusOne,
     /// Register: restarted replicas answer before recovering.
@@ -111,11 +114,10 @@ impl SimArgs {
             duplicate_probability: self.dup,
             ..SimConfig::default()
         };
-        if self.planted.contains(&SimBug::EarlyRemoval) {
-            config.membership_bugs = MembershipBugs {
-                declare_before_lease_expiry: true,
-            };
-        }
+        config.membership_bugs = MembershipBugs {
+            declare_before_lease_expiry: self.planted.contains(&SimBug::EarlyRemoval),
+            forget_acceptor_state_on_restart: self.planted.contains(&SimBug::ForgetAcceptorState),
+        };
         config
     }
 
@@ -127,7 +129,8 @@ impl SimArgs {
                 let mut scenario = RegisterScenario::default();
                 for bug in &self.planted {
                     match bug {
-                        SimBug::EarlyRemoval => {} // the membership's: in config()
+                        // The membership's: in config().
+                        SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
                         SimBug::QuorumMinusOne => scenario.bugs.quorum_minus_one = true,
                         SimBug::SkipRecovery => scenario.bugs.skip_recovery = true,
                         SimBug::SmallerOTs | SimBug::ApplyBeforeRequester => {
@@ -141,7 +144,7 @@ impl SimArgs {
                 let mut scenario = OwnershipScenario::default();
                 for bug in &self.planted {
                     match bug {
-                        SimBug::EarlyRemoval => {}
+                        SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
                         SimBug::SmallerOTs => scenario.bugs.arbiter_accepts_smaller_o_ts = true,
                         SimBug::ApplyBeforeRequester => {
                             scenario.bugs.arbiters_apply_before_requester = true
@@ -311,6 +314,26 @@ mod tests {
     fn sim_flags_parse_and_bad_ones_are_errors() {
         let sim = sim_args(&["sim", "--seeds", "5", "--planted", "early-removal"]);
         assert!(sim.config().membership_bugs.declare_before_lease_expiry);
+        assert!(
+            !sim.config()
+                .membership_bugs
+                .forget_acceptor_state_on_restart
+        );
+        let forgetful = sim_args(&["sim", "--planted", "forget-acceptor-state"]);
+        assert!(
+            forgetful
+                .config()
+                .membership_bugs
+                .forget_acceptor_state_on_restart
+        );
+        let ownership = sim_args(&[
+            "sim",
+            "--protocol",
+            "ownership",
+            "--planted",
+            "forget-acceptor-state",
+        ]);
+        assert_eq!(ownership.scenario().unwrap().protocol(), "ownership");
         assert_eq!(sim.scenario().unwrap().protocol(), "register");
         assert!(sim
             .replay_command(9)

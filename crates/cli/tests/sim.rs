@@ -46,3 +46,20 @@ fn roost_sim_campaigns_and_replays() {
     // The trace came with it.
     assert!(String::from_utf8_lossy(&again.stdout).contains(" -> "));
 }
+
+/// `--planted forget-acceptor-state` brings back seed 2002's violation (a
+/// restarted node voting on the first view again); without it the seed passes.
+#[test]
+fn a_forgotten_acceptor_record_is_found_and_a_kept_one_passes() {
+    let seed = ["--protocol", "ownership", "--seed", "2002", "--seeds", "1"];
+    let kept = roost_sim(&seed);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let forgot = roost_sim(&[&seed[..], &["--planted", "forget-acceptor-state"]].concat());
+    assert!(!forgot.status.success());
+    let stderr = String::from_utf8_lossy(&forgot.stderr);
+    assert!(stderr.contains("view agreement"), "{stderr}");
+}

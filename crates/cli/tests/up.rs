@@ -195,6 +195,15 @@ fn without_etcd_roost_up_says_so_and_uses_the_built_in_membership() {
     );
     let status = scratch.wait_for_three_live();
     assert_eq!(status.membership, "peer");
+    // Each node keeps its peer-membership record in its own directory.
+    for i in 0..NODES {
+        let record = scratch
+            .dir
+            .join("data")
+            .join(format!("node{i}"))
+            .join(roost_cluster::state_dir::RECORD_FILE);
+        assert!(record.exists(), "{} missing", record.display());
+    }
     up.stop();
 }
 

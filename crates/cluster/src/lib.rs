@@ -2,7 +2,8 @@
 //!
 //! * [`protocol`]: the sans-IO [`Protocol`] trait (inputs in, effects out).
 //! * [`membership`]: static membership, lease-based failure detection, epochs
-//!   (peer-to-peer; the simulator's and the fallback without etcd).
+//!   (peer-to-peer; the simulator's and the fallback without etcd); its
+//!   acceptor record's encoding ([`record`]) and file ([`state_dir`]).
 //! * [`coordinated`]: membership decided by etcd (sans-IO rules), and
 //!   [`coordinator`] + [`etcd`], the shell and client that talk to it.
 //! * [`node`]: a node = membership + one protocol; epoch stamping and filtering.
@@ -23,11 +24,13 @@ pub mod membership;
 pub mod node;
 pub mod process;
 pub mod protocol;
+pub mod record;
 pub mod register;
 pub mod runtime;
 pub mod sim;
+pub mod state_dir;
 
-pub use membership::{Health, Membership, MembershipBugs, MembershipConfig};
+pub use membership::{AcceptorRecord, Health, Membership, MembershipBugs, MembershipConfig};
 pub use node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 pub use protocol::{Context, Effects, Incarnation, Input, Protocol, TimerId, View};
 pub use roost_net::{EpochId, NodeId};

@@ -21,7 +21,8 @@ pub struct LocalClusterConfig {
     /// The `roost` binary to run nodes with.
     pub roost_bin: PathBuf,
     pub etcd_bin: String,
-    /// Config, secret, logs and etcd data go here (created; removed on drop).
+    /// Config, secret, logs, etcd data and the nodes' state directories
+    /// (`node<i>.state`) go here (created; removed on drop).
     pub dir: PathBuf,
     pub nodes: u32,
     pub lease_ttl_s: u64,
@@ -220,6 +221,9 @@ impl LocalCluster {
                 "--config",
             ])
             .arg(&self.config_file)
+            // Its own state directory, kept across its restarts.
+            .arg("--data-dir")
+            .arg(self.config.dir.join(format!("node{node}.state")))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -27,15 +27,43 @@
 //! nodes never install different views for one epoch. The chosen view spreads
 //! with the heartbeats (only installed views travel in them).
 //!
-//! Acceptor state lives in memory. A process that restarts is a new
-//! incarnation and not a member of any view until it is added again, so it
-//! never votes with forgotten state, except for the very first view (epoch 1,
-//! decided among all configured nodes): there a fresh process waits
-//! `proposal_timeout_ms` before voting, assuming a first view chosen before it
-//! restarted has reached it by then. With more than a minority of a view's
-//! members restarted before the next view is chosen, no majority of that view
-//! is left to choose it: the consensus-backed implementation (etcd or
-//! openraft) that replaces this module is the way out of that corner.
+//! **Stable storage.** A Paxos acceptor's promise and vote must outlive its
+//! process. Whenever its durable state changes (the installed view; the
+//! promised ballot and accepted `(ballot, view)` for the next epoch; the
+//! highest round it proposed in), the state machine hands the whole
+//! [`AcceptorRecord`] out in [`MembershipOut::persist`]; the driver makes it
+//! durable **before** it sends that call's messages, and gives the last one
+//! back to [`Membership::new`] after a restart. A process that recovers a
+//! record keeps its promise and vote, and proposes above its old rounds (one
+//! ballot never carries two values); one that recovers an installed view
+//! adopts it, but is a new incarnation, no member of it, and joins in a
+//! later epoch like any restarted process. The runtime keeps the record in
+//! the node's state directory ([`crate::state_dir`], `roost node
+//! --data-dir`); the simulator on each node's simulated disk.
+//!
+//! **Without a state directory** the acceptor state lives in memory only.
+//! A restarted process never votes on a later epoch (its voters are the
+//! members of the view before, by incarnation), but the first view (epoch 1)
+//! is voted on by every configured node: a process without a record waits
+//! `proposal_timeout_ms` before voting on it, assuming a first view chosen
+//! before it restarted has reached it by then. When it has not, the process
+//! votes on epoch 1 again with forgotten state, and two first views may be
+//! installed (the ownership campaign's seed 2002;
+//! [`MembershipBugs::forget_acceptor_state_on_restart`] plants it). A
+//! restarted proposer also starts from round 0 and may reuse a ballot its
+//! predecessor proposed with. The runtime warns at start when it runs this
+//! way.
+//!
+//! **Leases after a restart.** A new process cannot know which leases its
+//! predecessor granted just before it stopped, so it declares no member dead
+//! within a lease (plus the drift margin) of its start.
+//!
+//! **The corner left.** With more than a minority of a view's members
+//! restarted before the next view is chosen (every node at once, in
+//! particular), no majority of that view is left to choose it, records or
+//! not: restarted processes are new incarnations. Starting every node's
+//! state over begins a new cluster (`roost up` does at each run); the
+//! consensus-backed implementation (etcd) is the way out of that corner.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -119,6 +147,11 @@ pub struct MembershipBugs {
     /// Declare a node dead as soon as it is suspected, without waiting for
     /// its lease to expire: a removed node may still be serving.
     pub declare_before_lease_expiry: bool,
+    /// The simulator boots a restarted node without its persisted
+    /// [`AcceptorRecord`] (a disk that loses what it acknowledged): the node
+    /// may vote again on a view it already voted on.
+    #[serde(default)]
+    pub forget_acceptor_state_on_restart: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +246,96 @@ struct Acceptor {
     accepted: Option<(Ballot, View)>,
 }
 
+/// What the peer membership keeps on stable storage: a Paxos acceptor's
+/// promise and vote must outlive its process, or a restarted process may
+/// vote against them. The driver makes it durable
+/// ([`MembershipOut::persist`]) before it sends the messages of the same
+/// call, and hands the last one back to [`Membership::new`] after a restart.
+/// [`crate::record`] encodes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AcceptorRecord {
+    /// The node it belongs to (a record of another node is refused).
+    pub node: NodeId,
+    /// The highest view this node installed (epoch 0: none yet).
+    pub installed: View,
+    /// Acceptor state for epoch `installed.epoch + 1`.
+    pub promised: Ballot,
+    pub accepted: Option<(Ballot, View)>,
+    /// The highest round this node proposed in: a restarted proposer goes
+    /// above it, so one ballot never carries two values.
+    pub proposed_round: u64,
+}
+
+/// Why a recovered [`AcceptorRecord`] cannot be used with this configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RecordInvalid {
+    #[error("the record is node {found}'s, not node {expected}'s")]
+    WrongNode { found: NodeId, expected: NodeId },
+    #[error("the record names node {0}, which is not in the configuration")]
+    NotConfigured(NodeId),
+    #[error("the record is inconsistent: {0}")]
+    Inconsistent(&'static str),
+}
+
+impl AcceptorRecord {
+    /// The state a node has before it ever voted or installed a view (what
+    /// no record on disk means).
+    pub fn empty(node: NodeId) -> Self {
+        AcceptorRecord {
+            node,
+            ..AcceptorRecord::default()
+        }
+    }
+
+    /// Holds for every record the membership writes; a recovered one is
+    /// checked before use (a configuration may have changed since).
+    pub fn check(&self, me: NodeId, nodes: &[NodeId]) -> Result<(), RecordInvalid> {
+        if self.node != me {
+            return Err(RecordInvalid::WrongNode {
+                found: self.node,
+                expected: me,
+            });
+        }
+        let configured = |view: &View| -> Result<(), RecordInvalid> {
+            if view.members.len() > MAX_NODES {
+                return Err(RecordInvalid::Inconsistent("a view with too many members"));
+            }
+            match view.members.keys().find(|n| !nodes.contains(n)) {
+                Some(&stranger) => Err(RecordInvalid::NotConfigured(stranger)),
+                None => Ok(()),
+            }
+        };
+        configured(&self.installed)?;
+        if (self.installed.epoch == EpochId(0)) != self.installed.members.is_empty() {
+            return Err(RecordInvalid::Inconsistent(
+                "an installed view has members exactly when its epoch is above 0",
+            ));
+        }
+        let next = self
+            .installed
+            .epoch
+            .0
+            .checked_add(1)
+            .ok_or(RecordInvalid::Inconsistent(
+                "the installed epoch is the last",
+            ))?;
+        if let Some((ballot, view)) = &self.accepted {
+            configured(view)?;
+            if view.epoch != EpochId(next) || view.members.is_empty() {
+                return Err(RecordInvalid::Inconsistent(
+                    "the accepted view is not of the epoch after the installed one",
+                ));
+            }
+            if *ballot > self.promised {
+                return Err(RecordInvalid::Inconsistent(
+                    "a view accepted above the promised ballot",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The membership state machine of one node (sans-IO).
 #[derive(Debug, Clone)]
 pub struct Membership {
@@ -231,28 +354,60 @@ pub struct Membership {
     proposal: Option<Proposal>,
     /// The highest ballot round seen (proposals go above it).
     max_round: u64,
+    /// The highest round this node proposed in (durable: see [`AcceptorRecord`]).
+    proposed_round: u64,
     heartbeat_seq: u64,
+    /// The durable state as last handed to the driver.
+    persisted: AcceptorRecord,
+    /// Started without a record: this process may have voted before it
+    /// restarted and forgotten it, so it waits before voting on the first view.
+    amnesiac: bool,
+    /// A view recovered from the record, not yet announced as installed.
+    announce_recovered: bool,
 }
 
-/// Messages the membership wants sent, and whether it installed a view.
+/// Messages the membership wants sent, whether it installed a view, and
+/// what the driver must make durable **before** it sends any of them.
 #[derive(Debug, Default)]
 pub struct MembershipOut {
     pub sends: Vec<(NodeId, MembershipMsg)>,
     pub installed: bool,
+    /// The durable state changed (a promise, a vote, an installed view or a
+    /// new proposal round): write this whole record first; a driver that
+    /// cannot must not send these messages (nor any later ones).
+    pub persist: Option<AcceptorRecord>,
 }
 
 impl Membership {
+    /// A process of node `me` as `incarnation`. `recovered` is the last
+    /// [`AcceptorRecord`] this node's earlier processes persisted (checked
+    /// with [`AcceptorRecord::check`]), `None` for a node without one (a
+    /// first start, or a driver without stable storage).
     pub fn new(
         me: NodeId,
         incarnation: Incarnation,
         nodes: &[NodeId],
         config: MembershipConfig,
         bugs: MembershipBugs,
+        recovered: Option<AcceptorRecord>,
         now_ms: u64,
     ) -> Self {
         assert!(nodes.contains(&me), "{me} is not in the configuration");
         assert!(!nodes.is_empty() && nodes.len() <= MAX_NODES);
         debug_assert!(config.validate().is_ok());
+        if let Some(record) = &recovered {
+            assert_eq!(record.check(me, nodes), Ok(()), "checked by the caller");
+        }
+        let amnesiac = recovered.is_none();
+        let record = recovered.unwrap_or_else(|| AcceptorRecord::empty(me));
+        let max_round = [
+            record.proposed_round,
+            record.promised.round,
+            record.accepted.as_ref().map_or(0, |(b, _)| b.round),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
         let mut nodes = nodes.to_vec();
         nodes.sort_unstable();
         nodes.dedup();
@@ -268,14 +423,50 @@ impl Membership {
             config,
             bugs,
             started_ms: now_ms,
-            view: View::default(),
+            // A recovered view is adopted, but this incarnation is no member
+            // of it: it joins in a later epoch like any restarted process.
+            view: record.installed.clone(),
             peers,
             grants: BTreeMap::new(),
             declared: BTreeSet::new(),
-            acceptor: Acceptor::default(),
+            acceptor: Acceptor {
+                promised: record.promised,
+                accepted: record.accepted.clone(),
+            },
             proposal: None,
-            max_round: 0,
+            max_round,
+            proposed_round: record.proposed_round,
             heartbeat_seq: 0,
+            announce_recovered: record.installed.epoch > EpochId(0),
+            persisted: record,
+            amnesiac,
+        }
+    }
+
+    /// The durable state now.
+    fn record(&self) -> AcceptorRecord {
+        AcceptorRecord {
+            node: self.me,
+            installed: self.view.clone(),
+            promised: self.acceptor.promised,
+            accepted: self.acceptor.accepted.clone(),
+            proposed_round: self.proposed_round,
+        }
+    }
+
+    /// Hands the driver the durable state if it changed during this call;
+    /// every entry point ends here, so it goes out with the messages that
+    /// depend on it.
+    fn sync_durable(&mut self, out: &mut MembershipOut) {
+        let p = &self.persisted;
+        let unchanged = p.installed == self.view
+            && p.promised == self.acceptor.promised
+            && p.accepted == self.acceptor.accepted
+            && p.proposed_round == self.proposed_round;
+        if !unchanged {
+            self.persisted = self.record();
+            debug_assert_eq!(self.persisted.check(self.me, &self.nodes), Ok(()));
+            out.persist = Some(self.persisted.clone());
         }
     }
 
@@ -347,9 +538,13 @@ impl Membership {
 
     /// The periodic work: heartbeats, declarations, view changes.
     pub fn on_tick(&mut self, now_ms: u64, out: &mut MembershipOut) {
+        if std::mem::take(&mut self.announce_recovered) {
+            out.installed = true; // the recovered view, for this process's protocol
+        }
         self.send_heartbeats(now_ms, out);
         self.declare_dead(now_ms);
         self.maybe_propose(now_ms, out);
+        self.sync_durable(out);
     }
 
     fn send_heartbeats(&mut self, now_ms: u64, out: &mut MembershipOut) {
@@ -385,7 +580,13 @@ impl Membership {
                 Some((granted, at_ms)) if granted == incarnation => {
                     now_ms >= at_ms + config.lease_duration_ms + config.clock_drift_margin_ms
                 }
-                _ => true,
+                // This process granted it nothing, but an earlier process of
+                // this node may have, just before it stopped: such a grant
+                // lapses a lease after this process started.
+                _ => {
+                    now_ms
+                        >= self.started_ms + config.lease_duration_ms + config.clock_drift_margin_ms
+                }
             };
             if grant_expired || self.bugs.declare_before_lease_expiry {
                 self.declared.insert(node);
@@ -464,6 +665,7 @@ impl Membership {
             return;
         }
         self.max_round += 1;
+        self.proposed_round = self.max_round;
         let epoch = EpochId(self.view.epoch.0 + 1);
         self.proposal = Some(Proposal {
             epoch,
@@ -509,13 +711,14 @@ impl Membership {
 
     /// May this node vote on the view of `epoch`? Members of the installed
     /// view vote on the next one; the first view is voted on by every
-    /// configured node (after the fresh-start wait).
+    /// configured node (a process without a recovered record first waits:
+    /// it may have voted before a restart).
     fn is_acceptor(&self, now_ms: u64, epoch: EpochId) -> bool {
         if epoch.0 != self.view.epoch.0 + 1 {
             return false;
         }
         if self.view.epoch == EpochId(0) {
-            now_ms >= self.started_ms + self.config.proposal_timeout_ms
+            !self.amnesiac || now_ms >= self.started_ms + self.config.proposal_timeout_ms
         } else {
             self.is_member()
         }
@@ -673,6 +876,7 @@ impl Membership {
 
     fn install(&mut self, view: View, out: &mut MembershipOut) {
         assert!(view.epoch > self.view.epoch, "epochs only increase");
+        self.announce_recovered = false; // superseded
         self.view = view;
         self.grants.clear();
         self.declared.clear();
@@ -697,6 +901,11 @@ impl Membership {
         if from != self.me && !self.peers.contains_key(&from) {
             return; // not in the configuration (the transport rejects these too)
         }
+        self.handle(now_ms, from, msg, out);
+        self.sync_durable(out);
+    }
+
+    fn handle(&mut self, now_ms: u64, from: NodeId, msg: MembershipMsg, out: &mut MembershipOut) {
         match msg {
             MembershipMsg::Heartbeat {
                 seq,

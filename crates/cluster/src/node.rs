@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinated::{CoordinatedMembership, CoordinatorUpdate};
 use crate::membership::{
-    Health, Membership, MembershipBugs, MembershipConfig, MembershipMsg, MembershipOut,
+    AcceptorRecord, Health, Membership, MembershipBugs, MembershipConfig, MembershipMsg,
+    MembershipOut,
 };
 use crate::protocol::{
     epoch_admits, Context, Effects, Incarnation, Input, Protocol, TimerId, View,
@@ -37,6 +38,9 @@ pub struct NodeEffects<M, O> {
     pub logs: Vec<String>,
     /// Views installed during this call, in order.
     pub installed: Vec<View>,
+    /// The membership's durable state changed: the driver writes this before
+    /// it sends any of `sends` (and stops the node if it cannot).
+    pub persist: Option<AcceptorRecord>,
 }
 
 impl<M, O> Default for NodeEffects<M, O> {
@@ -47,6 +51,7 @@ impl<M, O> Default for NodeEffects<M, O> {
             outputs: Vec::new(),
             logs: Vec::new(),
             installed: Vec::new(),
+            persist: None,
         }
     }
 }
@@ -58,6 +63,7 @@ impl<M, O> NodeEffects<M, O> {
         self.outputs.clear();
         self.logs.clear();
         self.installed.clear();
+        self.persist = None;
     }
 }
 
@@ -148,12 +154,16 @@ pub struct Node<P: Protocol> {
 }
 
 impl<P: Protocol> Node<P> {
+    /// A node on the peer membership; `recovered` is its last persisted
+    /// [`AcceptorRecord`] (see [`Membership::new`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: NodeId,
         incarnation: Incarnation,
         nodes: &[NodeId],
         config: MembershipConfig,
         bugs: MembershipBugs,
+        recovered: Option<AcceptorRecord>,
         app: P,
         now_ms: u64,
     ) -> Self {
@@ -164,6 +174,7 @@ impl<P: Protocol> Node<P> {
                 nodes,
                 config,
                 bugs,
+                recovered,
                 now_ms,
             )),
             app,
@@ -293,6 +304,9 @@ impl<P: Protocol> Node<P> {
     }
 
     fn after_membership(&mut self, now_ms: u64, fx: &mut NodeEffects<P::Msg, P::Out>) {
+        if let Some(record) = self.membership_out.persist.take() {
+            fx.persist = Some(record); // the latest whole record supersedes any earlier
+        }
         let epoch = self.epoch();
         for (to, msg) in self.membership_out.sends.drain(..) {
             fx.sends.push((to, epoch, NodeMsg::Membership(msg)));

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,7 @@ use crate::membership::{Health, MembershipBugs};
 use crate::node::{Members, Node, NodeEffects, NodeMsg, TimerKey};
 use crate::protocol::Protocol;
 use crate::register::{Register, RegisterCmd, RegisterOut};
+use crate::state_dir::{StateDir, StateDirError};
 
 /// A request's tag: the driver keeps one reply per id in flight.
 pub type RequestId = u64;
@@ -142,6 +144,12 @@ pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct StartOptions {
     pub extra_metrics: Option<MetricsSource>,
+    /// This node's state directory ([`crate::state_dir`]): the peer
+    /// membership keeps its Paxos acceptor record there across restarts.
+    /// Without one it keeps it in memory, and a process restarted before the
+    /// first view reached it may vote on that view again with forgotten
+    /// state (the node logs a warning). Unused with etcd membership.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Served for Register {
@@ -223,6 +231,8 @@ pub enum RuntimeError {
     Transport(#[from] roost_net::StartError),
     #[error(transparent)]
     Etcd(#[from] crate::etcd::EtcdError),
+    #[error(transparent)]
+    StateDir(#[from] StateDirError),
 }
 
 enum AdminRequest<P: Protocol> {
@@ -243,6 +253,12 @@ pub struct RunningNode<P: Protocol = Register> {
 }
 
 impl<P: Protocol> RunningNode<P> {
+    /// Has the node's driver stopped on its own (its state directory
+    /// failed, or the etcd shell stopped)? Its process should exit.
+    pub fn is_stopped(&self) -> bool {
+        self.driver.is_finished()
+    }
+
     /// A way into the node's protocol for in-process callers.
     pub fn handle(&self) -> ProtocolHandle<P> {
         self.handle.clone()
@@ -305,6 +321,39 @@ where
 {
     config.validate()?;
     let this = config.node(me)?.clone();
+    // The state directory before any socket: a bad one is an error at start.
+    let (state_dir, recovered) = match (&config.coordinator, &options.state_dir) {
+        (None, Some(path)) => {
+            let (dir, recovered) = StateDir::open(path, NodeId(me), &config.ids())?;
+            tracing::info!(
+                node = me,
+                path = %path.display(),
+                recovered_epoch = recovered.as_ref().map(|r| r.installed.epoch.0),
+                "membership state directory"
+            );
+            (Some(dir), recovered)
+        }
+        (None, None) => {
+            tracing::warn!(
+                node = me,
+                "no state directory (--data-dir): the peer membership keeps its Paxos acceptor \
+                 state in memory only, so if this process restarts before the first view \
+                 reaches it, it may vote on that view again with forgotten state (two first \
+                 views are possible)"
+            );
+            (None, None)
+        }
+        (Some(_), state_dir) => {
+            if let Some(path) = state_dir {
+                tracing::info!(
+                    node = me,
+                    path = %path.display(),
+                    "state directory unused: etcd keeps the membership's state"
+                );
+            }
+            (None, None)
+        }
+    };
     let cluster_listener = bind(this.addr).await?;
     let admin_listener = bind(this.admin_addr).await?;
     let cluster_addr = cluster_listener
@@ -368,6 +417,7 @@ where
                 &config.ids(),
                 config.membership.clone(),
                 MembershipBugs::default(),
+                recovered,
                 app,
                 0,
             );
@@ -385,6 +435,8 @@ where
         in_flight: BTreeMap::new(),
         view_changes: 0,
         coordinator_chaos: coordinator_chaos.clone(),
+        state_dir,
+        failed: false,
     };
     let driver = tokio::spawn(driver.run(inbox, admin_rx, updates, shutdown_rx));
     let handle = ProtocolHandle {
@@ -432,6 +484,10 @@ struct Driver<P: Protocol> {
     in_flight: BTreeMap<RequestId, Reply<P>>,
     view_changes: u64,
     coordinator_chaos: Option<CoordinatorChaos>,
+    /// Where the membership's record is made durable (peer membership).
+    state_dir: Option<StateDir>,
+    /// A record could not be made durable: the node sends nothing more and stops.
+    failed: bool,
 }
 
 /// Envelopes handled per wake-up before timers and admin get a turn.
@@ -458,6 +514,9 @@ where
         self.node.start(self.now_ms(), &mut fx);
         self.apply(&mut fx);
         loop {
+            if self.failed {
+                break;
+            }
             let deadline = self
                 .timers
                 .values()
@@ -473,6 +532,9 @@ where
                         let now = self.now_ms();
                         self.node.on_message(now, envelope.from, envelope.epoch, envelope.msg, &mut fx);
                         self.apply(&mut fx);
+                        if self.failed {
+                            break;
+                        }
                         match inbox.try_recv() {
                             Some(next) => envelope = next,
                             None => break,
@@ -496,7 +558,14 @@ where
             }
         }
         self.transport.shutdown();
-        tracing::info!(node = self.node.me().0, "node stopped");
+        if self.failed {
+            tracing::error!(
+                node = self.node.me().0,
+                "node stopped: its state directory failed"
+            );
+        } else {
+            tracing::info!(node = self.node.me().0, "node stopped");
+        }
     }
 
     fn fire_timers(&mut self, fx: &mut NodeEffects<P::Msg, P::Out>) {
@@ -508,6 +577,9 @@ where
             .map(|(&key, _)| key)
             .collect();
         for key in due {
+            if self.failed {
+                return;
+            }
             self.timers.remove(&key);
             let now_ms = self.now_ms();
             self.node.on_timer(now_ms, key, fx);
@@ -539,6 +611,25 @@ where
 
     fn apply(&mut self, fx: &mut NodeEffects<P::Msg, P::Out>) {
         let me = self.node.me();
+        // The record before the messages: a promise or vote reaches no one
+        // before it is on disk. Written inline (a few hundred bytes and an
+        // fsync, a handful of times per view change): nothing may be sent
+        // before it is done anyway.
+        if let (Some(record), Some(dir)) = (fx.persist.take(), self.state_dir.as_mut()) {
+            if let Err(error) = dir.store(&record) {
+                tracing::error!(
+                    node = me.0,
+                    %error,
+                    "cannot make the membership's acceptor state durable; stopping the node \
+                     (it must not send votes it could forget)"
+                );
+                self.failed = true;
+            }
+        }
+        if self.failed {
+            fx.clear();
+            return;
+        }
         for (to, epoch, msg) in fx.sends.drain(..) {
             if let Err(error) = self.transport.send(to, epoch, msg) {
                 tracing::debug!(node = me.0, %to, %error, "send failed");

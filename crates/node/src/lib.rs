@@ -20,6 +20,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use roost_cluster::config::{ClusterConfig, ConfigError};
@@ -56,6 +57,12 @@ pub struct NodeConfig {
     pub resp: Option<roost_resp::Config>,
     /// What the cluster runtime drives.
     pub protocol: NodeProtocol,
+    /// This node's own state directory (`roost node --data-dir`): the peer
+    /// membership keeps its Paxos acceptor record there, so a restarted
+    /// process never votes against what it promised before. `None` keeps it
+    /// in memory (a warning at start: a process restarted before the first
+    /// view reached it may vote on that view again). Unused with etcd.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The protocol a node runs over the cluster.
@@ -126,6 +133,13 @@ impl ClusterSide {
             ClusterSide::Register(n) => n.stop().await,
         }
     }
+
+    fn is_stopped(&self) -> bool {
+        match self {
+            ClusterSide::Ownership(n) => n.is_stopped(),
+            ClusterSide::Register(n) => n.is_stopped(),
+        }
+    }
 }
 
 /// A running node. Dropping it without [`stop`](Self::stop) stops it too,
@@ -148,6 +162,7 @@ impl Node {
             id,
             resp,
             protocol,
+            state_dir,
         } = config;
         cluster
             .node(id)
@@ -199,6 +214,7 @@ impl Node {
         });
         let options = StartOptions {
             extra_metrics: Some(extra_metrics),
+            state_dir,
         };
         let side = match protocol {
             NodeProtocol::Ownership { config, bugs } => {
@@ -244,6 +260,12 @@ impl Node {
 
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// Has the cluster side stopped on its own (say, its state directory
+    /// failed)? The process should then exit.
+    pub fn cluster_stopped(&self) -> bool {
+        self.cluster.as_ref().is_none_or(ClusterSide::is_stopped)
     }
 
     fn cluster(&self) -> &ClusterSide {

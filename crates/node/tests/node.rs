@@ -31,6 +31,7 @@ fn one_node_config() -> NodeConfig {
         id: 0,
         resp: Some(resp),
         protocol: NodeProtocol::default(),
+        state_dir: None,
     }
 }
 
@@ -208,4 +209,41 @@ fn a_node_without_a_client_port_still_runs_its_cluster_side() {
     let text = metrics(&node);
     assert!(text.contains("roost_epoch{node=\"0\"}"), "{text}");
     node.stop();
+}
+
+#[test]
+fn a_node_keeps_its_membership_record_in_its_state_directory() {
+    let dir = std::env::temp_dir().join(format!("roost-node-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let record = dir.join(roost_cluster::state_dir::RECORD_FILE);
+    let mut config = one_node_config();
+    config.resp = None;
+    config.state_dir = Some(dir.clone());
+    let node = Node::start(config.clone()).unwrap();
+    // The first view is voted on and installed: its record is on disk.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let handle = node.ownership().expect("the default protocol");
+    while !record.exists() || !node.block_on(handle.status()).unwrap().serving {
+        assert!(Instant::now() < deadline, "no record in {}", dir.display());
+        assert!(!node.cluster_stopped());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node.stop();
+    // A damaged record stops the next start with an error naming it.
+    let mut bytes = std::fs::read(&record).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&record, bytes).unwrap();
+    match Node::start(config) {
+        Err(error @ NodeError::Cluster(_)) => {
+            let text = error.to_string();
+            assert!(
+                text.contains("checksum") && text.contains(&dir.display().to_string()),
+                "{text}"
+            );
+        }
+        Err(other) => panic!("wrong error: {other}"),
+        Ok(_) => panic!("started from a corrupt record"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -40,6 +40,7 @@ fn start_cluster() -> Vec<Node> {
                 id,
                 resp: Some(resp),
                 protocol: NodeProtocol::default(),
+                state_dir: None,
             })
             .unwrap()
         })

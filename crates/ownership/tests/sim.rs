@@ -95,3 +95,27 @@ fn the_simulator_finds_arbiters_applying_before_the_requester() {
         "owner holds the latest data",
     );
 }
+
+/// Seed 2002 of the 3,000-seed campaign: epoch 1 installed with two member
+/// sets, after node 0 restarted before the first view reached node 1 and
+/// voted on it again with forgotten state. With its acceptor record kept on
+/// the simulated disk the seed passes; planting a disk that forgets it
+/// brings the violation back.
+#[test]
+fn seed_2002_a_restarted_node_keeps_its_first_view_vote() {
+    use roost_cluster::membership::MembershipBugs;
+    let scenario = OwnershipScenario::default();
+    let config = SimConfig::default();
+    let kept = scenario.run(&config, 2002, false).unwrap().report;
+    assert_eq!(kept.violation, None, "{kept:?}");
+    let forgetful = SimConfig {
+        membership_bugs: MembershipBugs {
+            forget_acceptor_state_on_restart: true,
+            ..MembershipBugs::default()
+        },
+        ..SimConfig::default()
+    };
+    let forgot = scenario.run(&forgetful, 2002, false).unwrap().report;
+    let violation = forgot.violation.expect("the planted disk loses the vote");
+    assert_eq!(violation.checker, "view agreement", "{violation}");
+}

@@ -3,9 +3,11 @@
 //! duplicates and delays (so reorders) messages, cuts links (isolating or
 //! muting a node), and crashes and restarts nodes as new incarnations. Each
 //! node is a [`Node`] (peer membership plus the protocol), made fresh by the
-//! [`Factory`] at every boot. A [`Workload`] issues the clients' commands and
-//! is told the outputs; a [`Checker`] looks at every node after every event
-//! and at the end.
+//! [`Factory`] at every boot; what a node persisted (the membership's
+//! [`AcceptorRecord`], written before the messages that depend on it) is its
+//! disk and survives the crash, its memory does not. A [`Workload`] issues
+//! the clients' commands and is told the outputs; a [`Checker`] looks at
+//! every node after every event and at the end.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -16,7 +18,7 @@ use roost_net::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::membership::{MembershipBugs, MembershipConfig, MembershipConfigError};
+use crate::membership::{AcceptorRecord, MembershipBugs, MembershipConfig, MembershipConfigError};
 use crate::node::{Node, NodeEffects, NodeMsg, TimerKey};
 use crate::protocol::{Incarnation, Protocol, View};
 
@@ -271,6 +273,10 @@ pub struct SimNode<P: Protocol> {
     /// The current generation of each timer: a timer event of an older one
     /// was replaced and is ignored.
     timers: BTreeMap<TimerKey, u64>,
+    /// The node's disk: the last membership record it persisted (kept
+    /// across crashes; an event's effects are applied whole, so it is
+    /// written before that event's messages leave).
+    disk: Option<AcceptorRecord>,
 }
 
 impl<P: Protocol> SimNode<P> {
@@ -285,6 +291,11 @@ impl<P: Protocol> SimNode<P> {
 
     pub fn node(&self) -> Option<&Node<P>> {
         self.node.as_ref()
+    }
+
+    /// What the node persisted last (its disk survives crashes).
+    pub fn persisted(&self) -> Option<&AcceptorRecord> {
+        self.disk.as_ref()
     }
 }
 
@@ -472,6 +483,7 @@ where
                     incarnation: 0,
                     node: None,
                     timers: BTreeMap::new(),
+                    disk: None,
                 })
                 .collect(),
             ids: ids.clone(),
@@ -642,11 +654,16 @@ where
     }
 
     fn boot(&mut self, id: NodeId) {
+        let forget = self.config.membership_bugs.forget_acceptor_state_on_restart;
         let slot = self.slot(id);
         assert!(slot.node.is_none(), "{id} boots only when down");
         slot.incarnation += 1;
         slot.timers.clear();
+        if forget {
+            slot.disk = None; // planted: a disk that loses what it acknowledged
+        }
         let incarnation = slot.incarnation;
+        let recovered = slot.disk.clone();
         let app = self.factory.make(id, incarnation);
         let mut node = Node::new(
             id,
@@ -654,6 +671,7 @@ where
             &self.ids,
             self.config.membership.clone(),
             self.config.membership_bugs,
+            recovered,
             app,
             self.now_ms,
         );
@@ -836,6 +854,10 @@ where
 
     fn apply(&mut self, id: NodeId, cause: Cause, fx: &mut NodeEffects<P::Msg, P::Out>) {
         let incarnation = self.nodes[id.0 as usize].incarnation;
+        // The disk first: the messages below may depend on it.
+        if let Some(record) = fx.persist.take() {
+            self.slot(id).disk = Some(record);
+        }
         for view in fx.installed.drain(..) {
             self.note(|| format!("{id} installs {} {:?}", view.epoch, view.members));
             self.installs.push((id, incarnation, view));

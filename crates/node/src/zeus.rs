@@ -53,6 +53,8 @@ const EXPORT_BUSY_RETRIES: u32 = 1_000;
 /// must first install a view with a majority).
 const CREATE_PATIENCE: Duration = Duration::from_secs(600);
 const CREATE_RETRY: Duration = Duration::from_millis(50);
+/// Creations a node keeps in flight (each is one ownership request).
+const CREATES_IN_FLIGHT: usize = 64;
 
 /// A reactor as an owned object: the reactor layer's cluster-wide key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -104,6 +106,9 @@ struct Counters {
     acquire_failures: AtomicU64,
     /// Exports or installs that failed (logged; the protocol saw no data).
     store_failures: AtomicU64,
+    /// Time the protocol driver spent in exports and installs (ns).
+    export_ns: AtomicU64,
+    install_ns: AtomicU64,
 }
 
 impl Shared {
@@ -147,6 +152,16 @@ impl Shared {
                 "roost_ownership_store_failures_total",
                 "Exports or installs of reactors that failed.",
                 c.store_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_export_nanoseconds_total",
+                "Time the ownership driver spent exporting reactors.",
+                c.export_ns.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_install_nanoseconds_total",
+                "Time the ownership driver spent installing reactors.",
+                c.install_ns.load(Ordering::Relaxed),
             ),
         ] {
             text.push_str(&format!(
@@ -299,6 +314,7 @@ impl DbStore {
     fn export_from_db(&mut self, key: &NodeReactor) -> Option<ObjectData> {
         self.shared.set_owned(&key.0, false);
         let mut busy = 0;
+        let started = std::time::Instant::now();
         let exported = loop {
             match blocking(|| self.db().export_reactor(&key.0)) {
                 Err(ExportError::Busy) if busy < EXPORT_BUSY_RETRIES => {
@@ -308,6 +324,10 @@ impl DbStore {
                 other => break other,
             }
         };
+        self.shared
+            .counters
+            .export_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match exported {
             Ok(exported) => {
                 self.shared
@@ -348,6 +368,7 @@ impl DbStore {
         };
         self.shared.set_owned(&key.0, true);
         let db = self.db();
+        let started = std::time::Instant::now();
         let installed = blocking(|| {
             db.install_reactor(&exported).or_else(|error| match error {
                 // Its own export back: the hand-over did not happen.
@@ -357,6 +378,10 @@ impl DbStore {
                 other => Err(other),
             })
         });
+        self.shared
+            .counters
+            .install_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match installed {
             Ok(_) => {
                 self.shared
@@ -450,33 +475,56 @@ pub(crate) async fn create_home_reactors(
     keys: Vec<ReactorKey>,
 ) {
     let deadline = tokio::time::Instant::now() + CREATE_PATIENCE;
-    for key in keys {
-        let data = ExportedReactor::empty(key.clone());
-        let data = ObjectData::new(data.version(), data.encode());
-        loop {
-            let req = ReqId(handle.next_request_id());
-            let cmd = OwnershipCmd::Create {
-                key: NodeReactor(key.clone()),
-                req,
-                data: data.clone(),
-            };
-            match handle.request(cmd).await {
-                Ok(OwnershipOut::Acquired { .. }) => break,
-                Ok(OwnershipOut::Failed {
-                    reason: FailReason::AlreadyExists,
-                    ..
-                }) => {
-                    tracing::info!(reactor = %key, "exists already: acquired when used");
-                    break;
+    let keys = Arc::new(keys);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut creators = tokio::task::JoinSet::new();
+    for _ in 0..CREATES_IN_FLIGHT.min(keys.len()) {
+        let (handle, keys, next) = (handle.clone(), Arc::clone(&keys), Arc::clone(&next));
+        creators.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(key) = keys.get(i) else { return };
+                if !create_one(&handle, key, deadline).await {
+                    return;
                 }
-                Err(RequestError::Stopped) => return,
-                Ok(_) | Err(RequestError::Busy) => {}
             }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::error!(reactor = %key, "gave up creating a home reactor");
-                break;
+        });
+    }
+    while creators.join_next().await.is_some() {}
+}
+
+/// Creates `key`, retrying while the node is not serving yet; `false` once
+/// the node stopped.
+async fn create_one(
+    handle: &ProtocolHandle<NodeOwnership>,
+    key: &ReactorKey,
+    deadline: tokio::time::Instant,
+) -> bool {
+    let data = ExportedReactor::empty(key.clone());
+    let data = ObjectData::new(data.version(), data.encode());
+    loop {
+        let req = ReqId(handle.next_request_id());
+        let cmd = OwnershipCmd::Create {
+            key: NodeReactor(key.clone()),
+            req,
+            data: data.clone(),
+        };
+        match handle.request(cmd).await {
+            Ok(OwnershipOut::Acquired { .. }) => return true,
+            Ok(OwnershipOut::Failed {
+                reason: FailReason::AlreadyExists,
+                ..
+            }) => {
+                tracing::info!(reactor = %key, "exists already: acquired when used");
+                return true;
             }
-            tokio::time::sleep(CREATE_RETRY).await;
+            Err(RequestError::Stopped) => return false,
+            Ok(_) | Err(RequestError::Busy) => {}
         }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::error!(reactor = %key, "gave up creating a home reactor");
+            return true;
+        }
+        tokio::time::sleep(CREATE_RETRY).await;
     }
 }

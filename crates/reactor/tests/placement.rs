@@ -374,3 +374,37 @@ fn an_empty_export_creates_a_reactor_and_an_own_export_can_be_reclaimed() {
         Err(InstallError::Stale { have: 4, got: 2 })
     ));
 }
+
+/// The floor of a hand-over's storage work outside any async runtime: one
+/// export and one install per reactor, each a transaction handed to the
+/// executor and waited for (`cargo test --release -- --ignored --nocapture
+/// export_install_cost`).
+#[test]
+#[ignore = "a measurement: prints µs per export and per install"]
+fn export_install_cost() {
+    let (one, two) = (
+        Database::new(schema(), Deployment::shared_everything(1)).unwrap(),
+        Database::new(schema(), Deployment::shared_everything(1)).unwrap(),
+    );
+    const N: usize = 5_000;
+    for i in 0..N {
+        let id = one.create_reactor("account", &format!("r{i}")).unwrap();
+        one.run_blocking(id, |ctx| async move { ctx.put(&BALANCE, &1, &1) })
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    let exports: Vec<ExportedReactor> = (0..N)
+        .map(|i| {
+            one.export_reactor(&ReactorKey::new("account", &format!("r{i}")).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let export_us = started.elapsed().as_secs_f64() * 1e6 / N as f64;
+    let started = std::time::Instant::now();
+    for exported in &exports {
+        two.install_reactor(exported).unwrap();
+    }
+    let install_us = started.elapsed().as_secs_f64() * 1e6 / N as f64;
+    println!("export {export_us:.1} µs, install {install_us:.1} µs per reactor");
+    assert!(export_us > 0.0 && install_us > 0.0);
+}

@@ -21,30 +21,73 @@
 //! **View changes.** The coordinator (the lowest id among this node and the
 //! peers it hears) proposes the next epoch's members: the current ones minus
 //! those a majority declared dead, plus configured nodes it hears that have
-//! caught up with the current epoch. The view of epoch `e + 1` is chosen by
-//! single-decree Paxos among the members of view `e` (ballots `(round, node)`;
-//! `Prepare`/`Promise`, then `Propose`/`Accept` by a majority of them), so two
-//! nodes never install different views for one epoch. The chosen view spreads
-//! with the heartbeats (only installed views travel in them).
+//! caught up with the current epoch. It also proposes when that set is the
+//! current one but a member in it was declared dead by a majority (heard
+//! again, same incarnation): declarations are final for an epoch, so only a
+//! new one lets that member hold a lease again. The view of epoch `e + 1` is
+//! chosen by single-decree Paxos among the member slots of view `e` (ballots
+//! `(round, node)`; `Prepare`/`Promise`, then `Propose`/`Accept` by a
+//! majority of them), so two nodes never install different views for one
+//! epoch. The chosen view spreads with the heartbeats (only installed views
+//! travel in them).
 //!
 //! **Stable storage.** A Paxos acceptor's promise and vote must outlive its
 //! process. Whenever its durable state changes (the installed view; the
 //! promised ballot and accepted `(ballot, view)` for the next epoch; the
-//! highest round it proposed in), the state machine hands the whole
-//! [`AcceptorRecord`] out in [`MembershipOut::persist`]; the driver makes it
-//! durable **before** it sends that call's messages, and gives the last one
-//! back to [`Membership::new`] after a restart. A process that recovers a
-//! record keeps its promise and vote, and proposes above its old rounds (one
-//! ballot never carries two values); one that recovers an installed view
-//! adopts it, but is a new incarnation, no member of it, and joins in a
-//! later epoch like any restarted process. The runtime keeps the record in
-//! the node's state directory ([`crate::state_dir`], `roost node
+//! highest round it proposed in; the lineage, below), the state machine
+//! hands the whole [`AcceptorRecord`] out in [`MembershipOut::persist`]; the
+//! driver makes it durable **before** it sends that call's messages, and
+//! gives the last one back to [`Membership::new`] after a restart. A process
+//! that recovers a record keeps its promise and vote, and proposes above its
+//! old rounds (one ballot never carries two values). The runtime keeps the
+//! record in the node's state directory ([`crate::state_dir`], `roost node
 //! --data-dir`); the simulator on each node's simulated disk.
 //!
-//! **Without a state directory** the acceptor state lives in memory only.
-//! A restarted process never votes on a later epoch (its voters are the
-//! members of the view before, by incarnation), but the first view (epoch 1)
-//! is voted on by every configured node: a process without a record waits
+//! **A restarted process votes as its predecessor.** A process that
+//! recovers an installed view adopts it; it is a new incarnation, no member
+//! of it, and joins in a later epoch like any restarted process. Meanwhile
+//! it is the Paxos acceptor of its node's slot in that view, `(node, old
+//! incarnation)` ([`Membership::votes_as`]; its `Promise`s and `Accept`s
+//! name that slot), so a majority of a view's members restarted at once (a
+//! whole cluster, any restart of a lone node) still chooses the next view,
+//! which by the rules above drops the old incarnations once their leases
+//! lapsed and admits the new ones. Why this is safe:
+//!
+//! * *Paxos needs each voter's promises and votes to form one history.* The
+//!   slot's history is the record: every process of the node writes it
+//!   before it sends a `Promise` or `Accept`, a process starts from the last
+//!   one written, and only one process of a node runs at a time (the state
+//!   directory's lock; the simulator boots a node only when it is down). So
+//!   the processes acting for a slot, one after another, are one acceptor
+//!   that never forgets, as if the old incarnation had never stopped.
+//! * *A record holds only the votes of its lineage.* The record is per node
+//!   id, but a process that started without one (a first start, a wiped or
+//!   lost directory) knows nothing its predecessors promised. So a record
+//!   lists its lineage: the incarnations from the last start without a
+//!   record on, each process adding its own (written at its first call,
+//!   before any vote). A process votes as its node's slot only if the slot's
+//!   incarnation is in its lineage; an earlier slot's votes may be lost, and
+//!   its heir stays silent on that epoch, as before. The lineage keeps the
+//!   last [`MAX_LINEAGE`] incarnations and the node's slots in the installed
+//!   and accepted views (a bound; dropping one costs liveness, never safety).
+//! * *It never serves as the old member.* Voting is all it does for the
+//!   slot: [`Membership::is_member`], leases, grants to others and
+//!   [`Membership::serving`] go by this process's own incarnation, so it
+//!   holds no lease of the old one (grants are to an incarnation, and the
+//!   others grant by the heartbeat's), grants nothing (it forgot whom the
+//!   old one declared dead), and the protocols see it as no member.
+//! * *Leases after a restart.* A new process cannot know which leases its
+//!   predecessor granted just before it stopped, so it declares no member
+//!   dead within a lease (plus the drift margin) of its start. After that
+//!   wait an heir also declares its own node's old incarnation dead (it is
+//!   gone, and this process grants it nothing): a lone node has no one else
+//!   to declare it.
+//!
+//! **Without a state directory** the acceptor state lives in memory only,
+//! and a process behaves as before records: its lineage is itself, so it
+//! never votes on a later epoch before it is a member, and a majority
+//! restarted at once stalls the cluster. The first view (epoch 1) is voted on
+//! by every configured node: a process without a record waits
 //! `proposal_timeout_ms` before voting on it, assuming a first view chosen
 //! before it restarted has reached it by then. When it has not, the process
 //! votes on epoch 1 again with forgotten state, and two first views may be
@@ -53,17 +96,6 @@
 //! restarted proposer also starts from round 0 and may reuse a ballot its
 //! predecessor proposed with. The runtime warns at start when it runs this
 //! way.
-//!
-//! **Leases after a restart.** A new process cannot know which leases its
-//! predecessor granted just before it stopped, so it declares no member dead
-//! within a lease (plus the drift margin) of its start.
-//!
-//! **The corner left.** With more than a minority of a view's members
-//! restarted before the next view is chosen (every node at once, in
-//! particular), no majority of that view is left to choose it, records or
-//! not: restarted processes are new incarnations. Starting every node's
-//! state over begins a new cluster (`roost up` does at each run); the
-//! consensus-backed implementation (etcd) is the way out of that corner.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -487,6 +487,10 @@ impl Membership {
         let amnesiac = recovered.is_none();
         let record = recovered.unwrap_or_else(|| AcceptorRecord::empty(me));
         let lineage = record.lineage_for(incarnation);
+        assert!(
+            lineage.last() == Some(&incarnation),
+            "a process holds its own votes"
+        );
         let max_round = [
             record.proposed_round,
             record.promised.round,
@@ -512,7 +516,7 @@ impl Membership {
             started_ms: now_ms,
             // A recovered view is adopted, but this incarnation is no member
             // of it: it joins in a later epoch like any restarted process
-            // (meanwhile it votes as its predecessor's slot: `voter_slot`).
+            // (meanwhile it votes as its predecessor's slot: `votes_as`).
             view: record.installed.clone(),
             peers,
             grants: BTreeMap::new(),

@@ -15,6 +15,7 @@ use roost_cluster::local_etcd::{self, LocalEtcd, DEFAULT_ETCD_BIN, DEFAULT_ETCD_
 use roost_cluster::register::RegisterBugs;
 use roost_cluster::runtime::{admin_get, StatusReport};
 use roost_cluster::state_dir::StateDir;
+use roost_cluster::NodeId;
 use roost_node::{Node, NodeConfig, NodeError, NodeProtocol};
 
 /// Where the cluster is described: a file, or `--nodes` on loopback defaults.
@@ -205,8 +206,7 @@ pub struct UpArgs {
     pub etcd_port: u16,
     /// Where the local etcd keeps its data (membership survives a restart of
     /// `roost up`) and where node logs go; node i's state directory is
-    /// DIR/node<i> (kept across the node's restarts, started over by each
-    /// `roost up`).
+    /// DIR/node<i> (kept across the node's restarts and across runs).
     #[arg(long, default_value = "roost-data", value_name = "DIR")]
     pub data_dir: PathBuf,
     /// Restarts of a node (or of the local etcd) that exits on its own, before
@@ -558,12 +558,23 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let config = cluster_args.cluster()?;
     let flags = cluster_args.child_flags();
     let exe = std::env::current_exe().context("locating the roost binary")?;
-    // Every node of this run is a new process: a view of an earlier run has
-    // no member left to choose the next one, so the nodes' peer-membership
-    // state starts over (each keeps its own across its restarts in the run).
-    for node in &config.nodes {
-        let dir = node_state_dir(&args.data_dir, node.id);
-        StateDir::reset(&dir).with_context(|| format!("node {}'s state directory", node.id))?;
+    // Each node keeps its state directory across runs: a restarted process
+    // votes as its predecessor (its acceptor record), so the nodes of a new
+    // run choose the view after the last run's. A directory this
+    // configuration cannot use (a record naming a node no longer
+    // configured, a damaged one) is an error now rather than a node that
+    // fails its restarts.
+    if config.coordinator.is_none() {
+        for node in &config.nodes {
+            let dir = node_state_dir(&args.data_dir, node.id);
+            StateDir::open(&dir, NodeId(node.id), &config.ids()).with_context(|| {
+                format!(
+                    "node {}'s state directory (to start a new cluster, remove every node's: {})",
+                    node.id,
+                    args.data_dir.join("node<i>").display()
+                )
+            })?;
+        }
     }
     let mut nodes = Vec::with_capacity(config.nodes.len());
     for node in &config.nodes {

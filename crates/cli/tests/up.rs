@@ -207,6 +207,51 @@ fn without_etcd_roost_up_says_so_and_uses_the_built_in_membership() {
     up.stop();
 }
 
+/// The highest epoch the nodes' records under `data` name.
+fn recorded_epoch(data: &Path) -> u64 {
+    let ids: Vec<roost_cluster::NodeId> = (0..NODES).map(roost_cluster::NodeId).collect();
+    (0..NODES)
+        .map(|i| {
+            let file = data
+                .join(format!("node{i}"))
+                .join(roost_cluster::state_dir::RECORD_FILE);
+            let bytes = std::fs::read(&file).unwrap();
+            let record = roost_cluster::record::decode(&bytes, ids[i as usize], &ids).unwrap();
+            record.installed.epoch.0
+        })
+        .max()
+        .unwrap()
+}
+
+/// A second `roost up` over the same data directory keeps every node's
+/// state directory: the new processes, all of them new incarnations, vote
+/// as their predecessors and choose the view after the last run's, and the
+/// cluster serves again.
+#[test]
+fn roost_up_again_continues_the_last_runs_views() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("again");
+    let etcd_port = scratch.etcd_port.to_string();
+    let bin = scratch.dir.join("bin");
+    let (up, lines) = scratch.up(&bin, &["--etcd-port", &etcd_port]);
+    first_lines(&lines);
+    let first = scratch.wait_for_three_live();
+    assert_eq!(first.membership, "peer");
+    up.stop();
+    let last = recorded_epoch(&scratch.dir.join("data"));
+    assert!(last >= first.epoch);
+    let (up, lines) = scratch.up(&bin, &["--etcd-port", &etcd_port]);
+    first_lines(&lines);
+    let second = scratch.wait_for_three_live();
+    assert!(
+        second.epoch > last,
+        "epoch {} after the last run's {last}",
+        second.epoch
+    );
+    assert_ne!(second.incarnation, first.incarnation);
+    up.stop();
+}
+
 #[test]
 fn with_etcd_installed_roost_up_starts_one() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

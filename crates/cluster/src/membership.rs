@@ -21,30 +21,73 @@
 //! **View changes.** The coordinator (the lowest id among this node and the
 //! peers it hears) proposes the next epoch's members: the current ones minus
 //! those a majority declared dead, plus configured nodes it hears that have
-//! caught up with the current epoch. The view of epoch `e + 1` is chosen by
-//! single-decree Paxos among the members of view `e` (ballots `(round, node)`;
-//! `Prepare`/`Promise`, then `Propose`/`Accept` by a majority of them), so two
-//! nodes never install different views for one epoch. The chosen view spreads
-//! with the heartbeats (only installed views travel in them).
+//! caught up with the current epoch. It also proposes when that set is the
+//! current one but a member in it was declared dead by a majority (heard
+//! again, same incarnation): declarations are final for an epoch, so only a
+//! new one lets that member hold a lease again. The view of epoch `e + 1` is
+//! chosen by single-decree Paxos among the member slots of view `e` (ballots
+//! `(round, node)`; `Prepare`/`Promise`, then `Propose`/`Accept` by a
+//! majority of them), so two nodes never install different views for one
+//! epoch. The chosen view spreads with the heartbeats (only installed views
+//! travel in them).
 //!
 //! **Stable storage.** A Paxos acceptor's promise and vote must outlive its
 //! process. Whenever its durable state changes (the installed view; the
 //! promised ballot and accepted `(ballot, view)` for the next epoch; the
-//! highest round it proposed in), the state machine hands the whole
-//! [`AcceptorRecord`] out in [`MembershipOut::persist`]; the driver makes it
-//! durable **before** it sends that call's messages, and gives the last one
-//! back to [`Membership::new`] after a restart. A process that recovers a
-//! record keeps its promise and vote, and proposes above its old rounds (one
-//! ballot never carries two values); one that recovers an installed view
-//! adopts it, but is a new incarnation, no member of it, and joins in a
-//! later epoch like any restarted process. The runtime keeps the record in
-//! the node's state directory ([`crate::state_dir`], `roost node
+//! highest round it proposed in; the lineage, below), the state machine
+//! hands the whole [`AcceptorRecord`] out in [`MembershipOut::persist`]; the
+//! driver makes it durable **before** it sends that call's messages, and
+//! gives the last one back to [`Membership::new`] after a restart. A process
+//! that recovers a record keeps its promise and vote, and proposes above its
+//! old rounds (one ballot never carries two values). The runtime keeps the
+//! record in the node's state directory ([`crate::state_dir`], `roost node
 //! --data-dir`); the simulator on each node's simulated disk.
 //!
-//! **Without a state directory** the acceptor state lives in memory only.
-//! A restarted process never votes on a later epoch (its voters are the
-//! members of the view before, by incarnation), but the first view (epoch 1)
-//! is voted on by every configured node: a process without a record waits
+//! **A restarted process votes as its predecessor.** A process that
+//! recovers an installed view adopts it; it is a new incarnation, no member
+//! of it, and joins in a later epoch like any restarted process. Meanwhile
+//! it is the Paxos acceptor of its node's slot in that view, `(node, old
+//! incarnation)` ([`Membership::votes_as`]; its `Promise`s and `Accept`s
+//! name that slot), so a majority of a view's members restarted at once (a
+//! whole cluster, any restart of a lone node) still chooses the next view,
+//! which by the rules above drops the old incarnations once their leases
+//! lapsed and admits the new ones. Why this is safe:
+//!
+//! * *Paxos needs each voter's promises and votes to form one history.* The
+//!   slot's history is the record: every process of the node writes it
+//!   before it sends a `Promise` or `Accept`, a process starts from the last
+//!   one written, and only one process of a node runs at a time (the state
+//!   directory's lock; the simulator boots a node only when it is down). So
+//!   the processes acting for a slot, one after another, are one acceptor
+//!   that never forgets, as if the old incarnation had never stopped.
+//! * *A record holds only the votes of its lineage.* The record is per node
+//!   id, but a process that started without one (a first start, a wiped or
+//!   lost directory) knows nothing its predecessors promised. So a record
+//!   lists its lineage: the incarnations from the last start without a
+//!   record on, each process adding its own (written at its first call,
+//!   before any vote). A process votes as its node's slot only if the slot's
+//!   incarnation is in its lineage; an earlier slot's votes may be lost, and
+//!   its heir stays silent on that epoch, as before. The lineage keeps the
+//!   last [`MAX_LINEAGE`] incarnations and the node's slots in the installed
+//!   and accepted views (a bound; dropping one costs liveness, never safety).
+//! * *It never serves as the old member.* Voting is all it does for the
+//!   slot: [`Membership::is_member`], leases, grants to others and
+//!   [`Membership::serving`] go by this process's own incarnation, so it
+//!   holds no lease of the old one (grants are to an incarnation, and the
+//!   others grant by the heartbeat's), grants nothing (it forgot whom the
+//!   old one declared dead), and the protocols see it as no member.
+//! * *Leases after a restart.* A new process cannot know which leases its
+//!   predecessor granted just before it stopped, so it declares no member
+//!   dead within a lease (plus the drift margin) of its start. After that
+//!   wait an heir also declares its own node's old incarnation dead (it is
+//!   gone, and this process grants it nothing): a lone node has no one else
+//!   to declare it.
+//!
+//! **Without a state directory** the acceptor state lives in memory only,
+//! and a process behaves as before records: its lineage is itself, so it
+//! never votes on a later epoch before it is a member, and a majority
+//! restarted at once stalls the cluster. The first view (epoch 1) is voted on
+//! by every configured node: a process without a record waits
 //! `proposal_timeout_ms` before voting on it, assuming a first view chosen
 //! before it restarted has reached it by then. When it has not, the process
 //! votes on epoch 1 again with forgotten state, and two first views may be
@@ -53,17 +96,6 @@
 //! restarted proposer also starts from round 0 and may reuse a ballot its
 //! predecessor proposed with. The runtime warns at start when it runs this
 //! way.
-//!
-//! **Leases after a restart.** A new process cannot know which leases its
-//! predecessor granted just before it stopped, so it declares no member dead
-//! within a lease (plus the drift margin) of its start.
-//!
-//! **The corner left.** With more than a minority of a view's members
-//! restarted before the next view is chosen (every node at once, in
-//! particular), no majority of that view is left to choose it, records or
-//! not: restarted processes are new incarnations. Starting every node's
-//! state over begins a new cluster (`roost up` does at each run); the
-//! consensus-backed implementation (etcd) is the way out of that corner.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -175,7 +207,10 @@ pub enum MembershipMsg {
     /// Paxos phase 1a for the view of `epoch`.
     Prepare { epoch: EpochId, ballot: Ballot },
     /// 1b: the acceptor promises to ignore lower ballots and reports what it
-    /// accepted already.
+    /// accepted already. `incarnation` (here and in `Accept`) names the
+    /// member slot the acceptor votes as: its own incarnation, or its
+    /// predecessor's ([`Membership::votes_as`]); the proposer counts the
+    /// vote only if its view lists that slot.
     Promise {
         epoch: EpochId,
         ballot: Ballot,
@@ -264,7 +299,18 @@ pub struct AcceptorRecord {
     /// The highest round this node proposed in: a restarted proposer goes
     /// above it, so one ballot never carries two values.
     pub proposed_round: u64,
+    /// The incarnations of this node whose every promise and vote this
+    /// record holds, oldest first: the writer's own and its predecessors'
+    /// back to the last process that started without a record (at most
+    /// [`MAX_LINEAGE`] of them, plus this node's slots in `installed` and
+    /// `accepted`). A process votes as its node's slot in the installed
+    /// view only when the slot's incarnation is listed here.
+    pub lineage: Vec<Incarnation>,
 }
+
+/// The most recent incarnations a record's lineage keeps besides the slots
+/// it may still vote as (bounds the record as a node restarts again and again).
+pub const MAX_LINEAGE: usize = 8;
 
 /// Why a recovered [`AcceptorRecord`] cannot be used with this configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -332,7 +378,44 @@ impl AcceptorRecord {
                 ));
             }
         }
+        if self.lineage.len() > MAX_LINEAGE + 2 {
+            return Err(RecordInvalid::Inconsistent("a lineage that is too long"));
+        }
+        let distinct: BTreeSet<&Incarnation> = self.lineage.iter().collect();
+        if distinct.len() != self.lineage.len() {
+            return Err(RecordInvalid::Inconsistent(
+                "an incarnation listed twice in the lineage",
+            ));
+        }
         Ok(())
+    }
+
+    /// The lineage of a process of this node started as `incarnation` from
+    /// this record: the record's, then `incarnation`, pruned to the last
+    /// [`MAX_LINEAGE`] and the slots the process may still vote as.
+    fn lineage_for(&self, incarnation: Incarnation) -> Vec<Incarnation> {
+        let slots = [
+            self.installed.members.get(&self.node).copied(),
+            self.accepted
+                .as_ref()
+                .and_then(|(_, view)| view.members.get(&self.node).copied()),
+        ];
+        let mut lineage: Vec<Incarnation> = self
+            .lineage
+            .iter()
+            .copied()
+            .filter(|&i| i != incarnation) // a reused number is one identity
+            .collect();
+        lineage.push(incarnation);
+        let recent = lineage.len().saturating_sub(MAX_LINEAGE);
+        let lineage: Vec<Incarnation> = lineage
+            .iter()
+            .enumerate()
+            .filter(|&(at, i)| at >= recent || slots.contains(&Some(*i)))
+            .map(|(_, &i)| i)
+            .collect();
+        debug_assert!(lineage.len() <= MAX_LINEAGE + 2);
+        lineage
     }
 }
 
@@ -362,6 +445,9 @@ pub struct Membership {
     /// Started without a record: this process may have voted before it
     /// restarted and forgotten it, so it waits before voting on the first view.
     amnesiac: bool,
+    /// This node's incarnations whose promises and votes this process holds
+    /// (durable: see [`AcceptorRecord::lineage`]); its own among them.
+    lineage: Vec<Incarnation>,
     /// A view recovered from the record, not yet announced as installed.
     announce_recovered: bool,
 }
@@ -400,6 +486,11 @@ impl Membership {
         }
         let amnesiac = recovered.is_none();
         let record = recovered.unwrap_or_else(|| AcceptorRecord::empty(me));
+        let lineage = record.lineage_for(incarnation);
+        assert!(
+            lineage.last() == Some(&incarnation),
+            "a process holds its own votes"
+        );
         let max_round = [
             record.proposed_round,
             record.promised.round,
@@ -424,7 +515,8 @@ impl Membership {
             bugs,
             started_ms: now_ms,
             // A recovered view is adopted, but this incarnation is no member
-            // of it: it joins in a later epoch like any restarted process.
+            // of it: it joins in a later epoch like any restarted process
+            // (meanwhile it votes as its predecessor's slot: `votes_as`).
             view: record.installed.clone(),
             peers,
             grants: BTreeMap::new(),
@@ -438,8 +530,12 @@ impl Membership {
             proposed_round: record.proposed_round,
             heartbeat_seq: 0,
             announce_recovered: record.installed.epoch > EpochId(0),
+            // The lineage goes out with the first call (`sync_durable`), so
+            // a later process counts this one among its predecessors even if
+            // it never votes.
             persisted: record,
             amnesiac,
+            lineage,
         }
     }
 
@@ -451,6 +547,7 @@ impl Membership {
             promised: self.acceptor.promised,
             accepted: self.acceptor.accepted.clone(),
             proposed_round: self.proposed_round,
+            lineage: self.lineage.clone(),
         }
     }
 
@@ -462,7 +559,8 @@ impl Membership {
         let unchanged = p.installed == self.view
             && p.promised == self.acceptor.promised
             && p.accepted == self.acceptor.accepted
-            && p.proposed_round == self.proposed_round;
+            && p.proposed_round == self.proposed_round
+            && p.lineage == self.lineage;
         if !unchanged {
             self.persisted = self.record();
             debug_assert_eq!(self.persisted.check(self.me, &self.nodes), Ok(()));
@@ -494,8 +592,21 @@ impl Membership {
         self.nodes.len() / 2 + 1
     }
 
+    /// This process (this incarnation) is a member of its view: it may hold
+    /// a lease, grant leases and serve. A process voting as its
+    /// predecessor's slot ([`Membership::votes_as`]) is not.
     pub fn is_member(&self) -> bool {
         self.view.contains(self.me, self.incarnation)
+    }
+
+    /// The incarnation this process votes as on the next view, if any: its
+    /// node's slot in the installed view, when every promise and vote of
+    /// that slot is in this process's hands (its own incarnation, or a
+    /// predecessor's it recovered the record of: the lineage). The slot
+    /// acts only as a Paxos acceptor, never as a member.
+    pub fn votes_as(&self) -> Option<Incarnation> {
+        let slot = *self.view.members.get(&self.me)?;
+        self.lineage.contains(&slot).then_some(slot)
     }
 
     /// When this node's lease lapses (0: it holds none).
@@ -565,7 +676,23 @@ impl Membership {
     fn declare_dead(&mut self, now_ms: u64) {
         let config = &self.config;
         for (&node, &incarnation) in &self.view.members {
-            if node == self.me || self.declared.contains(&node) {
+            if self.declared.contains(&node) {
+                continue;
+            }
+            if node == self.me {
+                // An earlier incarnation of this node in the view: it stopped
+                // before this process started (one process per state
+                // directory), and this process grants it nothing. Declared
+                // like a silent peer this process never granted (a lease
+                // after its start), and only by an heir of its record, so a
+                // process without one behaves as before. A lone node needs
+                // this to replace its old self: no one else can declare it.
+                let predecessor = incarnation != self.incarnation && !self.amnesiac;
+                let waited = now_ms
+                    >= self.started_ms + config.lease_duration_ms + config.clock_drift_margin_ms;
+                if predecessor && waited {
+                    self.declared.insert(node);
+                }
                 continue;
             }
             let peer = &self.peers[&node];
@@ -661,7 +788,19 @@ impl Membership {
             return;
         }
         let members = self.desired_members(now_ms);
-        if members == self.view.members || members.len() < self.majority() {
+        // A member a majority declared dead gets no lease in this epoch
+        // again (declarations are final), even when it is heard again and
+        // stays in (same incarnation): only a new epoch, with the same
+        // members maybe, lets it serve again. (Found by the outage
+        // campaign's liveness check: two nodes muted in turn, each
+        // declared dead by the other two, never served again.)
+        let majority = self.majority();
+        let declared_out = self
+            .view
+            .members
+            .keys()
+            .any(|&node| self.dead_votes(node) >= majority);
+        if (members == self.view.members && !declared_out) || members.len() < majority {
             return;
         }
         self.max_round += 1;
@@ -720,8 +859,14 @@ impl Membership {
         if self.view.epoch == EpochId(0) {
             !self.amnesiac || now_ms >= self.started_ms + self.config.proposal_timeout_ms
         } else {
-            self.is_member()
+            self.votes_as().is_some()
         }
+    }
+
+    /// The incarnation a Promise or Accept names: the slot voted as (any
+    /// configured node votes on the first view, as itself).
+    fn voter_incarnation(&self) -> Incarnation {
+        self.votes_as().unwrap_or(self.incarnation)
     }
 
     /// Is `from` (as `incarnation`) a voter on the next view, as this node sees it?
@@ -771,7 +916,7 @@ impl Membership {
         let msg = MembershipMsg::Promise {
             epoch,
             ballot,
-            incarnation: self.incarnation,
+            incarnation: self.voter_incarnation(),
             accepted: self.acceptor.accepted.clone(),
         };
         self.reply(from, msg, now_ms, out);
@@ -844,7 +989,7 @@ impl Membership {
         let msg = MembershipMsg::Accept {
             epoch,
             ballot,
-            incarnation: self.incarnation,
+            incarnation: self.voter_incarnation(),
         };
         self.reply(from, msg, now_ms, out);
     }

@@ -6,13 +6,17 @@
 //! | bytes | field |
 //! | --- | --- |
 //! | 0..8 | magic `b"ROOSTACC"` |
-//! | 8..12 | format version, `u32` little-endian ([`RECORD_VERSION`]) |
+//! | 8..12 | format version, `u32` little-endian ([`RECORD_VERSION`]; 1 is read too) |
 //! | 12..16 | payload length `n`, `u32` little-endian (at most [`MAX_RECORD_BYTES`]) |
 //! | 16..16+n | payload: postcard of the version's fields |
 //! | 16+n..20+n | CRC-32 (IEEE) of bytes `0..16+n`, `u32` little-endian |
 //!
 //! The payload uses plain integers rather than the membership's own types,
 //! so that changing those types cannot change the file format unnoticed.
+//! Version 2 adds the lineage (the incarnations whose votes the record
+//! holds); a version 1 record, from the build before, is read with an empty
+//! one, so its heir votes only as itself, as that build did: it cannot tell
+//! whether the record's writer started without one.
 //! Members are listed by increasing node id (one encoding per record), and
 //! a decoded record must pass [`AcceptorRecord::check`] against the node and
 //! the configuration it is read for.
@@ -27,8 +31,10 @@ use crate::membership::{AcceptorRecord, Ballot, RecordInvalid, MAX_NODES};
 use crate::protocol::View;
 
 const MAGIC: &[u8; 8] = b"ROOSTACC";
-/// The format this build writes and reads.
-pub const RECORD_VERSION: u32 = 1;
+/// The format this build writes (it reads this one and version 1).
+pub const RECORD_VERSION: u32 = 2;
+/// The first format: version 2 without the lineage.
+const RECORD_VERSION_1: u32 = 1;
 /// Header bytes: magic, version, payload length.
 const HEADER_BYTES: usize = 16;
 const CHECKSUM_BYTES: usize = 4;
@@ -43,7 +49,7 @@ pub enum RecordError {
     TooShort { len: usize },
     #[error("not a membership record (bad magic)")]
     BadMagic,
-    #[error("record format version {found}; this build reads version {supported}")]
+    #[error("record format version {found}; this build reads versions 1 to {supported}")]
     UnsupportedVersion { found: u32, supported: u32 },
     #[error("payload of {len} bytes exceeds {MAX_RECORD_BYTES}")]
     TooLarge { len: usize },
@@ -82,6 +88,13 @@ struct RecordV1 {
     proposed_round: u64,
 }
 
+/// Version 2: version 1's fields, then the lineage.
+#[derive(Debug, Serialize, Deserialize)]
+struct RecordV2 {
+    v1: RecordV1,
+    lineage: Vec<u64>,
+}
+
 fn members_out(view: &View) -> Vec<(u32, u64)> {
     view.members.iter().map(|(n, &i)| (n.0, i)).collect()
 }
@@ -98,7 +111,7 @@ fn members_in(list: Vec<(u32, u64)>) -> Result<BTreeMap<NodeId, u64>, RecordErro
 
 /// The bytes of `record` (a file's whole contents).
 pub fn encode(record: &AcceptorRecord) -> Vec<u8> {
-    let wire = RecordV1 {
+    let v1 = RecordV1 {
         node: record.node.0,
         installed_epoch: record.installed.epoch.0,
         installed_members: members_out(&record.installed),
@@ -111,6 +124,10 @@ pub fn encode(record: &AcceptorRecord) -> Vec<u8> {
             members: members_out(view),
         }),
         proposed_round: record.proposed_round,
+    };
+    let wire = RecordV2 {
+        v1,
+        lineage: record.lineage.clone(),
     };
     let payload = postcard::to_stdvec(&wire).expect("plain integers and vectors encode");
     assert!(
@@ -144,7 +161,7 @@ pub fn decode(bytes: &[u8], me: NodeId, nodes: &[NodeId]) -> Result<AcceptorReco
     // The version before anything else: a later format may lay out the rest
     // differently.
     let version = u32_at(bytes, 8);
-    if version != RECORD_VERSION {
+    if version != RECORD_VERSION && version != RECORD_VERSION_1 {
         return Err(RecordError::UnsupportedVersion {
             found: version,
             supported: RECORD_VERSION,
@@ -164,11 +181,19 @@ pub fn decode(bytes: &[u8], me: NodeId, nodes: &[NodeId]) -> Result<AcceptorReco
     if stored != computed {
         return Err(RecordError::Checksum { stored, computed });
     }
-    let (wire, rest): (RecordV1, &[u8]) =
-        postcard::take_from_bytes(&bytes[HEADER_BYTES..body_end]).map_err(RecordError::Payload)?;
+    let payload = &bytes[HEADER_BYTES..body_end];
+    let (wire, rest) = if version == RECORD_VERSION_1 {
+        let (v1, rest): (RecordV1, &[u8]) =
+            postcard::take_from_bytes(payload).map_err(RecordError::Payload)?;
+        let lineage = Vec::new(); // unknown: see the module doc
+        (RecordV2 { v1, lineage }, rest)
+    } else {
+        postcard::take_from_bytes(payload).map_err(RecordError::Payload)?
+    };
     if !rest.is_empty() {
         return Err(RecordError::Trailing(rest.len()));
     }
+    let RecordV2 { v1: wire, lineage } = wire;
     let accepted = match wire.accepted {
         None => None,
         Some(a) => Some((
@@ -194,6 +219,7 @@ pub fn decode(bytes: &[u8], me: NodeId, nodes: &[NodeId]) -> Result<AcceptorReco
         },
         accepted,
         proposed_round: wire.proposed_round,
+        lineage,
     };
     record.check(me, nodes)?;
     Ok(record)
@@ -259,6 +285,7 @@ mod tests {
                 view(4, &[(0, 7), (1, 9), (2, 4)]),
             )),
             proposed_round: 10,
+            lineage: vec![9, 11],
         }
     }
 
@@ -315,10 +342,11 @@ mod tests {
     fn well_framed_but_wrong_records_are_clear_errors() {
         let decode1 = |bytes: &[u8]| decode(bytes, NodeId(1), &NODES).unwrap_err();
         assert!(matches!(
-            decode1(&framed(2, b"")),
-            RecordError::UnsupportedVersion { found: 2, .. }
+            decode1(&framed(3, b"")),
+            RecordError::UnsupportedVersion { found: 3, .. }
         ));
         assert!(matches!(decode1(&framed(1, b"")), RecordError::Payload(_)));
+        assert!(matches!(decode1(&framed(2, b"")), RecordError::Payload(_)));
         assert!(matches!(
             decode1(b"NOTROOST\x01\0\0\0\0\0\0\0\0\0\0\0"),
             RecordError::BadMagic
@@ -343,7 +371,7 @@ mod tests {
         let mut padded = payload.to_vec();
         padded.push(0);
         assert!(matches!(
-            decode1(&framed(1, &padded)),
+            decode1(&framed(RECORD_VERSION, &padded)),
             RecordError::Trailing(1)
         ));
         // Members out of order, and an accepted view of the wrong epoch.
@@ -367,6 +395,51 @@ mod tests {
             decode1(&encode(&wrong)),
             RecordError::Invalid(RecordInvalid::Inconsistent(_))
         ));
+        // A lineage listing an incarnation twice, or too long to be one.
+        let mut twice = sample();
+        twice.lineage = vec![9, 9];
+        assert!(matches!(
+            decode1(&encode(&twice)),
+            RecordError::Invalid(RecordInvalid::Inconsistent(_))
+        ));
+        let mut long = sample();
+        long.lineage = (0..100).collect();
+        assert!(matches!(
+            decode1(&encode(&long)),
+            RecordError::Invalid(RecordInvalid::Inconsistent(_))
+        ));
+    }
+
+    /// The previous build's format is still read, with an empty lineage (its
+    /// heir votes only as itself, as that build did).
+    #[test]
+    fn version_1_records_are_read_without_a_lineage() {
+        let record = sample();
+        let v1 = RecordV1 {
+            node: 1,
+            installed_epoch: 3,
+            installed_members: vec![(0, 7), (1, 9)],
+            promised_round: 12,
+            promised_proposer: 2,
+            accepted: Some(AcceptedV1 {
+                round: 11,
+                proposer: 0,
+                epoch: 4,
+                members: vec![(0, 7), (1, 9), (2, 4)],
+            }),
+            proposed_round: 10,
+        };
+        let bytes = framed(1, &postcard::to_stdvec(&v1).unwrap());
+        let read = decode(&bytes, NodeId(1), &NODES).unwrap();
+        assert_eq!(
+            read,
+            AcceptorRecord {
+                lineage: Vec::new(),
+                ..record
+            }
+        );
+        // Written back, it is version 2.
+        assert_eq!(u32_at(&encode(&read), 8), RECORD_VERSION);
     }
 
     proptest::proptest! {
@@ -379,7 +452,9 @@ mod tests {
         fn arbitrary_payloads_in_a_good_frame_never_panic(
             payload in proptest::collection::vec(proptest::num::u8::ANY, 0..256),
         ) {
-            let _ = decode(&framed(1, &payload), NodeId(1), &NODES);
+            for version in [1, RECORD_VERSION] {
+                let _ = decode(&framed(version, &payload), NodeId(1), &NODES);
+            }
         }
     }
 }

@@ -109,8 +109,9 @@ impl StateDir {
         Ok((dir, recovered))
     }
 
-    /// Removes the record (a new cluster starts over: `roost up` at the
-    /// start of a run). Fails if a process holds the directory.
+    /// Removes the record: this node starts over (every node's must, for a
+    /// new cluster; one node's alone loses its votes, and its heir then
+    /// votes only as itself). Fails if a process holds the directory.
     pub fn reset(path: &Path) -> Result<(), StateDirError> {
         let _dir = Self::lock(path)?;
         for name in [RECORD_FILE, TEMP_FILE] {

@@ -30,6 +30,8 @@ fn config() -> MembershipConfig {
 struct Net {
     nodes: Vec<Membership>,
     silent: Vec<NodeId>,
+    /// Nodes that hear but are not heard (their messages are lost).
+    muted: Vec<NodeId>,
     now_ms: u64,
     /// Each node's last persisted record (its disk).
     disks: Vec<Option<AcceptorRecord>>,
@@ -47,6 +49,7 @@ impl Net {
         Net {
             nodes,
             silent: Vec::new(),
+            muted: Vec::new(),
             now_ms: 0,
             disks: vec![None; n as usize],
             declarations: Vec::new(),
@@ -84,7 +87,10 @@ impl Net {
         while let Some((from, to, msg)) = queue.pop_front() {
             budget -= 1;
             assert!(budget > 0, "message storm");
-            if self.silent.contains(&from) || self.silent.contains(&to) {
+            if self.silent.contains(&from)
+                || self.silent.contains(&to)
+                || self.muted.contains(&from)
+            {
                 continue;
             }
             let mut out = MembershipOut::default();
@@ -296,7 +302,17 @@ fn promises_and_votes_are_persisted_with_the_messages_that_carry_them() {
         ballot,
     };
     m.on_message(1, NodeId(0), prepare.clone(), &mut out);
-    assert!(out.sends.is_empty() && out.persist.is_none());
+    assert!(out.sends.is_empty());
+    // Its first call writes only its lineage (its own incarnation), so a
+    // later process knows whose votes the record holds.
+    let record = out.persist.take().expect("the lineage, at once");
+    assert_eq!(
+        record,
+        AcceptorRecord {
+            lineage: vec![1],
+            ..AcceptorRecord::empty(NodeId(1))
+        }
+    );
     let after_wait = config().proposal_timeout_ms;
     m.on_message(after_wait, NodeId(0), prepare.clone(), &mut out);
     let record = out.persist.take().expect("the promise is persisted");
@@ -435,6 +451,221 @@ fn a_restarted_process_declares_no_one_dead_within_a_lease_of_its_start() {
         "declared {} ms after its start",
         declared_at - restarted_at
     );
+}
+
+/// Ticks until `done`, checking after every tick that only members serve
+/// (a process voting as its predecessor's slot never does) and that no two
+/// nodes installed different views of one epoch.
+fn run_checked(net: &mut Net, what: &str, done: impl Fn(&Net) -> bool) {
+    let mut chosen: std::collections::BTreeMap<EpochId, roost_cluster::View> = Default::default();
+    for _ in 0..1_000 {
+        for m in &net.nodes {
+            let view = m.view().clone();
+            if view.epoch > EpochId(0) {
+                let first = chosen.entry(view.epoch).or_insert_with(|| view.clone());
+                assert_eq!(first, &view, "two views of {}", view.epoch);
+            }
+            if m.serving(net.now_ms) {
+                assert!(m.is_member(), "{} serves outside its view", m.me());
+            }
+            if m.votes_as().is_some_and(|slot| slot != m.incarnation()) {
+                assert!(!m.is_member() && !m.serving(net.now_ms));
+                assert_eq!(m.lease_expiry_ms(), 0, "no lease as its predecessor");
+            }
+        }
+        if done(net) {
+            return;
+        }
+        net.tick();
+    }
+    panic!("never reached: {what}");
+}
+
+/// Every node serves as `incarnation`, in one view listing all of them so.
+fn all_serve_as(net: &Net, incarnation: u64) -> bool {
+    let view = net.nodes[0].view();
+    net.nodes.iter().all(|m| {
+        m.view() == view && m.incarnation() == incarnation && m.is_member() && m.serving(net.now_ms)
+    }) && view.members.values().all(|&i| i == incarnation)
+}
+
+/// The corner the record closes: with every member restarted, no member of
+/// the view is left, but each new process votes as its predecessor (whose
+/// promises and votes it recovered), so the next view is chosen: the old
+/// incarnations out (their leases lapsed), the new ones in.
+#[test]
+fn every_node_restarting_with_its_record_chooses_a_new_view() {
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    let before = net.nodes[0].view().clone();
+    for i in 0..3 {
+        net.restart(i, 2, true);
+    }
+    // Each adopts the view, is no member of it, and votes as its old slot.
+    for m in &net.nodes {
+        assert_eq!(m.view(), &before);
+        assert!(!m.is_member() && !m.serving(net.now_ms));
+        assert_eq!(m.votes_as(), Some(1));
+    }
+    let restarted_at = net.now_ms;
+    run_checked(&mut net, "a view of the new incarnations", |n| {
+        all_serve_as(n, 2)
+    });
+    let after = net.nodes[0].view();
+    assert_eq!(after.epoch, EpochId(before.epoch.0 + 1), "one view change");
+    // Not before the old incarnations' leases (as seen at the restart) lapsed.
+    assert!(net.now_ms >= restarted_at + config().lease_duration_ms);
+    // Their records now say so, with the lineage of the votes they hold.
+    for (i, disk) in net.disks.iter().enumerate() {
+        let record = disk.as_ref().unwrap();
+        assert_eq!(&record.installed, after, "node {i}");
+        assert_eq!(record.lineage, [1, 2], "node {i}");
+    }
+}
+
+#[test]
+fn a_lone_node_restarts_and_serves_again() {
+    let mut net = Net::new(1);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    for incarnation in 2..=4 {
+        let epoch = net.nodes[0].view().epoch;
+        net.restart(0, incarnation, true);
+        assert!(!net.nodes[0].serving(net.now_ms));
+        run_checked(&mut net, "serving again", |n| all_serve_as(n, incarnation));
+        assert_eq!(net.nodes[0].view().epoch, EpochId(epoch.0 + 1));
+    }
+}
+
+#[test]
+fn a_majority_restarting_while_one_node_runs_chooses_a_new_view() {
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    net.restart(1, 2, true);
+    net.restart(2, 2, true);
+    run_checked(&mut net, "nodes 1 and 2 back", |n| {
+        let view = n.nodes[0].view();
+        n.nodes
+            .iter()
+            .all(|m| m.serving(n.now_ms) && m.view() == view)
+            && view.members.get(&NodeId(1)) == Some(&2)
+            && view.members.get(&NodeId(2)) == Some(&2)
+    });
+    assert_eq!(net.nodes[0].view().members.get(&NodeId(0)), Some(&1));
+    assert!(net.nodes[0].is_member(), "node 0 never restarted");
+}
+
+/// A record only vouches for the incarnations whose votes it holds. Here
+/// node 2's directory is wiped while it is down: its next process starts
+/// without a record, learns the view (with node 2's first incarnation in
+/// it) and persists; the process after that recovers this record, which
+/// lacks whatever the first incarnation promised, so it must not vote as it.
+#[test]
+fn a_record_begun_after_a_lost_one_does_not_vote_for_the_lost_votes() {
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    net.restart(2, 2, false); // a wiped directory
+    assert_eq!(net.nodes[2].view().epoch, EpochId(0));
+    net.silent = vec![NodeId(0)]; // keep the view from changing meanwhile
+    net.run_until("node 2 learns epoch 1", |n| {
+        n.nodes[2].view().epoch == EpochId(1)
+    });
+    assert_eq!(net.nodes[2].view().members.get(&NodeId(2)), Some(&1));
+    assert_eq!(net.nodes[2].votes_as(), None, "it holds none of 1's votes");
+    let record = net.disks[2].clone().unwrap();
+    assert_eq!(record.lineage, [2]);
+    net.restart(2, 3, true);
+    assert_eq!(net.nodes[2].votes_as(), None, "nor does its heir");
+    // It answers no Prepare for the next epoch (as incarnation 1 or any).
+    let ids: Vec<NodeId> = (0..3).map(NodeId).collect();
+    let mut out = MembershipOut::default();
+    let ballot = Ballot {
+        round: 99,
+        node: NodeId(1),
+    };
+    net.nodes[2].on_message(
+        net.now_ms + 1_000,
+        NodeId(1),
+        MembershipMsg::Prepare {
+            epoch: EpochId(2),
+            ballot,
+        },
+        &mut out,
+    );
+    assert!(out.sends.is_empty(), "{:?}", out.sends);
+    // With its own record, the heir of incarnation 1 votes as it.
+    let mut heir = Membership::new(
+        NodeId(1),
+        2,
+        &ids,
+        config(),
+        MembershipBugs::default(),
+        net.disks[1].clone(),
+        net.now_ms,
+    );
+    assert_eq!(heir.votes_as(), Some(1));
+    let mut out = MembershipOut::default();
+    heir.on_message(
+        net.now_ms,
+        NodeId(0),
+        MembershipMsg::Prepare {
+            epoch: EpochId(2),
+            ballot,
+        },
+        &mut out,
+    );
+    let record = out.persist.expect("the promise, persisted first");
+    assert_eq!(
+        (record.promised, &record.lineage[..]),
+        (ballot, &[1, 2][..])
+    );
+    assert!(matches!(
+        out.sends[..],
+        [(NodeId(0), MembershipMsg::Promise { incarnation: 1, .. })]
+    ));
+}
+
+#[test]
+fn a_lineage_stays_bounded_across_many_restarts() {
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    net.silent = vec![NodeId(0), NodeId(1)]; // no view change meanwhile
+    for incarnation in 2..40 {
+        net.restart(2, incarnation, true);
+        net.tick();
+        let record = net.disks[2].as_ref().unwrap();
+        assert!(record.lineage.len() <= roost_cluster::membership::MAX_LINEAGE + 2);
+        assert_eq!(record.lineage.first(), Some(&1), "its slot's is kept");
+        assert_eq!(record.lineage.last(), Some(&incarnation));
+        assert_eq!(net.nodes[2].votes_as(), Some(1));
+    }
+}
+
+/// Declarations are final for an epoch: a member a majority declared dead
+/// gets no lease in it again. Here nodes 1 and 2 are muted (they hear, but
+/// are not heard) until node 0 has declared both dead and each the other;
+/// once heard again they are no reason for a smaller view (they are live,
+/// same incarnations), but without a new epoch they would never serve again:
+/// the coordinator proposes the same members in the next epoch.
+#[test]
+fn members_declared_dead_but_heard_again_serve_in_a_new_epoch() {
+    let mut net = Net::new(3);
+    net.run_until("serving", |n| all_serve_as(n, 1));
+    net.muted = vec![NodeId(1), NodeId(2)];
+    let declared =
+        |n: &Net, by: usize, of: u32| n.nodes[by].health(NodeId(of), n.now_ms) == Health::Dead;
+    net.run_until("declared", |n| {
+        declared(n, 0, 1) && declared(n, 0, 2) && declared(n, 1, 2) && declared(n, 2, 1)
+    });
+    assert_eq!(
+        net.nodes[0].view().epoch,
+        EpochId(1),
+        "no quorum to remove them"
+    );
+    net.muted.clear();
+    run_checked(&mut net, "all serving again", |n| all_serve_as(n, 1));
+    let view = net.nodes[0].view();
+    assert_eq!(view.epoch, EpochId(2));
+    assert_eq!(view.members.len(), 3, "the same members, in a new epoch");
 }
 
 /// Counts the messages it is given.

@@ -150,10 +150,13 @@ fn planted_early_removal_is_caught() {
 /// not rejoined yet), with faults dense around the first view: a restarted
 /// node that forgot its acceptor record votes on epoch 1 again.
 mod idle {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
     use roost_cluster::protocol::{Context, Effects, Incarnation, Input, Protocol};
     use roost_cluster::sim::{
-        membership_checkers, Cause, ClientId, SimConfig, SimReport, SimRng, Simulation, Workload,
-        WorkloadStats,
+        membership_checkers, Cause, Checker, ClientId, ServesAtEnd, SimConfig, SimReport, SimRng,
+        Simulation, Violation, Workload, WorkloadStats, World,
     };
     use roost_cluster::NodeId;
 
@@ -210,6 +213,108 @@ mod idle {
         .expect("valid settings")
         .run()
     }
+
+    /// Crashes hit any number of nodes, whole-cluster outages among them,
+    /// every 100 ms for 2 s; then 2 s of calm for the last restarts to rejoin.
+    pub fn outages(nodes: u32) -> SimConfig {
+        SimConfig {
+            nodes,
+            duration_ms: 4_000,
+            calm_tail_ms: 2_000,
+            crash_majorities: true,
+            fault_interval_ms: 100,
+            restart_min_ms: 20,
+            restart_max_ms: 300,
+            clients_per_node: 0,
+            ..SimConfig::default()
+        }
+    }
+
+    /// Counts the events after which more than a minority of nodes was down.
+    pub struct MajorityDown(pub Rc<Cell<u64>>);
+
+    impl Checker<Idle, ()> for MajorityDown {
+        fn after_event(&mut self, world: &World<'_, Idle>, _: &()) -> Result<(), Violation> {
+            let down = world.nodes.iter().filter(|s| s.node().is_none()).count();
+            if down > world.nodes.len() / 2 {
+                self.0.set(self.0.get() + 1);
+            }
+            Ok(())
+        }
+    }
+
+    /// A run under [`outages`], with the membership checkers and every node
+    /// serving at the end; also how many events a majority was down after.
+    pub fn run_outages(config: &SimConfig, seed: u64) -> (SimReport, u64) {
+        let factory = |_: NodeId, _: Incarnation| Idle;
+        let (agreement, lease) = membership_checkers();
+        let down = Rc::new(Cell::new(0));
+        let report = Simulation::new(
+            config.clone(),
+            seed,
+            factory,
+            NoClients,
+            (agreement, lease, ServesAtEnd, MajorityDown(down.clone())),
+        )
+        .expect("valid settings")
+        .run();
+        (report, down.get())
+    }
+}
+
+/// Crashes that take down a majority of the nodes, or all of them at once:
+/// the restarted processes vote as their predecessors (their acceptor
+/// records), so each time the next view is chosen and at the end the whole
+/// cluster serves again, at one, three and five nodes.
+#[test]
+fn majority_crashes_and_outages_recover() {
+    let seeds = seeds_from_env(1_000);
+    for (nodes, seeds) in [(3, seeds), (1, seeds / 10), (5, seeds / 10)] {
+        let config = idle::outages(nodes);
+        let mut majority_down = 0;
+        let result = run_campaign(&CampaignSpec::seeds(0, seeds), |seed| {
+            let (report, down) = idle::run_outages(&config, seed);
+            majority_down += u64::from(down > 0);
+            report
+        })
+        .unwrap();
+        if let Some(failure) = &result.first_failure {
+            panic!(
+                "{nodes} nodes, seed {} failed: {:?}",
+                failure.seed, failure.violation
+            );
+        }
+        assert_eq!(result.seeds_run, seeds);
+        // Most seeds lose a majority at some point, and views keep changing.
+        assert!(majority_down > seeds / 2, "{majority_down} of {seeds}");
+        assert!(result.crashes > seeds * 3, "{result:?}");
+        assert!(result.max_epoch >= 5, "{result:?}");
+    }
+}
+
+/// The same faults with a disk that loses the record: restarted processes
+/// cannot vote for their predecessors, and a cluster that lost a majority
+/// of a view's members at once never chooses the next view (the stall the
+/// record closes), or chooses a second first view.
+#[test]
+fn without_records_majority_crashes_stall_the_cluster() {
+    let config = SimConfig {
+        membership_bugs: MembershipBugs {
+            forget_acceptor_state_on_restart: true,
+            ..MembershipBugs::default()
+        },
+        ..idle::outages(3)
+    };
+    let result = run_campaign(&CampaignSpec::seeds(0, 100), |seed| {
+        idle::run_outages(&config, seed).0
+    })
+    .unwrap();
+    let failure = result.first_failure.expect("the checkers notice");
+    let violation = failure.violation.unwrap();
+    assert!(
+        ["serves at end", "view agreement"].contains(&violation.checker.as_str()),
+        "{violation}"
+    );
 }
 
 #[test]

@@ -2310,6 +2310,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         self.entries.clear();
         self.blocked.clear();
         self.recovery.clear();
+        // Nor does it follow the views while out: the incarnation changes
+        // it would find against the last view it saw, when it is a member
+        // again, may have happened epochs earlier, so it would take live
+        // requesters for gone (and apply, without them, requests the others
+        // wait on). Back in, it knows no more than a new process, and trusts
+        // the drivers' word on who is gone, as one does.
+        self.members.clear();
+        self.gone_since.clear();
         debug_assert!(self.requests.is_empty());
         debug_assert!(self.entries.is_empty());
     }

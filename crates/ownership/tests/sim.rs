@@ -119,3 +119,21 @@ fn seed_2002_a_restarted_node_keeps_its_first_view_vote() {
     let violation = forgot.violation.expect("the planted disk loses the vote");
     assert_eq!(violation.checker, "view agreement", "{violation}");
 }
+
+/// Seed 18, reachable once a view whose members restarted could be
+/// replaced (the membership's restarted processes vote as their
+/// predecessors): node 2, out of the views while node 0 restarted, came
+/// back and took node 0's restart for one in the epoch it came back in, so
+/// it judged node 0's live request of the epoch before a dead requester's,
+/// applied it without node 0 while the other arbiter waited for node 0:
+/// two valid arbiters with one `o_ts` and different sharers. A node that
+/// leaves the view now forgets the views it saw, as a new process would.
+#[test]
+fn seed_18_a_node_back_in_the_view_trusts_the_driver_on_who_is_gone() {
+    let report = OwnershipScenario::default()
+        .run(&SimConfig::default(), 18, false)
+        .unwrap()
+        .report;
+    assert_eq!(report.violation, None, "{report:?}");
+    assert!(report.max_epoch >= 4, "{report:?}");
+}

@@ -59,6 +59,18 @@ pub struct SimConfig {
     pub client_interval_ms: u64,
     pub membership: MembershipConfig,
     pub membership_bugs: MembershipBugs,
+    /// Crashes may take down any number of nodes, every node at once
+    /// included (a fault may then be an outage: every node crashes). Off,
+    /// a majority stays up and ready, the fault model of quorum protocols
+    /// with in-memory replicas; on, only for protocols that hold no data a
+    /// majority must keep (the membership alone).
+    #[serde(default)]
+    pub crash_majorities: bool,
+    /// No faults in the last this many ms, and the links heal when they
+    /// begin, so that a liveness checker ([`crate::sim::ServesAtEnd`]) can
+    /// ask for a serving cluster at the end. 0: faults until the end.
+    #[serde(default)]
+    pub calm_tail_ms: u64,
 }
 
 impl Default for SimConfig {
@@ -84,6 +96,8 @@ impl Default for SimConfig {
                 proposal_timeout_ms: 300,
             },
             membership_bugs: MembershipBugs::default(),
+            crash_majorities: false,
+            calm_tail_ms: 0,
         }
     }
 }
@@ -107,6 +121,8 @@ pub enum SimConfigError {
     Restart(u64, u64),
     #[error("clients_per_node = {0} must be in 0..={MAX_CLIENTS_PER_NODE}")]
     Clients(u32),
+    #[error("calm_tail_ms = {0} exceeds duration_ms = {1}")]
+    CalmTail(u64, u64),
     #[error("membership: {0}")]
     Membership(#[from] MembershipConfigError),
     /// A protocol's own settings (its scenario checks them).
@@ -151,6 +167,12 @@ impl SimConfig {
         }
         if self.clients_per_node > MAX_CLIENTS_PER_NODE {
             return Err(SimConfigError::Clients(self.clients_per_node));
+        }
+        if self.calm_tail_ms > self.duration_ms {
+            return Err(SimConfigError::CalmTail(
+                self.calm_tail_ms,
+                self.duration_ms,
+            ));
         }
         self.membership.validate()?;
         Ok(())
@@ -766,11 +788,26 @@ where
     }
 
     fn fault(&mut self) {
+        // (Without a calm tail nothing below draws differently, so the
+        // seeds of such runs keep their traces.)
+        let calm = self.config.calm_tail_ms > 0
+            && self.now_ms + self.config.calm_tail_ms >= self.config.duration_ms;
+        if calm {
+            if !self.cut.is_empty() {
+                self.note(|| "heal (calm tail)".to_owned());
+            }
+            self.cut.clear();
+            return;
+        }
         if !self.rng.random_bool(self.config.fault_probability) {
             return;
         }
         let n = self.ids.len();
-        let max_down = n - (n / 2 + 1);
+        let max_down = if self.config.crash_majorities {
+            n
+        } else {
+            n - (n / 2 + 1)
+        };
         let down = self
             .nodes
             .iter()
@@ -781,15 +818,30 @@ where
             })
             .count();
         let victim = self.ids[self.rng.random_range(0..n)];
-        match self.rng.random_range(0..4u8) {
+        let kinds: u8 = if self.config.crash_majorities { 5 } else { 4 };
+        match self.rng.random_range(0..kinds) {
             // Crash only while the fault model allows it: a majority must
-            // hold the data at all times.
+            // hold the data at all times (unless crash_majorities).
             0 if down < max_down && self.nodes[victim.0 as usize].node.is_some() => {
                 self.crash(victim);
                 let after = self
                     .rng
                     .random_range(self.config.restart_min_ms..=self.config.restart_max_ms);
                 self.schedule(after, Event::Restart(victim));
+            }
+            4 => {
+                // An outage (crash_majorities only): every node that is up.
+                self.hash.write(&[9]);
+                self.note(|| "outage".to_owned());
+                for id in self.ids.clone() {
+                    if self.nodes[id.0 as usize].node.is_some() {
+                        self.crash(id);
+                        let after = self
+                            .rng
+                            .random_range(self.config.restart_min_ms..=self.config.restart_max_ms);
+                        self.schedule(after, Event::Restart(id));
+                    }
+                }
             }
             1 => {
                 // Isolate one node in both directions.

@@ -9,7 +9,8 @@
 //! * [`core`]: the simulator, generic over the protocol, its [`Factory`],
 //!   [`Workload`] and [`Checker`].
 //! * [`check`]: the membership's checkers (view agreement, lease safety),
-//!   which every protocol's simulation includes.
+//!   which every protocol's simulation includes, and a liveness one for
+//!   runs that end in calm (every node serves at the end).
 //! * [`campaign`]: seeds within a budget, stopping at the first violation;
 //!   [`Scenario`], what a protocol provides to be run by name.
 //! * [`register`]: the ABD register's workload and linearizability checker.
@@ -29,7 +30,7 @@ pub use campaign::{
     campaign, run_campaign, run_simulation, CampaignError, CampaignReport, CampaignSpec,
     CampaignStop, Scenario, SimRun,
 };
-pub use check::{membership_checkers, LeaseSafety, MembershipCheckers, ViewAgreement};
+pub use check::{membership_checkers, LeaseSafety, MembershipCheckers, ServesAtEnd, ViewAgreement};
 pub use core::{
     Cause, Checker, ClientId, Factory, SimConfig, SimConfigError, SimNode, SimReport, SimRng,
     Simulation, TraceHash, Violation, Workload, WorkloadStats, World, MAX_CLIENTS_PER_NODE,

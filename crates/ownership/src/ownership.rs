@@ -173,6 +173,9 @@ struct Arb {
 struct Collect {
     got: BTreeSet<NodeId>,
     data: Option<ObjectData>,
+    /// An arbiter answered that it applied the arbitration: it completed,
+    /// and is finished here without a RESP once every acker answered.
+    completed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -349,6 +352,11 @@ pub struct Ownership<K: ObjectKey, S> {
     /// incarnation changed restarted, its memory gone, even if the new view
     /// admits the new incarnation in the same step.
     members: BTreeMap<NodeId, Incarnation>,
+    /// The epoch of that view. A node may install views with gaps (it was
+    /// cut off, or not a member meanwhile): an incarnation change it notes
+    /// happened in some view after this one, not necessarily in the one
+    /// that shows it.
+    members_epoch: u64,
     /// Per node, the epoch since which its current incarnation counts (it
     /// left the view, or restarted, in the view change to that epoch): its
     /// attempts from before are a dead requester's. At most one per
@@ -378,6 +386,7 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.recovery.hash(state);
         self.last_r_ts.hash(state);
         self.members.hash(state);
+        self.members_epoch.hash(state);
         self.gone_since.hash(state);
         self.r_ts_base.hash(state);
         self.jitter.hash(state);
@@ -414,6 +423,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             recovery: BTreeSet::new(),
             last_r_ts: 0,
             members: BTreeMap::new(),
+            members_epoch: 0,
             gone_since: BTreeMap::new(),
             r_ts_base: None,
             jitter,
@@ -2004,31 +2014,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             (None, true) => return self.drop_input(fx, DropReason::MissingData, from, "ACK"),
             _ => {}
         }
-        if ack.applied && matches!(arb.r_type, ArbKind::Request(_)) {
-            // An arbiter applied it: it completed (its requester applied it
-            // first). Finish it here too, and tell the other arbiters.
-            let (o_ts, r_ts) = (ack.o_ts, last_r_ts);
-            let dir = self.dir(ctx, key);
-            let entry = self.entries.get(key).expect("present");
-            let arb = entry.arb.as_ref().expect("collecting");
-            let val_to = val_targets(&arb.ackers, &entry.o_replicas, &dir);
-            self.apply_val(ctx, key);
-            let val = Val {
-                o_ts,
-                r_ts,
-                r_floor: 0,
-            };
-            let me = self.me;
-            for &node in val_to.iter().filter(|&&n| n != me && n != from) {
-                self.send(ctx, fx, node, key, Body::Val(val.clone()));
-            }
-            return;
-        }
+        let applied = ack.applied && matches!(arb.r_type, ArbKind::Request(_));
         let collect = arb.collect.as_mut().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         if !collect.got.insert(from) {
             return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
         }
+        // An arbiter applied it: it completed (its requester applied it
+        // first). It is finished here too, but only once every acker has
+        // answered: a directory replica that learned it from a replay (it
+        // rejoined knowing nothing) may be behind the others, which are
+        // past it and say so with their state (seed 1358, 7 nodes).
+        collect.completed |= applied;
         if ack.data.is_some() {
             collect.data = ack.data;
         }
@@ -2045,7 +2042,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let collect = arb.collect.as_ref().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         let rows_ready = arb.data_from.is_none() || collect.data.is_some() || arb.no_data;
-        if collect.got != arb.ackers || !rows_ready {
+        if collect.got != arb.ackers || !(rows_ready || collect.completed) {
             return;
         }
         let collect = arb.collect.take().expect("collecting");
@@ -2054,7 +2051,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let (o_ts, r_ts) = (entry.o_ts, entry.last_r_ts);
         let requester = r_ts.node;
         match arb.r_type {
-            ArbKind::Request(kind) if live(ctx, requester) && !arb.requester_gone => {
+            ArbKind::Request(kind)
+                if live(ctx, requester) && !arb.requester_gone && !collect.completed =>
+            {
                 let resp = Resp {
                     o_ts,
                     r_ts,
@@ -2066,7 +2065,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 self.send(ctx, fx, requester, key, Body::Resp(resp));
             }
             r_type => {
-                if matches!(r_type, ArbKind::Request(_)) {
+                if matches!(r_type, ArbKind::Request(_)) && !collect.completed {
                     self.stats.finished_without_requester += 1;
                 }
                 self.apply_val(ctx, key);
@@ -2218,10 +2217,23 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             .copied()
             .filter(|n| !live(ctx, *n))
             .collect();
-        for &n in left.iter().chain(restarted.iter()) {
-            self.gone_since.insert(n, ctx.view.epoch.0);
+        let epoch = ctx.view.epoch.0;
+        debug_assert!(self.members.is_empty() || self.members_epoch <= epoch);
+        for &n in &left {
+            // Its next incarnation joins in a later view than this one.
+            self.gone_since.insert(n, epoch);
+        }
+        for &n in &restarted {
+            // The new incarnation joined in some view after the one we knew,
+            // maybe one we missed (cut off, or not a member meanwhile): only
+            // attempts up to that view are surely the old incarnation's.
+            // Dating the change to this view instead would strip a live
+            // requester whose win its arbiters applied (seed 65, 5 nodes).
+            let since = self.members_epoch.saturating_add(1).min(epoch);
+            self.gone_since.insert(n, since);
         }
         self.members = ctx.view.members.clone();
+        self.members_epoch = epoch;
         let survived = |n: NodeId| live(ctx, n) && !restarted.contains(&n);
         // Dead nodes leave o_replicas (and the at-most-once memory).
         let keys: Vec<K> = self.entries.keys().cloned().collect();
@@ -2310,6 +2322,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         self.entries.clear();
         self.blocked.clear();
         self.recovery.clear();
+        self.stray.clear();
+        // Back in a view, this node is a new member to the others (they
+        // noted it leave): wins of its attempts from before are a dead
+        // requester's, never its own to apply.
+        self.r_ts_base = None;
         debug_assert!(self.requests.is_empty());
         debug_assert!(self.entries.is_empty());
     }
@@ -2661,6 +2678,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Protocol for Ownership<K, S> {
             // The view this node runs in, whether or not its install was
             // announced (incarnation changes are detected against it).
             self.members = ctx.view.members.clone();
+            self.members_epoch = ctx.view.epoch.0;
         }
         if self.r_ts_base.is_none() && ctx.member {
             self.r_ts_base = Some(ctx.view.epoch.0 << 32);

@@ -526,3 +526,99 @@ fn a_restarted_directory_replica_learns_from_the_next_inv_and_is_skipped_meanwhi
     assert_eq!((m1.o_ts, m1.o_replicas), (m2.o_ts, m2.o_replicas));
     settled(&world, key);
 }
+
+/// Seed 65 of the 5-node campaign, distilled. A directory replica (n2) is cut
+/// off and misses the views in which a requester (n4) restarted and, as its
+/// new incarnation, won the object. When n2 is back, a replay of that win
+/// reaches it: n2 must date n4's restart to a view after the last one it
+/// knew, not to the view it learns it in, or it takes n4's new attempt for
+/// its old incarnation's, strips n4 as a dead requester, and the directory
+/// splits (n1: owner n4; n2: ownerless).
+#[test]
+fn a_replica_back_from_missed_views_keeps_a_restarted_requesters_win() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    // n2 is cut off (alive = false here keeps its state): epoch 2 without it.
+    world.crash(n(2));
+    world.deliver_all(1_000);
+    // n4 restarts: epoch 3 admits its second incarnation.
+    world.restart(n(4), &config);
+    world.deliver_all(1_000);
+    assert_eq!(world.latest.epoch.0, 3);
+    // n4 wins through n1 (n2 is not live); n1 loses n4's VAL.
+    world.acquire(n(4), key, 2, RequestKind::ChangeOwner);
+    world.deliver_where(|m| m.msg.body.name() == "REQ");
+    world.deliver_where(|m| m.msg.body.name() == "INV");
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(3));
+    let outs = world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(1));
+    assert!(outputs_of(&[outs], n(4))
+        .iter()
+        .any(|o| matches!(o, OwnershipOut::Acquired { .. })));
+    world.lose_where(|m| m.msg.body.name() == "VAL" && m.to == n(1));
+    world.deliver_all(1_000);
+    assert_eq!(world.node(n(1)).blocked(), 1);
+    // n2 is back in epoch 4 with the incarnation it had, having installed
+    // nothing since epoch 1; n1 replays the win to it and to the owner.
+    world.latest.epoch.0 += 1;
+    world.latest.members.insert(n(2), 1);
+    world.procs.get_mut(&n(2)).expect("configured").alive = true;
+    world.run_until_quiet(10_000);
+    assert_eq!(world.owners(key), vec![n(4)]);
+    let m2 = world.node(n(2)).meta(&key).unwrap();
+    assert_eq!(m2.o_replicas.owner, Some(n(4)), "{}", world.dump());
+    settled(&world, key);
+}
+
+/// Seed 1358 of the 7-node campaign, distilled. A replayer that hears from
+/// an arbiter that applied the arbitration finishes it without a RESP, but
+/// only once every acker has answered: a directory replica that rejoined
+/// knowing nothing (n3) must have the arbitration before its VAL comes, or
+/// the VAL is dropped and n3 stays behind the others (in the campaign, valid
+/// at an older state, from which it could drive).
+#[test]
+fn a_replayer_finishes_an_applied_arbitration_only_when_every_acker_answered() {
+    let config = test_config(3);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 3, &[n(1), n(2), n(3)]);
+    world.create(n(4), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.crash_and_install(n(3));
+    world.deliver_all(1_000);
+    // n2 drives its own change-owner; n1 loses n2's VAL and holds it.
+    world.acquire(n(2), key, 2, RequestKind::ChangeOwner);
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(4));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(4));
+    world.lose_where(|m| m.msg.body.name() == "VAL" && m.to == n(1));
+    world.deliver_all(1_000);
+    assert_eq!(world.owners(key), vec![n(2)]);
+    assert_eq!(world.node(n(1)).blocked(), 1);
+    // n3 restarts knowing nothing; n1 replays to n2, n3 and the old owner n4.
+    world.restart(n(3), &config);
+    for id in [n(1), n(2), n(4)] {
+        world.install(id);
+    }
+    // n1's INV to n3 is lost; n2 and n4 answer that they applied it.
+    world.lose_where(|m| m.msg.body.name() == "INV" && m.from == n(1) && m.to == n(3));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(2));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(4));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(2) && m.to == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(4) && m.to == n(1));
+    // Not finished: n3 has not answered.
+    assert_eq!(world.node(n(1)).blocked(), 1, "{}", world.dump());
+    world.run_until_quiet(10_000);
+    let metas: BTreeSet<_> = [n(1), n(2), n(3)]
+        .iter()
+        .map(|&id| {
+            let m = world.node(id).meta(&key).expect("every replica knows it");
+            (m.o_ts, m.o_state, m.o_replicas)
+        })
+        .collect();
+    assert_eq!(metas.len(), 1, "{metas:?}");
+    assert_eq!(world.owners(key), vec![n(2)]);
+    settled(&world, key);
+}

@@ -171,7 +171,7 @@ pub use config::{NewError, OwnershipBugs, OwnershipConfig};
 pub use key::{directory, fnv1a, mix64, ObjectKey};
 pub use meta::{Access, ArbKind, OReplicas, OState, OTs, RTs, ReqId, RequestKind};
 pub use msg::{
-    Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Val, WIRE_VERSION,
+    Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Sync, Val, WIRE_VERSION,
 };
 pub use ownership::{
     FailReason, Inspection, Meta, Ownership, OwnershipCmd, OwnershipOut, INSPECT_MAX_KEYS,

@@ -502,11 +502,13 @@ fn a_restarted_directory_replica_learns_from_the_next_inv_and_is_skipped_meanwhi
     let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
     world.create(n(3), key, 1, data(1));
     world.deliver_all(1_000);
-    // The preferred driver restarts and forgets the object.
+    // The preferred driver restarts and forgets the object; the SYNCs that
+    // would teach it are lost (they are sent again later).
     world.restart(n(1), &config);
     for id in [n(2), n(3), n(4)] {
         world.install(id);
     }
+    world.net.retain(|m| m.msg.body.name() != "SYNC");
     world.deliver_all(1_000);
     assert!(world.node(n(1)).meta(&key).is_none());
     // n4 asks n1 first (UnknownObject), then n2, which drives it; n1 learns
@@ -621,4 +623,74 @@ fn a_replayer_finishes_an_applied_arbitration_only_when_every_acker_answered() {
     assert_eq!(metas.len(), 1, "{metas:?}");
     assert_eq!(world.owners(key), vec![n(2)]);
     settled(&world, key);
+}
+
+/// Directory re-replication: a restarted directory replica is taught every
+/// object by the first replica that survived and by the owner (SYNC), and
+/// answers, before any request comes.
+#[test]
+fn a_restarted_directory_replica_is_taught_by_a_survivor_and_the_owner() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.restart(n(1), &config);
+    for id in [n(2), n(3), n(4)] {
+        world.install(id);
+    }
+    let syncs: BTreeSet<NodeId> = world
+        .net
+        .iter()
+        .filter(|m| m.msg.body.name() == "SYNC" && m.to == n(1))
+        .map(|m| m.from)
+        .collect();
+    assert_eq!(syncs, BTreeSet::from([n(2), n(3)]));
+    world.deliver_all(1_000);
+    let m1 = world.node(n(1)).meta(&key).expect("taught");
+    let m2 = world.node(n(2)).meta(&key).unwrap();
+    assert_eq!(
+        (m1.o_ts, m1.o_state, &m1.o_replicas),
+        (m2.o_ts, OState::Valid, &m2.o_replicas)
+    );
+    // Answered: nothing is sent again.
+    world.run_until_quiet(10_000);
+    assert_eq!(world.in_flight("SYNC"), 0);
+    assert!(world.node(n(2)).stats().synced + world.node(n(3)).stats().synced == 2);
+    settled(&world, key);
+}
+
+/// 5-node seed 4094, distilled: the replica that knew the object is cut off
+/// (still in the view) when the other one restarts, and then leaves. The
+/// owner's SYNC, lost once and sent again, is what the directory has left;
+/// without it the restarted replica would take a replayed stale
+/// arbitration for the truth.
+#[test]
+fn the_owner_teaches_a_restarted_replica_when_no_replica_that_knew_is_reachable() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    let before = world.node(n(2)).meta(&key).unwrap();
+    // n2 is cut off but still a member; n1 restarts.
+    world.procs.get_mut(&n(2)).expect("configured").alive = false;
+    world.restart(n(1), &config);
+    for id in [n(3), n(4)] {
+        world.install(id);
+    }
+    world.lose_where(|m| m.msg.body.name() == "SYNC" && m.from == n(3));
+    world.run_until_quiet(10_000);
+    // n2 leaves the view for good.
+    world.latest.epoch.0 += 1;
+    world.latest.members.remove(&n(2));
+    world.run_until_quiet(10_000);
+    let m1 = world.node(n(1)).meta(&key).expect("taught by the owner");
+    assert_eq!((m1.o_ts, m1.o_replicas.owner), (before.o_ts, Some(n(3))));
+    assert_eq!(world.owners(key), vec![n(3)]);
+    // The directory works: a request goes through n1.
+    world.acquire(n(4), key, 2, RequestKind::ChangeOwner);
+    world.run_until_quiet(10_000);
+    assert_eq!(world.owners(key), vec![n(4)]);
+    assert_eq!(world.node(n(4)).store().get(&key), Some(&data(1)));
 }

@@ -119,3 +119,30 @@ fn seed_2002_a_restarted_node_keeps_its_first_view_vote() {
     let violation = forgot.violation.expect("the planted disk loses the vote");
     assert_eq!(violation.checker, "view agreement", "{violation}");
 }
+
+#[test]
+fn the_simulator_finds_an_arbiter_that_never_replays_when_the_run_settles() {
+    // Safety holds (the arbitration just stays blocked); only the check at
+    // the end of the quiet tail sees it.
+    finds(
+        OwnershipBugs {
+            arbiter_never_replays: true,
+            ..OwnershipBugs::default()
+        },
+        "settles after the quiet tail",
+    );
+    // Without the tail the end proves nothing, and nothing is found.
+    let scenario = OwnershipScenario {
+        bugs: OwnershipBugs {
+            arbiter_never_replays: true,
+            ..OwnershipBugs::default()
+        },
+        ..OwnershipScenario::default()
+    };
+    let config = SimConfig {
+        quiet_tail_ms: 0,
+        ..SimConfig::default()
+    };
+    let report = campaign(&scenario, &config, &CampaignSpec::seeds(0, 50)).unwrap();
+    assert!(report.first_failure.is_none(), "{:?}", report.first_failure);
+}

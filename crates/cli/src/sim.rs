@@ -80,6 +80,16 @@ pub struct SimArgs {
     /// the end-of-run checks (liveness) run; 0 for none.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pub quiet_tail_ms: u64,
+    /// Virtual milliseconds between faults considered (a crash, a cut, a
+    /// heal: each happens with probability one half).
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub fault_interval_ms: u64,
+    /// A crashed node restarts after a delay drawn from
+    /// --restart-min-ms..=--restart-max-ms.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub restart_min_ms: u64,
+    #[arg(long, default_value_t = 800, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub restart_max_ms: u64,
     /// Message loss probability.
     #[arg(long, default_value_t = 0.05, value_parser = parse_probability)]
     pub drop: f64,
@@ -118,6 +128,9 @@ impl SimArgs {
             clients_per_node: self.clients,
             duration_ms: self.duration_ms,
             quiet_tail_ms: self.quiet_tail_ms,
+            fault_interval_ms: self.fault_interval_ms,
+            restart_min_ms: self.restart_min_ms,
+            restart_max_ms: self.restart_max_ms,
             drop_probability: self.drop,
             duplicate_probability: self.dup,
             ..SimConfig::default()
@@ -209,6 +222,15 @@ impl SimArgs {
         }
         if self.duration_ms != defaults.duration_ms {
             command += &format!(" --duration-ms {}", self.duration_ms);
+        }
+        if self.fault_interval_ms != defaults.fault_interval_ms {
+            command += &format!(" --fault-interval-ms {}", self.fault_interval_ms);
+        }
+        if self.restart_min_ms != defaults.restart_min_ms {
+            command += &format!(" --restart-min-ms {}", self.restart_min_ms);
+        }
+        if self.restart_max_ms != defaults.restart_max_ms {
+            command += &format!(" --restart-max-ms {}", self.restart_max_ms);
         }
         if self.quiet_tail_ms != defaults.quiet_tail_ms {
             command += &format!(" --quiet-tail-ms {}", self.quiet_tail_ms);

@@ -174,7 +174,8 @@ struct Collect {
     got: BTreeSet<NodeId>,
     data: Option<ObjectData>,
     /// An arbiter answered that it applied the arbitration: it completed,
-    /// and is finished here without a RESP once every acker answered.
+    /// and is finished here without a RESP once every directory replica
+    /// among the ackers answered.
     completed: bool,
 }
 
@@ -357,6 +358,9 @@ pub struct Ownership<K: ObjectKey, S> {
     /// happened in some view after this one, not necessarily in the one
     /// that shows it.
     members_epoch: u64,
+    /// The last view change excluded this node: it dropped everything it
+    /// held (until a view admits it again).
+    left: bool,
     /// Per node, the epoch since which its current incarnation counts (it
     /// left the view, or restarted, in the view change to that epoch): its
     /// attempts from before are a dead requester's. At most one per
@@ -392,6 +396,7 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.last_r_ts.hash(state);
         self.members.hash(state);
         self.members_epoch.hash(state);
+        self.left.hash(state);
         self.gone_since.hash(state);
         self.r_ts_base.hash(state);
         self.jitter.hash(state);
@@ -430,6 +435,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             last_r_ts: 0,
             members: BTreeMap::new(),
             members_epoch: 0,
+            left: false,
             gone_since: BTreeMap::new(),
             r_ts_base: None,
             jitter,
@@ -515,6 +521,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     /// Arbitrations this node holds (`Invalid` or `Drive` entries).
     pub fn blocked(&self) -> usize {
         self.blocked.len()
+    }
+
+    /// This node is a member of the view it last installed (and so may
+    /// hold metadata).
+    pub fn in_a_view(&self) -> bool {
+        !self.members.is_empty() && !self.left
+    }
+
+    /// The last view change excluded this node, which then dropped every
+    /// object's metadata it held (as a directory replica too).
+    pub fn left_the_view(&self) -> bool {
+        self.left
     }
 
     /// Recovery after the last view change is still running here (drivers
@@ -1418,7 +1436,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         fx: &mut Fx<K>,
     ) {
         debug_assert!(inv.ackers.contains(&self.me));
-        debug_assert_eq!(data.is_some(), inv.data_from == Some(self.me));
+        debug_assert!(data.is_none() || inv.data_from == Some(self.me));
         let applied = self
             .entries
             .get(key)
@@ -1517,8 +1535,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     return self.nack(ctx, fx, &to, key, nack);
                 }
                 // A replay (or retransmission) of what we accepted, or even
-                // applied: ACK again (idempotent).
-                let data = if is_source {
+                // applied: ACK again (idempotent). Applied, we say so and
+                // ship no rows: the requester has them, and we may not any
+                // more (an old owner that keeps no copy; 3-node seed 10086
+                // of that configuration replayed for ever waiting for them).
+                let applied = !entry.blocked();
+                let data = if is_source && !applied {
                     match self.store.export(key) {
                         Some(data) => Some(data),
                         None => return self.drop_input(fx, DropReason::MissingData, from, "INV"),
@@ -2040,24 +2062,28 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             // An ACK of an earlier round with other ackers, or a forgery.
             return self.drop_input(fx, DropReason::Stale, from, "ACK");
         }
+        let applied = ack.applied && matches!(arb.r_type, ArbKind::Request(_));
         match (&ack.data, arb.data_from == Some(from)) {
             (Some(_), false) => {
                 return self.drop_input(fx, DropReason::UnexpectedData, from, "ACK")
             }
-            (None, true) => return self.drop_input(fx, DropReason::MissingData, from, "ACK"),
+            // A source that applied it ships nothing: it completed.
+            (None, true) if !applied => {
+                return self.drop_input(fx, DropReason::MissingData, from, "ACK")
+            }
             _ => {}
         }
-        let applied = ack.applied && matches!(arb.r_type, ArbKind::Request(_));
         let collect = arb.collect.as_mut().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         if !collect.got.insert(from) {
             return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
         }
         // An arbiter applied it: it completed (its requester applied it
-        // first). It is finished here too, but only once every acker has
-        // answered: a directory replica that learned it from a replay (it
-        // rejoined knowing nothing) may be behind the others, which are
-        // past it and say so with their state (seed 1358, 7 nodes).
+        // first). It is finished here too, but only once every directory
+        // replica among the ackers has answered: one that learned it from a
+        // replay (it rejoined knowing nothing) may be behind the others,
+        // which are past it and say so with their state (seed 1358, 7
+        // nodes).
         collect.completed |= applied;
         if ack.data.is_some() {
             collect.data = ack.data;
@@ -2075,7 +2101,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let collect = arb.collect.as_ref().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         let rows_ready = arb.data_from.is_none() || collect.data.is_some() || arb.no_data;
-        if collect.got != arb.ackers || !(rows_ready || collect.completed) {
+        // Completed (an arbiter applied it): only the directory replicas'
+        // answers still matter (one may be past it). The old owner or the
+        // data source may have forgotten the object since, and never answer.
+        let answered = if collect.completed {
+            arb.ackers
+                .iter()
+                .filter(|n| dir.contains(n))
+                .all(|n| collect.got.contains(n))
+        } else {
+            collect.got == arb.ackers && rows_ready
+        };
+        if !answered {
             return;
         }
         let collect = arb.collect.take().expect("collecting");
@@ -2242,6 +2279,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !ctx.member {
             return self.abandon(ctx, fx);
         }
+        self.left = false;
         // The old epoch's fast-path ACKs are void.
         self.stray.clear();
         // A restarted node is a new member that holds nothing.
@@ -2522,6 +2560,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         self.recovery.clear();
         self.stray.clear();
         self.syncing.clear();
+        self.left = true;
         // Back in a view, this node is a new member to the others (they
         // noted it leave): wins of its attempts from before are a dead
         // requester's, never its own to apply.

@@ -8,9 +8,10 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
+use roost_cluster::EpochId;
 use roost_cluster::NodeId;
 use roost_ownership::{
-    Access, Body, FailReason, NackReason, OState, OwnershipBugs, OwnershipOut, RequestKind,
+    Access, Body, FailReason, NackReason, OState, OwnershipBugs, OwnershipOut, RequestKind, Resp,
 };
 
 fn setup(count: u32, owner: NodeId, readers: &[NodeId]) -> (World, Key) {
@@ -693,4 +694,53 @@ fn the_owner_teaches_a_restarted_replica_when_no_replica_that_knew_is_reachable(
     world.run_until_quiet(10_000);
     assert_eq!(world.owners(key), vec![n(4)]);
     assert_eq!(world.node(n(4)).store().get(&key), Some(&data(1)));
+}
+
+/// 3-node seed 5675 of the campaign with the end-of-run check, distilled: a
+/// duplicate RESP of an earlier win reaches a requester whose next request
+/// for the object is in flight. Its VAL says which of its attempts no
+/// directory replica may drive any more (`r_floor`); that must not cover
+/// the attempt in flight, though the requester has issued later attempts
+/// for other objects, or the driver drops that attempt's REQ (and every
+/// retransmission of it) as already arbitrated and the request hangs.
+#[test]
+fn a_duplicate_resp_does_not_void_the_attempt_in_flight() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    let other = (key + 1..)
+        .find(|k| roost_ownership::directory(k, &world.nodes, 2).contains(&n(1)))
+        .expect("some key");
+    world.create(n(3), key, 1, data(1));
+    world.create(n(3), other, 2, data(2));
+    world.deliver_all(1_000);
+    world.acquire(n(4), key, 3, RequestKind::AddReader);
+    world.deliver_all(1_000);
+    let won = world.node(n(1)).meta(&key).unwrap();
+    assert!(won.o_replicas.readers.contains(&n(4)));
+    // The next request for the object, then one for another object: its
+    // attempt is the highest n4 has issued.
+    world.acquire(n(4), key, 4, RequestKind::ChangeOwner);
+    world.acquire(n(4), other, 5, RequestKind::AddReader);
+    // A late duplicate of the first win's RESP.
+    let resp = Resp {
+        o_ts: won.o_ts,
+        r_ts: won.r_ts,
+        r_type: RequestKind::AddReader,
+        o_replicas: roost_ownership::OReplicas::owned_by(n(3)),
+        val_to: BTreeSet::from([n(1), n(2), n(3)]),
+        data: None,
+    };
+    world.inject(n(1), n(4), Msg::new(EpochId(1), key, Body::Resp(resp)));
+    // Its VAL reaches the driver before the REQ in flight.
+    world.deliver_where(|m| m.msg.body.name() == "VAL" && m.to == n(1) && m.msg.key == key);
+    let outs = world.run_until_quiet(10_000);
+    let mine = outputs_of(&outs, n(4));
+    assert!(
+        mine.iter()
+            .any(|o| matches!(o, OwnershipOut::Acquired { req, .. } if req.0 == 4)),
+        "{mine:?}"
+    );
+    assert_eq!(world.owners(key), vec![n(4)]);
+    settled(&world, key);
 }

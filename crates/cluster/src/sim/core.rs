@@ -253,6 +253,14 @@ pub trait Factory<P: Protocol> {
     fn ready(&self, _protocol: &P) -> bool {
         true
     }
+
+    /// Would this replica lose its data if it were cut off from the others?
+    /// (Its protocol drops what it held when the view excludes it.) Such a
+    /// replica counts as down while cut off, and the simulator then cuts a
+    /// node off only while more than a majority is up, ready and connected.
+    fn cut_off_loses_data(&self, _protocol: &P) -> bool {
+        false
+    }
 }
 
 /// A closure is a factory whose replicas are always ready.
@@ -841,16 +849,28 @@ where
         }
         let n = self.ids.len();
         let max_down = n - (n / 2 + 1);
-        let down = self
-            .nodes
-            .iter()
-            .filter(|s| {
-                s.node
-                    .as_ref()
-                    .is_none_or(|node| !self.factory.ready(node.app()))
-            })
-            .count();
+        // Cut off: heard by nobody (isolated or muted).
+        let cut_off = |id: NodeId| {
+            self.ids
+                .iter()
+                .all(|&other| other == id || self.cut.contains(&(id, other)))
+        };
+        let loses = |s: &SimNode<P>| {
+            s.node
+                .as_ref()
+                .is_some_and(|node| self.factory.cut_off_loses_data(node.app()))
+        };
+        let is_down = |s: &SimNode<P>| {
+            s.node
+                .as_ref()
+                .is_none_or(|node| !self.factory.ready(node.app()))
+                || (cut_off(s.id) && loses(s))
+        };
+        let down = self.nodes.iter().filter(|s| is_down(s)).count();
         let victim = self.ids[self.rng.random_range(0..n)];
+        // Cutting a node off is a fault like a crash where that loses data.
+        let target = &self.nodes[victim.0 as usize];
+        let may_cut = down < max_down || !loses(target) || is_down(target);
         match self.rng.random_range(0..4u8) {
             // Crash only while the fault model allows it: a majority must
             // hold the data at all times.
@@ -861,7 +881,7 @@ where
                     .random_range(self.config.restart_min_ms..=self.config.restart_max_ms);
                 self.schedule(after, Event::Restart(victim));
             }
-            1 => {
+            1 if may_cut => {
                 // Isolate one node in both directions.
                 self.report.partitions += 1;
                 self.hash.write(&[5, victim.0 as u8]);
@@ -873,7 +893,7 @@ where
                     }
                 }
             }
-            2 => {
+            2 if may_cut => {
                 // One direction only: the victim hears but is not heard.
                 self.report.partitions += 1;
                 self.hash.write(&[6, victim.0 as u8]);

@@ -39,6 +39,8 @@ pub enum SimBug {
     SmallerOTs,
     /// Ownership: arbiters apply a request before its requester has.
     ApplyBeforeRequester,
+    /// Ownership: a blocked arbiter never replays its arbitration.
+    NeverReplays,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -73,6 +75,21 @@ pub struct SimArgs {
     /// Virtual milliseconds per seed.
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub duration_ms: u64,
+    /// Virtual milliseconds after --duration-ms without faults or new
+    /// commands (partitions healed, crashed nodes restarted), after which
+    /// the end-of-run checks (liveness) run; 0 for none.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub quiet_tail_ms: u64,
+    /// Virtual milliseconds between faults considered (a crash, a cut, a
+    /// heal: each happens with probability one half).
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub fault_interval_ms: u64,
+    /// A crashed node restarts after a delay drawn from
+    /// --restart-min-ms..=--restart-max-ms.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub restart_min_ms: u64,
+    #[arg(long, default_value_t = 800, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub restart_max_ms: u64,
     /// Message loss probability.
     #[arg(long, default_value_t = 0.05, value_parser = parse_probability)]
     pub drop: f64,
@@ -110,6 +127,10 @@ impl SimArgs {
             nodes: self.nodes,
             clients_per_node: self.clients,
             duration_ms: self.duration_ms,
+            quiet_tail_ms: self.quiet_tail_ms,
+            fault_interval_ms: self.fault_interval_ms,
+            restart_min_ms: self.restart_min_ms,
+            restart_max_ms: self.restart_max_ms,
             drop_probability: self.drop,
             duplicate_probability: self.dup,
             ..SimConfig::default()
@@ -133,7 +154,9 @@ impl SimArgs {
                         SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
                         SimBug::QuorumMinusOne => scenario.bugs.quorum_minus_one = true,
                         SimBug::SkipRecovery => scenario.bugs.skip_recovery = true,
-                        SimBug::SmallerOTs | SimBug::ApplyBeforeRequester => {
+                        SimBug::SmallerOTs
+                        | SimBug::ApplyBeforeRequester
+                        | SimBug::NeverReplays => {
                             bail!("--planted {} is an ownership bug", Self::name(*bug))
                         }
                     }
@@ -149,6 +172,7 @@ impl SimArgs {
                         SimBug::ApplyBeforeRequester => {
                             scenario.bugs.arbiters_apply_before_requester = true
                         }
+                        SimBug::NeverReplays => scenario.bugs.arbiter_never_replays = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }
@@ -198,6 +222,18 @@ impl SimArgs {
         }
         if self.duration_ms != defaults.duration_ms {
             command += &format!(" --duration-ms {}", self.duration_ms);
+        }
+        if self.fault_interval_ms != defaults.fault_interval_ms {
+            command += &format!(" --fault-interval-ms {}", self.fault_interval_ms);
+        }
+        if self.restart_min_ms != defaults.restart_min_ms {
+            command += &format!(" --restart-min-ms {}", self.restart_min_ms);
+        }
+        if self.restart_max_ms != defaults.restart_max_ms {
+            command += &format!(" --restart-max-ms {}", self.restart_max_ms);
+        }
+        if self.quiet_tail_ms != defaults.quiet_tail_ms {
+            command += &format!(" --quiet-tail-ms {}", self.quiet_tail_ms);
         }
         if self.drop != defaults.drop_probability {
             command += &format!(" --drop {}", self.drop);

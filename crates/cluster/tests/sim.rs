@@ -688,3 +688,72 @@ fn another_protocol_runs_on_the_same_core() {
         "at most once"
     );
 }
+
+/// The quiet tail: everything up to `duration_ms` runs as without it (the
+/// trace is a prefix), then no client issues anything and no fault happens,
+/// cut links heal and crashed nodes come back, and the run ends with every
+/// node up.
+#[test]
+fn the_quiet_tail_heals_restarts_and_stops_the_clients() {
+    let scenario = RegisterScenario::default();
+    let quiet = SimConfig::default();
+    assert!(quiet.quiet_tail_ms > 0);
+    let bare = SimConfig {
+        quiet_tail_ms: 0,
+        ..SimConfig::default()
+    };
+    let time_of = |line: &String| -> u64 {
+        line.split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("a trace line starts with its time")
+    };
+    let mut tails_seen = 0;
+    for seed in 0..40 {
+        let with = scenario.run(&quiet, seed, true).unwrap();
+        let without = scenario.run(&bare, seed, true).unwrap();
+        assert_eq!(with.report.violation, None, "seed {seed}");
+        assert!(without.trace.iter().all(|l| time_of(l) <= bare.duration_ms));
+        let before: Vec<&String> = with
+            .trace
+            .iter()
+            .filter(|l| time_of(l) <= quiet.duration_ms)
+            .collect();
+        assert_eq!(
+            before,
+            without.trace.iter().collect::<Vec<_>>(),
+            "seed {seed}"
+        );
+        let after: Vec<&String> = with
+            .trace
+            .iter()
+            .filter(|l| time_of(l) > quiet.duration_ms)
+            .collect();
+        assert!(
+            after[0].contains("quiet tail"),
+            "seed {seed}: {:?}",
+            after[0]
+        );
+        for line in &after {
+            for quiet_word in [" issues ", "crash ", "isolate ", "mute "] {
+                assert!(!line.contains(quiet_word), "seed {seed}: {line}");
+            }
+        }
+        tails_seen += usize::from(after.iter().any(|l| l.contains("restart ")));
+        assert!(after
+            .iter()
+            .all(|l| time_of(l) <= quiet.duration_ms + quiet.quiet_tail_ms));
+    }
+    // Some seeds ended the faulty part with a node down: the tail restarted it.
+    assert!(tails_seen > 0);
+    let sim = scenario.run(&quiet, 3, false).unwrap();
+    assert_ne!(
+        sim.report.trace_hash,
+        scenario.run(&bare, 3, false).unwrap().report.trace_hash
+    );
+    let bad = SimConfig {
+        quiet_tail_ms: 3_600_001,
+        ..SimConfig::default()
+    };
+    assert!(bad.validate().is_err());
+}

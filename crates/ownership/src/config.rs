@@ -71,6 +71,10 @@ pub struct OwnershipBugs {
     /// requester that drives its own request then claims ownership before
     /// the old owner was invalidated.
     pub arbiters_apply_before_requester: bool,
+    /// A blocked arbiter never replays its arbitration (not after a view
+    /// change, nor on its stuck timer): one lost VAL leaves it blocked for
+    /// good. Safety holds; the end-of-run liveness check finds it.
+    pub arbiter_never_replays: bool,
 }
 
 /// Creating an [`Ownership`](crate::Ownership) state machine.

@@ -103,7 +103,9 @@
 //! it), and goes to the live directory replicas: any of them at or below it
 //! can release it; the owner re-sends it on its stuck timer. Conversely, an
 //! ACK from an arbiter that has already applied the arbitration proves it
-//! completed, and the replayer finishes it without a RESP.
+//! completed, and the replayer finishes it without a RESP, once every live
+//! directory replica among the ackers has answered (one may be past it,
+//! and says so; a source that applied it ships no rows).
 //!
 //! Nodes that miss an outcome learn it from a `Stale` NACK, the answer to an
 //! INV older than the answerer's `o_ts`, which carries its metadata: an old
@@ -115,10 +117,25 @@
 //! change that drops its old incarnation admits the new one: every node
 //! notes the incarnation change, strips the node from `o_replicas`, and
 //! treats its earlier attempts as a dead requester's (`gone_since`; a replay
-//! INV says `requester_gone` to arbiters that did not see it). Stamps cannot
-//! repeat across restarts: attempt versions and `o_ts` bumps are at least
-//! `epoch << 32`. A directory replica that restarted knows no objects; a
-//! requester that gets `UnknownObject` asks the next live one.
+//! INV says `requester_gone` to arbiters that did not see it). A node that
+//! missed views (cut off) dates such a change to the view after the last
+//! one it knew, not to the one it learns it in. Stamps cannot repeat across
+//! restarts: attempt versions and `o_ts` bumps are at least `epoch << 32`.
+//! A node the view excludes drops everything, and comes back as a new
+//! member too.
+//!
+//! **Directory re-replication.** A directory replica that joined or
+//! restarted knows no objects. On the view change that admits it, the first
+//! directory replica (in placement order) that survived, and the owner (an
+//! arbiter of every arbitration, so valid only at the latest), send it a
+//! `SYNC` with each valid object's metadata; it adopts a state greater than
+//! its own (anything it held below it is over) and answers, and the SYNC is
+//! re-sent until answered. Blocked objects reach it with their replays. The
+//! metadata survives as long as, at every view change, one replica that
+//! knows it (or the owner) stays in the view; when every replica of an
+//! object and its owner leave at once it is lost (readers are no source: a
+//! reader's vector may lag), and a requester that gets `UnknownObject`
+//! asks the next live replica, then fails.
 //!
 //! Late wins are applied, never ignored: a requester collects the ACKs of
 //! its own earlier attempts too (a REQ can be driven after the request was
@@ -171,7 +188,7 @@ pub use config::{NewError, OwnershipBugs, OwnershipConfig};
 pub use key::{directory, fnv1a, mix64, ObjectKey};
 pub use meta::{Access, ArbKind, OReplicas, OState, OTs, RTs, ReqId, RequestKind};
 pub use msg::{
-    Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Val, WIRE_VERSION,
+    Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Sync, Val, WIRE_VERSION,
 };
 pub use ownership::{
     FailReason, Inspection, Meta, Ownership, OwnershipCmd, OwnershipOut, INSPECT_MAX_KEYS,

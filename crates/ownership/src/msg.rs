@@ -16,7 +16,7 @@ use crate::meta::{ArbKind, OReplicas, OTs, RTs, RequestKind};
 use crate::store::ObjectData;
 
 /// The version this build writes and reads.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OwnershipMsg<K> {
@@ -45,6 +45,9 @@ pub enum Body {
     Val(Val),
     Nack(Nack),
     Resp(Resp),
+    /// Directory re-replication: a surviving directory replica or the owner
+    /// → a directory replica that joined or restarted (and its answer).
+    Sync(Sync),
 }
 
 impl Body {
@@ -56,6 +59,7 @@ impl Body {
             Body::Val(_) => "VAL",
             Body::Nack(_) => "NACK",
             Body::Resp(_) => "RESP",
+            Body::Sync(_) => "SYNC",
         }
     }
 
@@ -68,6 +72,7 @@ impl Body {
             Body::Val(m) => Some(m.o_ts),
             Body::Nack(m) => m.o_ts,
             Body::Resp(m) => Some(m.o_ts),
+            Body::Sync(m) => Some(m.current.o_ts),
         }
     }
 }
@@ -175,7 +180,8 @@ impl NackReason {
     }
 }
 
-/// The replying arbiter's metadata (in a `Stale` NACK).
+/// The replying arbiter's metadata (in a `Stale` NACK), or the metadata a
+/// `SYNC` teaches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Current {
     pub o_ts: OTs,
@@ -196,6 +202,16 @@ pub struct Nack {
     pub o_ts: Option<OTs>,
     pub reason: NackReason,
     pub current: Option<Current>,
+}
+
+/// A teacher → a directory replica that knows nothing yet: the object's
+/// valid metadata (`current.valid` is always true). The replica answers with
+/// the same `current` and `answer` set once it has it (or something
+/// newer); the teacher sends it again until then.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Sync {
+    pub current: Current,
+    pub answer: bool,
 }
 
 /// Replayer → live requester: the replayed arbitration is won (the slow

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{NewError, OwnershipBugs, OwnershipConfig};
 use crate::key::{directory, mix64, ObjectKey};
 use crate::meta::{Access, ArbKind, OReplicas, OState, OTs, RTs, ReqId, RequestKind};
-use crate::msg::{Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Val};
+use crate::msg::{Ack, Body, Current, Inv, Nack, NackReason, OwnershipMsg, Req, Resp, Sync, Val};
 use crate::stats::{DropReason, Stats};
 use crate::store::{ObjectData, ObjectStore};
 use crate::WIRE_VERSION;
@@ -173,6 +173,10 @@ struct Arb {
 struct Collect {
     got: BTreeSet<NodeId>,
     data: Option<ObjectData>,
+    /// An arbiter answered that it applied the arbitration: it completed,
+    /// and is finished here without a RESP once every directory replica
+    /// among the ackers answered.
+    completed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -349,6 +353,14 @@ pub struct Ownership<K: ObjectKey, S> {
     /// incarnation changed restarted, its memory gone, even if the new view
     /// admits the new incarnation in the same step.
     members: BTreeMap<NodeId, Incarnation>,
+    /// The epoch of that view. A node may install views with gaps (it was
+    /// cut off, or not a member meanwhile): an incarnation change it notes
+    /// happened in some view after this one, not necessarily in the one
+    /// that shows it.
+    members_epoch: u64,
+    /// The last view change excluded this node: it dropped everything it
+    /// held (until a view admits it again).
+    left: bool,
     /// Per node, the epoch since which its current incarnation counts (it
     /// left the view, or restarted, in the view change to that epoch): its
     /// attempts from before are a dead requester's. At most one per
@@ -360,6 +372,11 @@ pub struct Ownership<K: ObjectKey, S> {
     jitter: Jitter,
     /// When the tick timer is set to fire (`None`: not set).
     armed_at: Option<u64>,
+    /// SYNCs sent and not answered yet, by object and replica: the `o_ts`
+    /// taught and when it was last sent. Re-sent every `retransmit_ms`
+    /// while the entry is still valid there; emptied by a view change. At
+    /// most one per object and directory replica.
+    syncing: BTreeMap<(K, NodeId), (OTs, u64)>,
     /// Messages to self, handled before the call returns.
     loopback: VecDeque<OwnershipMsg<K>>,
     stats: Stats,
@@ -378,10 +395,13 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.recovery.hash(state);
         self.last_r_ts.hash(state);
         self.members.hash(state);
+        self.members_epoch.hash(state);
+        self.left.hash(state);
         self.gone_since.hash(state);
         self.r_ts_base.hash(state);
         self.jitter.hash(state);
         self.armed_at.hash(state);
+        self.syncing.hash(state);
     }
 }
 
@@ -414,10 +434,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             recovery: BTreeSet::new(),
             last_r_ts: 0,
             members: BTreeMap::new(),
+            members_epoch: 0,
+            left: false,
             gone_since: BTreeMap::new(),
             r_ts_base: None,
             jitter,
             armed_at: None,
+            syncing: BTreeMap::new(),
             loopback: VecDeque::new(),
             stats: Stats::default(),
         })
@@ -498,6 +521,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     /// Arbitrations this node holds (`Invalid` or `Drive` entries).
     pub fn blocked(&self) -> usize {
         self.blocked.len()
+    }
+
+    /// This node is a member of the view it last installed (and so may
+    /// hold metadata).
+    pub fn in_a_view(&self) -> bool {
+        !self.members.is_empty() && !self.left
+    }
+
+    /// The last view change excluded this node, which then dropped every
+    /// object's metadata it held (as a directory replica too).
+    pub fn left_the_view(&self) -> bool {
+        self.left
     }
 
     /// Recovery after the last view change is still running here (drivers
@@ -608,6 +643,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             for key in &self.blocked {
                 let arb = self.entries[key].arb.as_ref().expect("blocked has an arb");
                 consider(arb.since_ms.saturating_add(after));
+            }
+        }
+        if let Some(every) = self.config.retransmit_ms {
+            for &(_, sent_ms) in self.syncing.values() {
+                consider(sent_ms.saturating_add(every));
             }
         }
         // A request backing off always has a deadline.
@@ -1056,7 +1096,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     let val = Val {
                         o_ts: win.o_ts,
                         r_ts: win.r_ts,
-                        r_floor: self.last_r_ts,
+                        r_floor: self.r_floor(key),
                     };
                     for &node in win.val_to.iter().filter(|&&n| n != me) {
                         self.send(ctx, fx, node, key, Body::Val(val.clone()));
@@ -1099,6 +1139,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             // bound for this one entry.
             self.entries.insert(key.clone(), Entry::fresh());
         }
+        // What our VAL will say (the request this answers is over).
+        let r_floor = if answers {
+            self.last_r_ts
+        } else {
+            self.r_floor(key)
+        };
         let entry = self.entries.get_mut(key).expect("present");
         debug_assert!(entry.refused_win.is_none_or(|(o, _)| o != win.o_ts));
         if entry.refused_win.is_some_and(|(o, _)| o < win.o_ts) {
@@ -1116,7 +1162,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         // As our VAL tells the others: no older attempt of ours is driven
         // here afterwards.
         let floor = entry.seen.entry(me).or_insert(0);
-        *floor = (*floor).max(self.last_r_ts);
+        *floor = (*floor).max(r_floor);
         let holds = entry.o_replicas.holds(me);
         // The owner stays a holder whatever it asked (a remove-reader that
         // raced with a win making this node the owner changes nothing).
@@ -1171,11 +1217,26 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let val = Val {
             o_ts: win.o_ts,
             r_ts: win.r_ts,
-            r_floor: self.last_r_ts,
+            r_floor: self.r_floor(key),
         };
         for &node in win.val_to.iter().filter(|&&n| n != me) {
             self.send(ctx, fx, node, key, Body::Val(val.clone()));
         }
+    }
+
+    /// The highest attempt version for `key` this node has given up on (a
+    /// VAL's `r_floor`): every one it issued, but the attempt in flight for
+    /// `key`, if any, and what follows. (Using the highest one issued made
+    /// the driver drop a request's current attempt as already arbitrated,
+    /// after a duplicate RESP of an earlier win: the request hung; 3-node
+    /// seed 5675 with the end-of-run check.)
+    fn r_floor(&self, key: &K) -> u64 {
+        let floor = match self.requests.get(key).map(|p| &p.phase) {
+            Some(Phase::Requesting(attempt)) => attempt.r_ts.version.saturating_sub(1),
+            _ => self.last_r_ts,
+        };
+        debug_assert!(floor <= self.last_r_ts);
+        floor
     }
 
     /// Refuses a replayed win this node cannot apply (no rows), for good:
@@ -1375,7 +1436,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         fx: &mut Fx<K>,
     ) {
         debug_assert!(inv.ackers.contains(&self.me));
-        debug_assert_eq!(data.is_some(), inv.data_from == Some(self.me));
+        debug_assert!(data.is_none() || inv.data_from == Some(self.me));
         let applied = self
             .entries
             .get(key)
@@ -1474,8 +1535,12 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     return self.nack(ctx, fx, &to, key, nack);
                 }
                 // A replay (or retransmission) of what we accepted, or even
-                // applied: ACK again (idempotent).
-                let data = if is_source {
+                // applied: ACK again (idempotent). Applied, we say so and
+                // ship no rows: the requester has them, and we may not any
+                // more (an old owner that keeps no copy; 3-node seed 10086
+                // of that configuration replayed for ever waiting for them).
+                let applied = !entry.blocked();
+                let data = if is_source && !applied {
                     match self.store.export(key) {
                         Some(data) => Some(data),
                         None => return self.drop_input(fx, DropReason::MissingData, from, "INV"),
@@ -1997,38 +2062,29 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             // An ACK of an earlier round with other ackers, or a forgery.
             return self.drop_input(fx, DropReason::Stale, from, "ACK");
         }
+        let applied = ack.applied && matches!(arb.r_type, ArbKind::Request(_));
         match (&ack.data, arb.data_from == Some(from)) {
             (Some(_), false) => {
                 return self.drop_input(fx, DropReason::UnexpectedData, from, "ACK")
             }
-            (None, true) => return self.drop_input(fx, DropReason::MissingData, from, "ACK"),
-            _ => {}
-        }
-        if ack.applied && matches!(arb.r_type, ArbKind::Request(_)) {
-            // An arbiter applied it: it completed (its requester applied it
-            // first). Finish it here too, and tell the other arbiters.
-            let (o_ts, r_ts) = (ack.o_ts, last_r_ts);
-            let dir = self.dir(ctx, key);
-            let entry = self.entries.get(key).expect("present");
-            let arb = entry.arb.as_ref().expect("collecting");
-            let val_to = val_targets(&arb.ackers, &entry.o_replicas, &dir);
-            self.apply_val(ctx, key);
-            let val = Val {
-                o_ts,
-                r_ts,
-                r_floor: 0,
-            };
-            let me = self.me;
-            for &node in val_to.iter().filter(|&&n| n != me && n != from) {
-                self.send(ctx, fx, node, key, Body::Val(val.clone()));
+            // A source that applied it ships nothing: it completed.
+            (None, true) if !applied => {
+                return self.drop_input(fx, DropReason::MissingData, from, "ACK")
             }
-            return;
+            _ => {}
         }
         let collect = arb.collect.as_mut().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         if !collect.got.insert(from) {
             return self.drop_input(fx, DropReason::Duplicate, from, "ACK");
         }
+        // An arbiter applied it: it completed (its requester applied it
+        // first). It is finished here too, but only once every directory
+        // replica among the ackers has answered: one that learned it from a
+        // replay (it rejoined knowing nothing) may be behind the others,
+        // which are past it and say so with their state (seed 1358, 7
+        // nodes).
+        collect.completed |= applied;
         if ack.data.is_some() {
             collect.data = ack.data;
         }
@@ -2045,7 +2101,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let collect = arb.collect.as_ref().expect("collecting");
         debug_assert!(collect.got.is_subset(&arb.ackers));
         let rows_ready = arb.data_from.is_none() || collect.data.is_some() || arb.no_data;
-        if collect.got != arb.ackers || !rows_ready {
+        // Completed (an arbiter applied it): only the directory replicas'
+        // answers still matter (one may be past it). The old owner or the
+        // data source may have forgotten the object since, and never answer.
+        let answered = if collect.completed {
+            arb.ackers
+                .iter()
+                .filter(|n| dir.contains(n))
+                .all(|n| collect.got.contains(n))
+        } else {
+            collect.got == arb.ackers && rows_ready
+        };
+        if !answered {
             return;
         }
         let collect = arb.collect.take().expect("collecting");
@@ -2054,7 +2121,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let (o_ts, r_ts) = (entry.o_ts, entry.last_r_ts);
         let requester = r_ts.node;
         match arb.r_type {
-            ArbKind::Request(kind) if live(ctx, requester) && !arb.requester_gone => {
+            ArbKind::Request(kind)
+                if live(ctx, requester) && !arb.requester_gone && !collect.completed =>
+            {
                 let resp = Resp {
                     o_ts,
                     r_ts,
@@ -2066,7 +2135,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 self.send(ctx, fx, requester, key, Body::Resp(resp));
             }
             r_type => {
-                if matches!(r_type, ArbKind::Request(_)) {
+                if matches!(r_type, ArbKind::Request(_)) && !collect.completed {
                     self.stats.finished_without_requester += 1;
                 }
                 self.apply_val(ctx, key);
@@ -2085,6 +2154,14 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
     /// arb-replay: re-issue the held arbitration with the same `o_ts` to the
     /// live arbiters, collecting their ACKs here (the slow path).
     fn start_replay(&mut self, ctx: &Context<'_>, key: &K, fx: &mut Fx<K>) {
+        if self.bugs.arbiter_never_replays {
+            // Planted: the arbitration stays blocked (its stuck timer is
+            // re-armed as if it had replayed, so time goes on).
+            if let Some(arb) = self.entries.get_mut(key).and_then(|e| e.arb.as_mut()) {
+                arb.since_ms = ctx.now_ms;
+            }
+            return;
+        }
         let me = self.me;
         let dir = self.dir(ctx, key);
         let entry = self.entries.get(key).expect("present");
@@ -2202,6 +2279,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !ctx.member {
             return self.abandon(ctx, fx);
         }
+        self.left = false;
         // The old epoch's fast-path ACKs are void.
         self.stray.clear();
         // A restarted node is a new member that holds nothing.
@@ -2218,10 +2296,32 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             .copied()
             .filter(|n| !live(ctx, *n))
             .collect();
-        for &n in left.iter().chain(restarted.iter()) {
-            self.gone_since.insert(n, ctx.view.epoch.0);
+        let epoch = ctx.view.epoch.0;
+        debug_assert!(self.members.is_empty() || self.members_epoch <= epoch);
+        for &n in &left {
+            // Its next incarnation joins in a later view than this one.
+            self.gone_since.insert(n, epoch);
         }
+        for &n in &restarted {
+            // The new incarnation joined in some view after the one we knew,
+            // maybe one we missed (cut off, or not a member meanwhile): only
+            // attempts up to that view are surely the old incarnation's.
+            // Dating the change to this view instead would strip a live
+            // requester whose win its arbiters applied (seed 65, 5 nodes).
+            let since = self.members_epoch.saturating_add(1).min(epoch);
+            self.gone_since.insert(n, since);
+        }
+        // Members that joined or restarted since the last view we knew: as
+        // directory replicas they know nothing yet.
+        let fresh: BTreeSet<NodeId> = ctx
+            .view
+            .members
+            .keys()
+            .copied()
+            .filter(|n| !self.members.contains_key(n) || restarted.contains(n))
+            .collect();
         self.members = ctx.view.members.clone();
+        self.members_epoch = epoch;
         let survived = |n: NodeId| live(ctx, n) && !restarted.contains(&n);
         // Dead nodes leave o_replicas (and the at-most-once memory).
         let keys: Vec<K> = self.entries.keys().cloned().collect();
@@ -2264,6 +2364,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             self.recovery.insert(key.clone());
             self.start_replay(ctx, key, fx);
         }
+        self.sync_fresh_replicas(ctx, &fresh, fx);
         // Requests: the old epoch's ACKs are void; the arbiters' replays
         // answer with RESP. Re-send the REQ (a dead driver: a new attempt).
         let requesting: Vec<K> = self
@@ -2296,6 +2397,153 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert!(self.recovery.is_subset(&self.blocked));
     }
 
+    /// Directory re-replication. A replica that joined or restarted knows
+    /// none of its objects, and once the replicas that knew one have all
+    /// left, a stale arbitration replayed into the empty ones would win
+    /// (5-node seed 4094: one replica out, one restarted, then the last one
+    /// that knew cut off). So the first replica (in placement order) that
+    /// survived the view change, and the owner (an arbiter of every
+    /// arbitration, so valid only at the latest one), send the fresh ones a
+    /// SYNC with every valid object they know; a blocked object reaches
+    /// them with its replay instead (its ackers are the live replicas).
+    fn sync_fresh_replicas(&mut self, ctx: &Context<'_>, fresh: &BTreeSet<NodeId>, fx: &mut Fx<K>) {
+        // SYNCs not answered yet go on to replicas still here (the view
+        // change may have lost them); fresh ones get new ones.
+        self.syncing
+            .retain(|(_, n), _| live(ctx, *n) && !fresh.contains(n));
+        if fresh.is_empty() || fresh.contains(&self.me) {
+            return;
+        }
+        let me = self.me;
+        let mut syncs = Vec::new();
+        for (key, entry) in &self.entries {
+            if entry.o_state != OState::Valid || entry.blocked() {
+                continue;
+            }
+            let dir = self.dir(ctx, key);
+            let first_survivor = dir
+                .iter()
+                .copied()
+                .find(|&n| live(ctx, n) && !fresh.contains(&n));
+            let owner = entry.o_replicas.owner == Some(me);
+            if first_survivor != Some(me) && !owner {
+                continue;
+            }
+            for &node in dir
+                .iter()
+                .filter(|&&n| n != me && fresh.contains(&n) && live(ctx, n))
+            {
+                syncs.push((key.clone(), node, entry.o_ts));
+            }
+        }
+        debug_assert!(syncs.len() <= self.entries.len() * self.config.directory_replicas);
+        for (key, node, o_ts) in syncs {
+            self.syncing.insert((key.clone(), node), (o_ts, ctx.now_ms));
+            self.send_sync(ctx, &key, node, fx);
+        }
+        debug_assert!(self.syncing.len() <= self.entries.len() * self.config.directory_replicas);
+        if let Some(every) = self.config.retransmit_ms {
+            if !self.syncing.is_empty() {
+                self.schedule(ctx, fx, ctx.now_ms.saturating_add(every));
+            }
+        }
+    }
+
+    /// Sends (again) the SYNC of `key` to `node`, if the entry is still
+    /// valid at the `o_ts` taught; else forgets it (what replaced it was
+    /// arbitrated with `node` among the ackers, or taught by its driver).
+    fn send_sync(&mut self, ctx: &Context<'_>, key: &K, node: NodeId, fx: &mut Fx<K>) {
+        let slot = (key.clone(), node);
+        let Some(&(o_ts, _)) = self.syncing.get(&slot) else {
+            return;
+        };
+        let current = self
+            .entries
+            .get(key)
+            .filter(|e| e.o_ts == o_ts && e.o_state == OState::Valid && !e.blocked())
+            .map(|e| Current {
+                o_ts: e.o_ts,
+                r_ts: e.last_r_ts,
+                valid: true,
+                o_replicas: e.o_replicas.clone(),
+            });
+        let Some(current) = current.filter(|_| live(ctx, node)) else {
+            self.syncing.remove(&slot);
+            return;
+        };
+        self.syncing.insert(slot, (o_ts, ctx.now_ms));
+        self.stats.synced += 1;
+        let sync = Sync {
+            current,
+            answer: false,
+        };
+        self.send(ctx, fx, node, key, Body::Sync(sync));
+    }
+
+    /// A SYNC. A teacher's answer clears its retransmission. A directory
+    /// replica adopts a completed state greater than its own: anything it
+    /// holds below that is over (it completed before, or can never complete:
+    /// every replica live when the taught state completed moved past it;
+    /// only an empty directory could still let it win), and answers.
+    fn on_sync(&mut self, ctx: &Context<'_>, from: NodeId, key: &K, sync: Sync, fx: &mut Fx<K>) {
+        let me = self.me;
+        let dir = self.dir(ctx, key);
+        let current = sync.current;
+        if sync.answer {
+            let slot = (key.clone(), from);
+            if self
+                .syncing
+                .get(&slot)
+                .is_some_and(|&(o_ts, _)| o_ts == current.o_ts)
+            {
+                self.syncing.remove(&slot);
+            } else {
+                self.drop_input(fx, DropReason::Stale, from, "SYNC");
+            }
+            return;
+        }
+        if !dir.contains(&from) && current.o_replicas.owner != Some(from) {
+            return self.drop_input(fx, DropReason::ForgedSender, from, "SYNC");
+        }
+        if !dir.contains(&me) {
+            return self.drop_input(fx, DropReason::NotDirectory, from, "SYNC");
+        }
+        let answer = Sync {
+            current: current.clone(),
+            answer: true,
+        };
+        match self.entries.get(key) {
+            Some(entry) if entry.o_ts >= current.o_ts => {
+                // Known, or past it: answered all the same.
+                self.stats.count_drop(DropReason::Duplicate);
+                return self.send(ctx, fx, from, key, Body::Sync(answer));
+            }
+            Some(_) => self.supersede(ctx, key, current.o_ts, fx),
+            None => {
+                if let Err(reason) = self.new_entry(key) {
+                    return self.drop_input(fx, reason, from, "SYNC");
+                }
+            }
+        }
+        let entry = self.entries.get_mut(key).expect("present");
+        let was_holder = entry.o_replicas.holds(me);
+        entry.o_ts = current.o_ts;
+        entry.last_r_ts = current.r_ts;
+        entry.o_state = OState::Valid;
+        entry.o_replicas = current.o_replicas;
+        entry.o_replicas.retain_live(|n| live(ctx, n));
+        entry.arb = None;
+        let holder = entry.o_replicas.holds(me);
+        self.blocked.remove(key);
+        self.recovery.remove(key);
+        if was_holder && !holder {
+            self.store.remove(key);
+        }
+        debug_assert_eq!(self.entries[key].o_ts, current.o_ts);
+        self.settle(ctx, key);
+        self.send(ctx, fx, from, key, Body::Sync(answer));
+    }
+
     /// This node left the view: it takes part in nothing any more (a
     /// restart comes back as a new member, with nothing).
     fn abandon(&mut self, ctx: &Context<'_>, fx: &mut Fx<K>) {
@@ -2318,6 +2566,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         // the drivers' word on who is gone, as one does.
         self.members.clear();
         self.gone_since.clear();
+        self.stray.clear();
+        self.syncing.clear();
+        self.left = true;
+        // Back in a view, this node is a new member to the others (they
+        // noted it leave): wins of its attempts from before are a dead
+        // requester's, never its own to apply.
+        self.r_ts_base = None;
         debug_assert!(self.requests.is_empty());
         debug_assert!(self.entries.is_empty());
     }
@@ -2373,6 +2628,17 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                     // A lost VAL or ACK: replay in the current epoch.
                     self.start_replay(ctx, key, fx);
                 }
+            }
+        }
+        if let Some(every) = self.config.retransmit_ms {
+            let due: Vec<(K, NodeId)> = self
+                .syncing
+                .iter()
+                .filter(|(_, &(_, sent_ms))| now >= sent_ms.saturating_add(every))
+                .map(|(slot, _)| slot.clone())
+                .collect();
+            for (key, node) in due {
+                self.send_sync(ctx, &key, node, fx);
             }
         }
         // No backoff that ended is left waiting.
@@ -2450,6 +2716,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             Body::Val(val) => self.on_val(ctx, from, &key, val, fx),
             Body::Nack(nack) => self.on_nack(ctx, from, &key, nack, fx),
             Body::Resp(resp) => self.on_resp(ctx, from, &key, resp, fx),
+            Body::Sync(sync) => self.on_sync(ctx, from, &key, sync, fx),
         }
     }
 
@@ -2514,6 +2781,13 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 known_set(&m.val_to)?;
                 known_replicas(&m.o_replicas)?;
                 data_ok(&m.data)
+            }
+            Body::Sync(m) => {
+                known_replicas(&m.current.o_replicas)?;
+                if !m.current.valid {
+                    return Err(DropReason::Malformed);
+                }
+                Ok(())
             }
         }
     }
@@ -2669,6 +2943,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Protocol for Ownership<K, S> {
             // The view this node runs in, whether or not its install was
             // announced (incarnation changes are detected against it).
             self.members = ctx.view.members.clone();
+            self.members_epoch = ctx.view.epoch.0;
         }
         if self.r_ts_base.is_none() && ctx.member {
             self.r_ts_base = Some(ctx.view.epoch.0 << 32);

@@ -104,6 +104,9 @@ pub struct Stats {
     pub replays: u64,
     /// NOOP arbitrations driven to release refused ones.
     pub noops: u64,
+    /// SYNCs sent: objects' metadata taught to directory replicas that
+    /// joined or restarted (directory re-replication).
+    pub synced: u64,
     /// Arbitrations finished without their (dead) requester.
     pub finished_without_requester: u64,
     /// REQ retransmissions.

@@ -10,8 +10,8 @@ use common::*;
 use roost_cluster::{EpochId, NodeId};
 use roost_ownership::{
     Ack, ArbKind, Body, Current, DropReason, FailReason, Inv, Meta, Nack, NackReason, NewError,
-    OReplicas, OTs, OwnershipBugs, OwnershipConfig, OwnershipOut, RTs, Req, RequestKind, Resp, Val,
-    WIRE_VERSION,
+    OReplicas, OTs, OwnershipBugs, OwnershipConfig, OwnershipOut, RTs, Req, RequestKind, Resp,
+    Sync, Val, WIRE_VERSION,
 };
 
 fn setup() -> (World, Key) {
@@ -405,6 +405,50 @@ fn every_kind_of_bad_input_is_counted_and_dropped() {
         DropReason::ImpossibleOTs,
     );
 
+    // SYNCs: from a node that is neither a directory replica nor the owner
+    // it names, to a node that is no directory replica, and one that does
+    // not say it is valid metadata.
+    let meta = world.node(n(1)).meta(&key).unwrap();
+    let sync = Sync {
+        current: Current {
+            o_ts: good_inv.o_ts,
+            r_ts: RTs {
+                version: 5,
+                node: n(4),
+            },
+            valid: true,
+            o_replicas: OReplicas::owned_by(n(4)),
+        },
+        answer: false,
+    };
+    rejected(
+        &mut world,
+        key,
+        n(3),
+        n(2),
+        m(key, Body::Sync(sync.clone())),
+        DropReason::ForgedSender,
+    );
+    rejected(
+        &mut world,
+        key,
+        n(1),
+        n(4),
+        m(key, Body::Sync(sync.clone())),
+        DropReason::NotDirectory,
+    );
+    let mut invalid = sync;
+    invalid.current.valid = false;
+    rejected(
+        &mut world,
+        key,
+        n(1),
+        n(2),
+        m(key, Body::Sync(invalid)),
+        DropReason::Malformed,
+    );
+    assert_eq!(world.node(n(2)).meta(&key), Some(meta));
+
     // A vector naming the owner among its readers.
     let mut inv = good_inv.clone();
     inv.o_replicas.readers.insert(n(3));
@@ -525,6 +569,11 @@ fn injected_garbage_never_panics() {
             Body::Nack(nack) => nack.reason = NackReason::PendingCommit,
             Body::Req(req) => req.create = !req.create,
             Body::Resp(resp) => resp.data = None,
+            Body::Sync(sync) => match r % 3 {
+                0 => sync.answer = !sync.answer,
+                1 => sync.current.o_ts.version += 1,
+                _ => sync.current.o_replicas = OReplicas::owned_by(n((r >> 8) as u32 % 5)),
+            },
         }
         let from = n(1 + (next() % 4) as u32);
         let to = n(1 + (next() % 4) as u32);
@@ -598,6 +647,15 @@ fn wire_format_round_trips_and_is_versioned() {
             o_replicas: inv.o_replicas.clone(),
             val_to: inv.ackers.clone(),
             data: None,
+        }),
+        Body::Sync(Sync {
+            current: Current {
+                o_ts: inv.o_ts,
+                r_ts: inv.r_ts,
+                valid: true,
+                o_replicas: inv.o_replicas.clone(),
+            },
+            answer: true,
         }),
     ];
     for body in bodies {

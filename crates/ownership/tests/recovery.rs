@@ -8,9 +8,10 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
+use roost_cluster::EpochId;
 use roost_cluster::NodeId;
 use roost_ownership::{
-    Access, Body, FailReason, NackReason, OState, OwnershipBugs, OwnershipOut, RequestKind,
+    Access, Body, FailReason, NackReason, OState, OwnershipBugs, OwnershipOut, RequestKind, Resp,
 };
 
 fn setup(count: u32, owner: NodeId, readers: &[NodeId]) -> (World, Key) {
@@ -502,11 +503,13 @@ fn a_restarted_directory_replica_learns_from_the_next_inv_and_is_skipped_meanwhi
     let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
     world.create(n(3), key, 1, data(1));
     world.deliver_all(1_000);
-    // The preferred driver restarts and forgets the object.
+    // The preferred driver restarts and forgets the object; the SYNCs that
+    // would teach it are lost (they are sent again later).
     world.restart(n(1), &config);
     for id in [n(2), n(3), n(4)] {
         world.install(id);
     }
+    world.net.retain(|m| m.msg.body.name() != "SYNC");
     world.deliver_all(1_000);
     assert!(world.node(n(1)).meta(&key).is_none());
     // n4 asks n1 first (UnknownObject), then n2, which drives it; n1 learns
@@ -524,5 +527,220 @@ fn a_restarted_directory_replica_learns_from_the_next_inv_and_is_skipped_meanwhi
     let m1 = world.node(n(1)).meta(&key).unwrap();
     let m2 = world.node(n(2)).meta(&key).unwrap();
     assert_eq!((m1.o_ts, m1.o_replicas), (m2.o_ts, m2.o_replicas));
+    settled(&world, key);
+}
+
+/// Seed 65 of the 5-node campaign, distilled. A directory replica (n2) is cut
+/// off and misses the views in which a requester (n4) restarted and, as its
+/// new incarnation, won the object. When n2 is back, a replay of that win
+/// reaches it: n2 must date n4's restart to a view after the last one it
+/// knew, not to the view it learns it in, or it takes n4's new attempt for
+/// its old incarnation's, strips n4 as a dead requester, and the directory
+/// splits (n1: owner n4; n2: ownerless).
+#[test]
+fn a_replica_back_from_missed_views_keeps_a_restarted_requesters_win() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    // n2 is cut off (alive = false here keeps its state): epoch 2 without it.
+    world.crash(n(2));
+    world.deliver_all(1_000);
+    // n4 restarts: epoch 3 admits its second incarnation.
+    world.restart(n(4), &config);
+    world.deliver_all(1_000);
+    assert_eq!(world.latest.epoch.0, 3);
+    // n4 wins through n1 (n2 is not live); n1 loses n4's VAL.
+    world.acquire(n(4), key, 2, RequestKind::ChangeOwner);
+    world.deliver_where(|m| m.msg.body.name() == "REQ");
+    world.deliver_where(|m| m.msg.body.name() == "INV");
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(3));
+    let outs = world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(1));
+    assert!(outputs_of(&[outs], n(4))
+        .iter()
+        .any(|o| matches!(o, OwnershipOut::Acquired { .. })));
+    world.lose_where(|m| m.msg.body.name() == "VAL" && m.to == n(1));
+    world.deliver_all(1_000);
+    assert_eq!(world.node(n(1)).blocked(), 1);
+    // n2 is back in epoch 4 with the incarnation it had, having installed
+    // nothing since epoch 1; n1 replays the win to it and to the owner.
+    world.latest.epoch.0 += 1;
+    world.latest.members.insert(n(2), 1);
+    world.procs.get_mut(&n(2)).expect("configured").alive = true;
+    world.run_until_quiet(10_000);
+    assert_eq!(world.owners(key), vec![n(4)]);
+    let m2 = world.node(n(2)).meta(&key).unwrap();
+    assert_eq!(m2.o_replicas.owner, Some(n(4)), "{}", world.dump());
+    settled(&world, key);
+}
+
+/// Seed 1358 of the 7-node campaign, distilled. A replayer that hears from
+/// an arbiter that applied the arbitration finishes it without a RESP, but
+/// only once every acker has answered: a directory replica that rejoined
+/// knowing nothing (n3) must have the arbitration before its VAL comes, or
+/// the VAL is dropped and n3 stays behind the others (in the campaign, valid
+/// at an older state, from which it could drive).
+#[test]
+fn a_replayer_finishes_an_applied_arbitration_only_when_every_acker_answered() {
+    let config = test_config(3);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 3, &[n(1), n(2), n(3)]);
+    world.create(n(4), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.crash_and_install(n(3));
+    world.deliver_all(1_000);
+    // n2 drives its own change-owner; n1 loses n2's VAL and holds it.
+    world.acquire(n(2), key, 2, RequestKind::ChangeOwner);
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(4));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(4));
+    world.lose_where(|m| m.msg.body.name() == "VAL" && m.to == n(1));
+    world.deliver_all(1_000);
+    assert_eq!(world.owners(key), vec![n(2)]);
+    assert_eq!(world.node(n(1)).blocked(), 1);
+    // n3 restarts knowing nothing; n1 replays to n2, n3 and the old owner n4.
+    world.restart(n(3), &config);
+    for id in [n(1), n(2), n(4)] {
+        world.install(id);
+    }
+    // n1's INV to n3 is lost; n2 and n4 answer that they applied it.
+    world.lose_where(|m| m.msg.body.name() == "INV" && m.from == n(1) && m.to == n(3));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(2));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(4));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(2) && m.to == n(1));
+    world.deliver_where(|m| m.msg.body.name() == "ACK" && m.from == n(4) && m.to == n(1));
+    // Not finished: n3 has not answered.
+    assert_eq!(world.node(n(1)).blocked(), 1, "{}", world.dump());
+    world.run_until_quiet(10_000);
+    let metas: BTreeSet<_> = [n(1), n(2), n(3)]
+        .iter()
+        .map(|&id| {
+            let m = world.node(id).meta(&key).expect("every replica knows it");
+            (m.o_ts, m.o_state, m.o_replicas)
+        })
+        .collect();
+    assert_eq!(metas.len(), 1, "{metas:?}");
+    assert_eq!(world.owners(key), vec![n(2)]);
+    settled(&world, key);
+}
+
+/// Directory re-replication: a restarted directory replica is taught every
+/// object by the first replica that survived and by the owner (SYNC), and
+/// answers, before any request comes.
+#[test]
+fn a_restarted_directory_replica_is_taught_by_a_survivor_and_the_owner() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    world.restart(n(1), &config);
+    for id in [n(2), n(3), n(4)] {
+        world.install(id);
+    }
+    let syncs: BTreeSet<NodeId> = world
+        .net
+        .iter()
+        .filter(|m| m.msg.body.name() == "SYNC" && m.to == n(1))
+        .map(|m| m.from)
+        .collect();
+    assert_eq!(syncs, BTreeSet::from([n(2), n(3)]));
+    world.deliver_all(1_000);
+    let m1 = world.node(n(1)).meta(&key).expect("taught");
+    let m2 = world.node(n(2)).meta(&key).unwrap();
+    assert_eq!(
+        (m1.o_ts, m1.o_state, &m1.o_replicas),
+        (m2.o_ts, OState::Valid, &m2.o_replicas)
+    );
+    // Answered: nothing is sent again.
+    world.run_until_quiet(10_000);
+    assert_eq!(world.in_flight("SYNC"), 0);
+    assert!(world.node(n(2)).stats().synced + world.node(n(3)).stats().synced == 2);
+    settled(&world, key);
+}
+
+/// 5-node seed 4094, distilled: the replica that knew the object is cut off
+/// (still in the view) when the other one restarts, and then leaves. The
+/// owner's SYNC, lost once and sent again, is what the directory has left;
+/// without it the restarted replica would take a replayed stale
+/// arbitration for the truth.
+#[test]
+fn the_owner_teaches_a_restarted_replica_when_no_replica_that_knew_is_reachable() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    world.create(n(3), key, 1, data(1));
+    world.deliver_all(1_000);
+    let before = world.node(n(2)).meta(&key).unwrap();
+    // n2 is cut off but still a member; n1 restarts.
+    world.procs.get_mut(&n(2)).expect("configured").alive = false;
+    world.restart(n(1), &config);
+    for id in [n(3), n(4)] {
+        world.install(id);
+    }
+    world.lose_where(|m| m.msg.body.name() == "SYNC" && m.from == n(3));
+    world.run_until_quiet(10_000);
+    // n2 leaves the view for good.
+    world.latest.epoch.0 += 1;
+    world.latest.members.remove(&n(2));
+    world.run_until_quiet(10_000);
+    let m1 = world.node(n(1)).meta(&key).expect("taught by the owner");
+    assert_eq!((m1.o_ts, m1.o_replicas.owner), (before.o_ts, Some(n(3))));
+    assert_eq!(world.owners(key), vec![n(3)]);
+    // The directory works: a request goes through n1.
+    world.acquire(n(4), key, 2, RequestKind::ChangeOwner);
+    world.run_until_quiet(10_000);
+    assert_eq!(world.owners(key), vec![n(4)]);
+    assert_eq!(world.node(n(4)).store().get(&key), Some(&data(1)));
+}
+
+/// 3-node seed 5675 of the campaign with the end-of-run check, distilled: a
+/// duplicate RESP of an earlier win reaches a requester whose next request
+/// for the object is in flight. Its VAL says which of its attempts no
+/// directory replica may drive any more (`r_floor`); that must not cover
+/// the attempt in flight, though the requester has issued later attempts
+/// for other objects, or the driver drops that attempt's REQ (and every
+/// retransmission of it) as already arbitrated and the request hangs.
+#[test]
+fn a_duplicate_resp_does_not_void_the_attempt_in_flight() {
+    let config = test_config(2);
+    let mut world = World::new(4, &config, OwnershipBugs::default());
+    let key = key_with_directory(&world.nodes, 2, &[n(1), n(2)]);
+    let other = (key + 1..)
+        .find(|k| roost_ownership::directory(k, &world.nodes, 2).contains(&n(1)))
+        .expect("some key");
+    world.create(n(3), key, 1, data(1));
+    world.create(n(3), other, 2, data(2));
+    world.deliver_all(1_000);
+    world.acquire(n(4), key, 3, RequestKind::AddReader);
+    world.deliver_all(1_000);
+    let won = world.node(n(1)).meta(&key).unwrap();
+    assert!(won.o_replicas.readers.contains(&n(4)));
+    // The next request for the object, then one for another object: its
+    // attempt is the highest n4 has issued.
+    world.acquire(n(4), key, 4, RequestKind::ChangeOwner);
+    world.acquire(n(4), other, 5, RequestKind::AddReader);
+    // A late duplicate of the first win's RESP.
+    let resp = Resp {
+        o_ts: won.o_ts,
+        r_ts: won.r_ts,
+        r_type: RequestKind::AddReader,
+        o_replicas: roost_ownership::OReplicas::owned_by(n(3)),
+        val_to: BTreeSet::from([n(1), n(2), n(3)]),
+        data: None,
+    };
+    world.inject(n(1), n(4), Msg::new(EpochId(1), key, Body::Resp(resp)));
+    // Its VAL reaches the driver before the REQ in flight.
+    world.deliver_where(|m| m.msg.body.name() == "VAL" && m.to == n(1) && m.msg.key == key);
+    let outs = world.run_until_quiet(10_000);
+    let mine = outputs_of(&outs, n(4));
+    assert!(
+        mine.iter()
+            .any(|o| matches!(o, OwnershipOut::Acquired { req, .. } if req.0 == 4)),
+        "{mine:?}"
+    );
+    assert_eq!(world.owners(key), vec![n(4)]);
     settled(&world, key);
 }

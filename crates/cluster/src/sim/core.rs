@@ -7,7 +7,10 @@
 //! [`AcceptorRecord`], written before the messages that depend on it) is its
 //! disk and survives the crash, its memory does not. A [`Workload`] issues
 //! the clients' commands and is told the outputs; a [`Checker`] looks at
-//! every node after every event and at the end.
+//! every node after every event and at the end. After `duration_ms` a quiet
+//! tail ([`SimConfig::quiet_tail_ms`]) heals the network, restarts crashed
+//! nodes and stops the faults and the clients, so that the end is a cluster
+//! that had the time to settle (liveness can be checked there).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -39,8 +42,14 @@ pub type SimRng = SmallRng;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimConfig {
     pub nodes: u32,
-    /// Virtual time simulated.
+    /// Virtual time simulated with faults and clients.
     pub duration_ms: u64,
+    /// Virtual time simulated after `duration_ms`, quietly: no new faults,
+    /// partitions healed and crashed nodes restarted as it begins, clients
+    /// issuing nothing new (message loss and duplication go on: protocols
+    /// retransmit). Then [`Checker::at_end`] runs on a cluster that had the
+    /// time to settle, and may check liveness ([`World::settled`]). 0: none.
+    pub quiet_tail_ms: u64,
     pub drop_probability: f64,
     pub duplicate_probability: f64,
     pub min_delay_ms: u64,
@@ -78,6 +87,7 @@ impl Default for SimConfig {
         SimConfig {
             nodes: 3,
             duration_ms: 3_000,
+            quiet_tail_ms: 2_000,
             drop_probability: 0.05,
             duplicate_probability: 0.02,
             min_delay_ms: 1,
@@ -115,6 +125,8 @@ pub enum SimConfigError {
     DelayTooLong(u64),
     #[error("duration_ms = {0} must be in 1..=3600000")]
     Duration(u64),
+    #[error("quiet_tail_ms = {0} must be at most 3600000")]
+    QuietTail(u64),
     #[error("fault_interval_ms and client_interval_ms must be positive")]
     ZeroInterval,
     #[error("restart delay {0}..={1} ms must be non-empty and at most an hour")]
@@ -155,6 +167,9 @@ impl SimConfig {
         }
         if self.duration_ms == 0 || self.duration_ms > 3_600_000 {
             return Err(SimConfigError::Duration(self.duration_ms));
+        }
+        if self.quiet_tail_ms > 3_600_000 {
+            return Err(SimConfigError::QuietTail(self.quiet_tail_ms));
         }
         if self.fault_interval_ms == 0 || self.client_interval_ms == 0 {
             return Err(SimConfigError::ZeroInterval);
@@ -260,6 +275,14 @@ pub trait Factory<P: Protocol> {
     fn ready(&self, _protocol: &P) -> bool {
         true
     }
+
+    /// Would this replica lose its data if it were cut off from the others?
+    /// (Its protocol drops what it held when the view excludes it.) Such a
+    /// replica counts as down while cut off, and the simulator then cuts a
+    /// node off only while more than a majority is up, ready and connected.
+    fn cut_off_loses_data(&self, _protocol: &P) -> bool {
+        false
+    }
 }
 
 /// A closure is a factory whose replicas are always ready.
@@ -330,10 +353,15 @@ pub struct World<'a, P: Protocol> {
     pub installs: &'a [(NodeId, Incarnation, View)],
     /// The first install of every epoch so far, this event's included.
     pub views: &'a BTreeMap<EpochId, View>,
+    /// At the end of a run whose quiet tail ran whole: every node up, no
+    /// link cut, no client command for `quiet_tail_ms`. Liveness holds here
+    /// (what should finish has); `false` after every event.
+    pub settled: bool,
 }
 
 /// A safety property, checked over the live protocol states after every
-/// event and over the workload's history at the end. Tuples of checkers are
+/// event and over the workload's history at the end (where, after a quiet
+/// tail, a liveness property may be checked too). Tuples of checkers are
 /// checkers (each in turn, the first violation wins).
 pub trait Checker<P: Protocol, H> {
     fn after_event(&mut self, world: &World<'_, P>, history: &H) -> Result<(), Violation>;
@@ -392,6 +420,8 @@ enum Event<M> {
     Client(ClientId),
     Fault,
     Restart(NodeId),
+    /// `duration_ms` is over: heal, restart, and let the cluster settle.
+    QuietTail,
 }
 
 struct Scheduled<M> {
@@ -471,6 +501,8 @@ where
     fx: NodeEffects<P::Msg, P::Out>,
     report: SimReport,
     finished: bool,
+    /// In the quiet tail (after `duration_ms`).
+    quiet: bool,
     /// Human-readable trace lines (only when tracing is on).
     trace: Option<Vec<String>>,
 }
@@ -532,6 +564,7 @@ where
                 violation: None,
             },
             finished: false,
+            quiet: false,
             trace: None,
             config,
         };
@@ -545,6 +578,13 @@ where
         // Views installed while booting are checked with the first event.
         let fault = sim.config.fault_interval_ms;
         sim.schedule(fault, Event::Fault);
+        if sim.config.quiet_tail_ms > 0 {
+            // Scheduled now, so it comes first among the events of its
+            // millisecond: everything up to `duration_ms` runs as without
+            // a tail.
+            let at = sim.config.duration_ms + 1;
+            sim.schedule(at, Event::QuietTail);
+        }
         Ok(sim)
     }
 
@@ -570,7 +610,8 @@ where
         &self.config
     }
 
-    /// Runs to `duration_ms` (or the first violation) and reports.
+    /// Runs to `duration_ms` and through the quiet tail (or to the first
+    /// violation) and reports.
     pub fn run(mut self) -> SimReport {
         self.run_in_place();
         self.report
@@ -583,11 +624,14 @@ where
             return &self.report;
         }
         self.finished = true;
+        let end_ms = self.config.duration_ms + self.config.quiet_tail_ms;
+        let mut ran_to_end = true;
         while let Some(Reverse(next)) = self.queue.pop() {
-            if next.at_ms > self.config.duration_ms || self.report.violation.is_some() {
+            if next.at_ms > end_ms || self.report.violation.is_some() {
                 break;
             }
             if self.report.events >= MAX_EVENTS {
+                ran_to_end = false;
                 self.fail(Violation::new(
                     "simulator",
                     self.now_ms,
@@ -596,6 +640,7 @@ where
                 break;
             }
             if self.queue.len() >= MAX_QUEUED {
+                ran_to_end = false;
                 self.fail(Violation::new(
                     "simulator",
                     self.now_ms,
@@ -611,11 +656,14 @@ where
             self.check_event();
         }
         if self.report.violation.is_none() {
+            let settled = ran_to_end && self.config.quiet_tail_ms > 0 && self.quiet;
+            debug_assert!(!settled || self.cut.is_empty());
             let world = World {
                 now_ms: self.now_ms,
                 nodes: &self.nodes,
                 installs: &[],
                 views: &self.views,
+                settled,
             };
             if let Err(violation) = self.checker.at_end(&world, self.workload.history()) {
                 self.fail(violation);
@@ -647,6 +695,7 @@ where
             nodes: &self.nodes,
             installs: &self.installs,
             views: &self.views,
+            settled: false,
         };
         let result = self.checker.after_event(&world, self.workload.history());
         self.installs.clear();
@@ -728,6 +777,8 @@ where
                     self.with_node(node, Cause::Event, |n, now, fx| n.on_timer(now, key, fx));
                 }
             }
+            // The quiet tail: no new commands, no new faults.
+            Event::Client(_) | Event::Fault if self.quiet => {}
             Event::Client(client) => {
                 self.client(client);
                 let gap = self
@@ -739,12 +790,39 @@ where
                 self.fault();
                 self.schedule(self.config.fault_interval_ms, Event::Fault);
             }
+            // Restarted already, when the quiet tail began.
+            Event::Restart(node) if self.nodes[node.0 as usize].node.is_some() => {
+                debug_assert!(self.quiet);
+            }
             Event::Restart(node) => {
                 self.hash.write(&[4, node.0 as u8]);
                 self.note(|| format!("restart {node}"));
                 self.boot(node);
             }
+            Event::QuietTail => self.begin_quiet_tail(),
         }
+    }
+
+    /// Heals every cut link and restarts every crashed node (their pending
+    /// restarts are then skipped); from here on no fault or command.
+    fn begin_quiet_tail(&mut self) {
+        debug_assert!(!self.quiet);
+        self.quiet = true;
+        self.hash.write(&[9]);
+        self.note(|| "quiet tail: heal, restart, no new faults or commands".to_owned());
+        self.cut.clear();
+        let down: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|s| s.node.is_none())
+            .map(|s| s.id)
+            .collect();
+        for node in down {
+            self.hash.write(&[4, node.0 as u8]);
+            self.note(|| format!("restart {node}"));
+            self.boot(node);
+        }
+        debug_assert!(self.nodes.iter().all(|s| s.node.is_some()));
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, epoch: EpochId, msg: NodeMsg<P::Msg>) {
@@ -808,16 +886,28 @@ where
         } else {
             n - (n / 2 + 1)
         };
-        let down = self
-            .nodes
-            .iter()
-            .filter(|s| {
-                s.node
-                    .as_ref()
-                    .is_none_or(|node| !self.factory.ready(node.app()))
-            })
-            .count();
+        // Cut off: heard by nobody (isolated or muted).
+        let cut_off = |id: NodeId| {
+            self.ids
+                .iter()
+                .all(|&other| other == id || self.cut.contains(&(id, other)))
+        };
+        let loses = |s: &SimNode<P>| {
+            s.node
+                .as_ref()
+                .is_some_and(|node| self.factory.cut_off_loses_data(node.app()))
+        };
+        let is_down = |s: &SimNode<P>| {
+            s.node
+                .as_ref()
+                .is_none_or(|node| !self.factory.ready(node.app()))
+                || (cut_off(s.id) && loses(s))
+        };
+        let down = self.nodes.iter().filter(|s| is_down(s)).count();
         let victim = self.ids[self.rng.random_range(0..n)];
+        // Cutting a node off is a fault like a crash where that loses data.
+        let target = &self.nodes[victim.0 as usize];
+        let may_cut = down < max_down || !loses(target) || is_down(target);
         let kinds: u8 = if self.config.crash_majorities { 5 } else { 4 };
         match self.rng.random_range(0..kinds) {
             // Crash only while the fault model allows it: a majority must
@@ -843,7 +933,7 @@ where
                     }
                 }
             }
-            1 => {
+            1 if may_cut => {
                 // Isolate one node in both directions.
                 self.report.partitions += 1;
                 self.hash.write(&[5, victim.0 as u8]);
@@ -855,7 +945,7 @@ where
                     }
                 }
             }
-            2 => {
+            2 if may_cut => {
                 // One direction only: the victim hears but is not heard.
                 self.report.partitions += 1;
                 self.hash.write(&[6, victim.0 as u8]);

@@ -399,15 +399,17 @@ impl DbStore {
     }
 }
 
-/// Runs a blocking database call from the protocol driver: on a
-/// multi-thread tokio runtime, without holding up the tasks queued behind it.
+/// Runs a database call that blocks (a transaction handed to the node's
+/// executor and waited for) from the protocol driver, on the driver's own
+/// worker thread. Not `block_in_place`: handing the worker's core to
+/// another thread for every export and install cost about 100 µs each (the
+/// ownership bench, `bench/results/ownership.md`), ten times the
+/// transaction. The wait is short and cannot depend on this runtime: the
+/// database parks the thread without tokio's budget, and relocations skip
+/// the executor's admission control, whose permits transactions waiting for
+/// this very driver may hold.
 fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
+    f()
 }
 
 impl ObjectStore<NodeReactor> for DbStore {

@@ -572,7 +572,7 @@ impl Database {
     /// name and key without this database's prefix, and its new placement
     /// version, for [`install_reactor`](Self::install_reactor) elsewhere.
     /// Blocks, as [`run_blocking`](Self::run_blocking) does (not from an
-    /// async runtime or an executor).
+    /// executor).
     pub fn export_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
         let reactor = self.reactor_by_key(key)?;
         let entry = self.try_begin_move(reactor).ok_or(ExportError::Busy)?;
@@ -768,8 +768,10 @@ impl Database {
     }
 
     /// The blocking facade of [`Database::run`], for callers that are not
-    /// async (it panics inside an async runtime). With the executor's
-    /// mailbox full it blocks until there is room.
+    /// async. On a thread of an async runtime it blocks that thread (the
+    /// ownership driver's exports and installs, a few microseconds each);
+    /// it must not be called from one of this database's executors. With
+    /// the executor's mailbox full it blocks until there is room.
     pub fn run_blocking<T, F, Fut>(
         &self,
         reactor: ReactorId,
@@ -798,9 +800,7 @@ impl Database {
         if !self.shared.executors[executor].submit_blocking(job) {
             return Err(ReactorError::Shutdown);
         }
-        result
-            .blocking_recv()
-            .unwrap_or(Err(ReactorError::Shutdown))
+        wait_parked(result).unwrap_or(Err(ReactorError::Shutdown))
     }
 
     /// Jobs waiting in each executor's mailbox now (at most the
@@ -870,6 +870,35 @@ impl Drop for Database {
             for executor in &self.shared.executors {
                 executor.request_stop();
             }
+        }
+    }
+}
+
+/// Waits for `result` by parking this thread: unlike tokio's
+/// `blocking_recv`, allowed on a thread that runs an async runtime (the
+/// ownership driver's), which then simply waits, as a blocking call does.
+fn wait_parked<T>(result: oneshot::Receiver<T>) -> Option<T> {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    // Unconstrained: on a runtime's thread, tokio's cooperative budget
+    // would otherwise defer the wake-up to the runtime's next park, which a
+    // parked thread never reaches.
+    let mut result = std::pin::pin!(tokio::task::unconstrained(result));
+    loop {
+        match result.as_mut().poll(&mut cx) {
+            Poll::Ready(outcome) => return outcome.ok(),
+            // A spurious unpark only polls again.
+            Poll::Pending => std::thread::park(),
         }
     }
 }

@@ -260,11 +260,19 @@ where
     F: Fn(ReactorCtx) -> Fut,
     Fut: Future<Output = Result<T, ReactorError>>,
 {
+    // A relocation (the placement exporting or installing a reactor) skips
+    // admission: the transactions holding the permits may be waiting for
+    // exactly that placement to acquire a reactor, and would wait forever.
     let admission = with_local(|l| Rc::clone(&l.admission));
-    let _permit = admission
-        .acquire()
-        .await
-        .map_err(|_| ReactorError::Shutdown)?;
+    let _permit = match relocating {
+        Some(_) => None,
+        None => Some(
+            admission
+                .acquire()
+                .await
+                .map_err(|_| ReactorError::Shutdown)?,
+        ),
+    };
     let mut backoff_us = 1u64;
     let mut last = ConflictKind::ReadValidation;
     for attempt in 1..=MAX_ATTEMPTS {

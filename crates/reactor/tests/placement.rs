@@ -337,6 +337,84 @@ fn a_transaction_on_a_remote_reactor_waits_for_the_placement_to_acquire_it() {
     assert_eq!(seen, Some(1900));
 }
 
+/// The transaction waiting for an acquisition holds its executor's only
+/// admission permit, and the acquisition installs the reactor with a
+/// transaction on that executor: a relocation skips admission, or the two
+/// would wait for each other for ever (what the ownership driver hit once
+/// every permit was held by transactions waiting for it).
+#[test]
+fn an_install_is_not_held_back_by_the_transactions_waiting_for_it() {
+    let from = Arc::new(Database::new(schema(), two_containers()).unwrap());
+    from.create_reactor("account", "gina").unwrap();
+    fill(&from, "gina");
+    let expected = contents(&from, "gina").unwrap();
+    let placement = Arc::new(PullPlacement {
+        owned: Arc::new(Mutex::new(HashSet::new())),
+        from: Arc::clone(&from),
+        here: OnceLock::new(),
+    });
+    let mut one_at_a_time = Deployment::shared_everything(1);
+    one_at_a_time.max_active_transactions = 1;
+    let here = Arc::new(
+        Database::with_placement(
+            schema(),
+            one_at_a_time,
+            EngineConfig::default(),
+            Arc::clone(&placement) as Arc<dyn Placement>,
+        )
+        .unwrap(),
+    );
+    placement.here.set(Arc::downgrade(&here)).ok().unwrap();
+    let gina = ReactorKey::new("account", "gina").unwrap();
+    let gina = here.reactor_by_key(&gina).unwrap();
+    assert_eq!(here.location(gina).unwrap(), Location::Remote);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = Arc::clone(&here);
+    std::thread::spawn(move || {
+        let _ = tx.send(contents(&reader, "gina"));
+    });
+    let seen = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the acquisition's install waited behind its own waiter");
+    assert_eq!(seen.unwrap(), expected);
+}
+
+/// `run_blocking` from a task of a multi-thread runtime that spent its
+/// cooperative budget: tokio defers the wake-up of a budget-starved poll to
+/// the worker's next park, which a blocked worker never reaches, so the
+/// database waits outside the budget (the ownership driver blocks so).
+#[test]
+fn run_blocking_returns_on_a_runtime_worker_whose_budget_is_spent() {
+    let db = Arc::new(Database::new(schema(), Deployment::shared_everything(1)).unwrap());
+    db.create_reactor("account", "hal").unwrap();
+    fill(&db, "hal");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let inner = Arc::clone(&db);
+    runtime.spawn(async move {
+        let (items, mut queue) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..1_000u32 {
+            items.send(i).unwrap();
+        }
+        // A fresh poll has a budget of 128; each ready receive spends one.
+        tokio::task::yield_now().await;
+        for _ in 0..128 {
+            queue.recv().await;
+        }
+        let _ = tx.send(contents(&inner, "hal"));
+    });
+    let seen = rx.recv_timeout(std::time::Duration::from_secs(30));
+    if seen.is_err() {
+        // Its worker is parked for good: dropping the runtime would wait on it.
+        std::mem::forget(runtime);
+        panic!("run_blocking never saw its answer");
+    }
+    assert_eq!(seen.unwrap().unwrap().1, 20);
+}
+
 #[test]
 fn an_empty_export_creates_a_reactor_and_an_own_export_can_be_reclaimed() {
     let (one, two) = (

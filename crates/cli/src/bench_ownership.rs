@@ -24,11 +24,10 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
-use roost_cluster::config::{ClusterConfig, NodeAddr};
-use roost_cluster::local_cluster::free_ports;
+use roost_cluster::config::ClusterConfig;
 use roost_cluster::membership::MembershipConfig;
 use roost_cluster::runtime::ProtocolHandle;
-use roost_node::{Node, NodeConfig, NodeOwnership, NodeProtocol, NodeReactor};
+use roost_node::{Node, NodeOwnership, NodeReactor};
 use roost_ownership::{OwnershipCmd, OwnershipOut, ReqId, RequestKind};
 
 const BENCHMARK: &str = "ownership";
@@ -87,21 +86,12 @@ impl OwnershipBenchArgs {
 }
 
 fn start_nodes(reactors: usize) -> anyhow::Result<Vec<Node>> {
-    let ports = free_ports(2 * NODES as usize)?;
-    let nodes = (0..NODES)
-        .map(|i| NodeAddr {
-            id: i,
-            addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize])),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize + 1])),
-        })
-        .collect();
     // Three nodes share this machine's cores with the load: leases are
     // long enough that a node busy moving reactors is not declared dead
     // (the membership's heartbeats run on the same driver as ownership; a
     // node dropped from the view loses its reactors, having no replicas
     // before reliable commit).
     let cluster = ClusterConfig {
-        nodes,
         membership: MembershipConfig {
             heartbeat_interval_ms: 100,
             suspect_after_ms: 1_000,
@@ -109,27 +99,9 @@ fn start_nodes(reactors: usize) -> anyhow::Result<Vec<Node>> {
             clock_drift_margin_ms: 50,
             proposal_timeout_ms: 2_000,
         },
-        ..ClusterConfig::local(NODES)
+        ..ClusterConfig::loopback(NODES)?
     };
-    (0..NODES)
-        .map(|id| {
-            let resp = roost_resp::Config {
-                bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-                keyspace_reactors: reactors,
-                executors: 1,
-                ..roost_resp::Config::default()
-            };
-            Node::start(NodeConfig {
-                cluster: cluster.clone(),
-                id,
-                resp: Some(resp),
-                protocol: NodeProtocol::default(),
-                // In-process and started once: no restart to survive.
-                state_dir: None,
-            })
-            .with_context(|| format!("starting node {id}"))
-        })
-        .collect()
+    Ok(Node::start_in_process(&cluster, reactors)?)
 }
 
 fn handle(node: &Node) -> ProtocolHandle<NodeOwnership> {

@@ -133,6 +133,23 @@ impl ClusterConfig {
         }
     }
 
+    /// `n` nodes on loopback, each on two ports free right now (cluster and
+    /// admin): for clusters inside one process (tests, benchmarks).
+    pub fn loopback(n: u32) -> std::io::Result<Self> {
+        let ports = crate::local_cluster::free_ports(2 * n as usize)?;
+        let nodes = (0..n)
+            .map(|i| NodeAddr {
+                id: i,
+                addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize])),
+                admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize + 1])),
+            })
+            .collect();
+        Ok(ClusterConfig {
+            nodes,
+            ..ClusterConfig::local(n)
+        })
+    }
+
     pub fn from_toml(text: &str, path: &str) -> Result<Self, ConfigError> {
         let config: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),

@@ -310,6 +310,35 @@ impl Node {
         }
     }
 
+    /// Every node of `cluster` in this process (tests, benchmarks), each
+    /// with its own runtime, ports and database, serving RESP on a free
+    /// port over `keyspace_reactors` reactors with one executor, running
+    /// ownership, without a state directory (started once).
+    pub fn start_in_process(
+        cluster: &ClusterConfig,
+        keyspace_reactors: usize,
+    ) -> Result<Vec<Node>, NodeError> {
+        cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let resp = roost_resp::Config {
+                    bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    keyspace_reactors,
+                    executors: 1,
+                    ..roost_resp::Config::default()
+                };
+                Node::start(NodeConfig {
+                    cluster: cluster.clone(),
+                    id: node.id,
+                    resp: Some(resp),
+                    protocol: NodeProtocol::default(),
+                    state_dir: None,
+                })
+            })
+            .collect()
+    }
+
     /// Runs `future` on the node's cluster runtime (e.g. waiting for a stop
     /// signal, or requests through [`protocol`](Self::protocol)).
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {

@@ -3,48 +3,19 @@
 //! the Zeus ownership protocol moves to that node with its rows.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use roost_cluster::config::{ClusterConfig, NodeAddr};
-use roost_cluster::local_cluster::free_ports;
-use roost_node::{Node, NodeConfig, NodeProtocol, NodeReactor};
+use roost_cluster::config::ClusterConfig;
+use roost_node::{Node, NodeReactor};
 use roost_ownership::{Inspection, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
 const REACTORS: usize = 4;
 
 fn start_cluster() -> Vec<Node> {
-    let ports = free_ports(2 * NODES as usize).unwrap();
-    let nodes = (0..NODES)
-        .map(|i| NodeAddr {
-            id: i,
-            addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize])),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize + 1])),
-        })
-        .collect();
-    let cluster = ClusterConfig {
-        nodes,
-        ..ClusterConfig::local(NODES)
-    };
-    (0..NODES)
-        .map(|id| {
-            let resp = roost_resp::Config {
-                bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-                keyspace_reactors: REACTORS,
-                executors: 1,
-                ..roost_resp::Config::default()
-            };
-            Node::start(NodeConfig {
-                cluster: cluster.clone(),
-                id,
-                resp: Some(resp),
-                protocol: NodeProtocol::default(),
-                state_dir: None,
-            })
-            .unwrap()
-        })
-        .collect()
+    let cluster = ClusterConfig::loopback(NODES).unwrap();
+    Node::start_in_process(&cluster, REACTORS).unwrap()
 }
 
 fn inspect(node: &Node) -> Inspection<NodeReactor> {

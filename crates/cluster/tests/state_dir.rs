@@ -62,6 +62,25 @@ async fn start(
     start_node_with(config, id, app, options).await
 }
 
+/// Starts node `id` again in this process on its old ports: the stopped
+/// node's listeners close as their tasks notice the stop, so a bind may
+/// find the port still taken for a moment (a new process, as in
+/// production, has no such predecessor in it).
+async fn restart(config: &ClusterConfig, id: u32, dir: &Path) -> RunningNode<Register> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match start(config, id, Some(dir)).await {
+            Ok(node) => return node,
+            Err(RuntimeError::Bind { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("node {id} did not start again: {error}"),
+        }
+    }
+}
+
 /// Waits until `node` serves as a member of its view; returns that epoch.
 async fn serving(node: &RunningNode<Register>) -> u64 {
     let deadline = Instant::now() + PATIENCE;
@@ -104,7 +123,7 @@ async fn a_restarted_node_recovers_its_view_and_rejoins_later() {
         Some(&old_incarnation)
     );
 
-    let again = start(&config, 1, Some(&dirs[1])).await.unwrap();
+    let again = restart(&config, 1, &dirs[1]).await;
     // At once, before it hears anyone: the view it installed, but it is a
     // new incarnation and no member of it.
     let status = again.handle().status().await.unwrap();
@@ -175,8 +194,15 @@ async fn a_node_whose_state_directory_fails_stops() {
     let config = cluster(1);
     let dir = root.join("node0");
     let node = start(&config, 0, Some(&dir)).await.unwrap();
-    // Gone before the node first votes (it waits proposal_timeout_ms).
-    std::fs::remove_dir_all(&dir).unwrap();
+    // Gone before the node first votes (it waits proposal_timeout_ms). A
+    // record the node writes meanwhile (a temporary file, then a rename)
+    // can make one removal find the directory not empty: remove again.
+    let mut tries = 0;
+    while let Err(error) = std::fs::remove_dir_all(&dir) {
+        tries += 1;
+        assert!(tries < 50, "cannot remove {}: {error}", dir.display());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let deadline = Instant::now() + PATIENCE;
     while !node.is_stopped() {
         assert!(Instant::now() < deadline, "the node kept running");

@@ -88,6 +88,10 @@ impl FromStr for NodeReactor {
 /// (the placement's answer to `locate`) and the way into the protocol.
 pub(crate) struct Shared {
     owned: Mutex<HashSet<ReactorKey>>,
+    /// Reactors the protocol made this node the owner of whose rows the
+    /// store could not install: an acquisition of one fails at once (`Lost`)
+    /// instead of the transaction running again and again.
+    lost: Mutex<HashSet<ReactorKey>>,
     handle: OnceLock<ProtocolHandle<NodeOwnership>>,
     runtime: OnceLock<tokio::runtime::Handle>,
     deployment: Deployment,
@@ -115,6 +119,7 @@ impl Shared {
     pub(crate) fn new(deployment: Deployment) -> Arc<Shared> {
         Arc::new(Shared {
             owned: Mutex::new(HashSet::new()),
+            lost: Mutex::new(HashSet::new()),
             handle: OnceLock::new(),
             runtime: OnceLock::new(),
             deployment,
@@ -197,6 +202,19 @@ impl Shared {
     fn owns(&self, key: &ReactorKey) -> bool {
         self.owned.lock().expect("owned lock").contains(key)
     }
+
+    fn set_lost(&self, key: &ReactorKey, lost: bool) {
+        let mut set = self.lost.lock().expect("lost lock");
+        if lost {
+            set.insert(key.clone());
+        } else {
+            set.remove(key);
+        }
+    }
+
+    fn is_lost(&self, key: &ReactorKey) -> bool {
+        self.lost.lock().expect("lost lock").contains(key)
+    }
 }
 
 /// The database's placement on a cluster node: a reactor is here while the
@@ -234,13 +252,20 @@ impl Placement for ZeusPlacement {
         // The executor that polls the future runs no tokio runtime: the
         // request runs on the node's, the answer comes back by channel.
         runtime.spawn(async move {
+            let probe = key.0.clone();
             let req = ReqId(handle.next_request_id());
             let cmd = OwnershipCmd::Acquire {
                 key,
                 req,
                 kind: RequestKind::AddOwner,
             };
-            let outcome = acquired(handle.request(cmd).await);
+            let outcome = acquired(handle.request(cmd).await).and_then(|()| {
+                if shared.is_lost(&probe) {
+                    Err(AcquireError::Lost)
+                } else {
+                    Ok(())
+                }
+            });
             if outcome.is_err() {
                 shared
                     .counters
@@ -448,12 +473,21 @@ impl ObjectStore<NodeReactor> for DbStore {
     fn access_changed(&mut self, key: &NodeReactor, access: Access) {
         let local = self.is_local(&key.0);
         match access {
-            Access::Owner if !local => self.install_into_db(key),
+            Access::Owner if !local => {
+                self.install_into_db(key);
+                // Owner without rows: acquisitions fail (`Lost`) until a
+                // later grant brings a copy.
+                let installed = self.is_local(&key.0);
+                self.shared.set_lost(&key.0, !installed);
+            }
             Access::Owner => self.shared.set_owned(&key.0, true),
             Access::Reader | Access::Invalid | Access::None if local => {
                 self.export_from_db(key);
             }
             Access::Reader | Access::Invalid | Access::None => {}
+        }
+        if access != Access::Owner {
+            self.shared.set_lost(&key.0, false);
         }
         // The rows are in the database exactly while this node owns the
         // reactor (unless a failure was counted and logged).

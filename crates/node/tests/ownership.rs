@@ -117,3 +117,58 @@ fn a_command_on_any_node_moves_the_keys_reactor_there_with_its_rows() {
         node.stop();
     }
 }
+
+/// Without replicas (issue 16) a reactor dies with its owner: once the
+/// others dropped it from the view, a command on the reactor fails at once
+/// and says why, instead of its transaction acquiring the reactor again and
+/// again until it runs out of attempts.
+#[test]
+fn a_reactor_lost_with_its_owner_fails_clearly_elsewhere() {
+    let mut nodes = start_cluster();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != REACTORS {
+        assert!(Instant::now() < deadline, "the reactors were not created");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut first = TcpStream::connect(nodes[0].resp_addr().unwrap()).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(incr(&mut first, "doomed"), 1);
+    drop(first);
+    // Node 0 owns the key's reactor now; it stops, and the others drop it
+    // from the view.
+    nodes.remove(0).stop();
+    let mut other = TcpStream::connect(nodes[0].resp_addr().unwrap()).unwrap();
+    other
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let asked = Instant::now();
+        let head = command(&mut other, &["GET", "doomed"]);
+        // A value would be a resurrection.
+        assert!(
+            head.starts_with('-'),
+            "GET of a lost reactor answered {head}"
+        );
+        // The directory knows no owner; or this node was made the owner of
+        // rows it never got.
+        let clear = head.contains("no node is known to hold the reactor")
+            || head.contains("could not install its rows");
+        if clear {
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "the failure took {:?}: {head}",
+                asked.elapsed()
+            );
+            break;
+        }
+        // Before the view change the old owner is still asked.
+        assert!(Instant::now() < deadline, "never failed clearly: {head}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for node in nodes {
+        node.stop();
+    }
+}

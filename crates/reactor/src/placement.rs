@@ -125,6 +125,13 @@ pub enum AcquireError {
     TimedOut,
     #[error("the placement is shutting down")]
     Shutdown,
+    #[error(
+        "this node owns the reactor but could not install its rows (they were lost with the \
+         node that held them, or the install failed: see the node's log)"
+    )]
+    Lost,
+    #[error("acquired {times} times, and moved away again each time before the transaction ran")]
+    KeptMoving { times: u32 },
 }
 
 /// The future of an acquisition. It is polled on an executor thread, which

@@ -275,6 +275,10 @@ where
     };
     let mut backoff_us = 1u64;
     let mut last = ConflictKind::ReadValidation;
+    // Attempts that ended for want of a reactor the placement then
+    // acquired, and the last such reactor (if the last attempt was one).
+    let mut acquisitions = 0u32;
+    let mut last_away = None;
     for attempt in 1..=MAX_ATTEMPTS {
         let root = Arc::new(RootTxn {
             id: db.next_txn_id.fetch_add(1, Ordering::Relaxed),
@@ -313,9 +317,12 @@ where
                 // the acquisition's state stays out of every transaction's
                 // future.
                 Box::pin(acquire(&db, away)).await?;
+                acquisitions += 1;
+                last_away = Some(away);
                 continue;
             }
         }
+        last_away = None;
         match outcome {
             Ok(()) => return Ok(value.expect("a committed body produced a value")),
             Err(ReactorError::Tx(TxError::Conflict(kind))) => last = kind,
@@ -330,6 +337,17 @@ where
         } else {
             roost_exec::yield_now().await;
         }
+    }
+    debug_assert!(acquisitions <= MAX_ATTEMPTS as u32);
+    if let Some(away) = last_away {
+        // Out of attempts while the reactor kept leaving: say that, not
+        // the last conflict (there may have been none).
+        return Err(ReactorError::Unavailable {
+            reactor: db.key_of(away)?,
+            cause: AcquireError::KeptMoving {
+                times: acquisitions,
+            },
+        });
     }
     Err(ReactorError::Tx(TxError::RetriesExhausted {
         attempts: MAX_ATTEMPTS,

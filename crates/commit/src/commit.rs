@@ -643,29 +643,14 @@ impl<S: ObjectStore> ReliableCommit<S> {
             .filter(|(c, p)| ctx.view.members.get(c) != Some(&p.incarnation))
             .map(|(c, _)| *c)
             .collect();
-        for c in gone {
-            let Some(p) = self.pipelines.get_mut(&c) else {
-                continue;
-            };
-            for _ in std::mem::take(&mut p.held) {
-                self.stats.drop(DropReason::CoordinatorGone);
-            }
-            for inv in p.stored.values() {
-                let tx_id = inv.tx_id;
-                if !self.replays.contains_key(&tx_id) {
-                    let mut inv = inv.clone();
-                    inv.replay = true;
-                    self.stats.replays_started += 1;
-                    self.replays.insert(
-                        tx_id,
-                        Driving {
-                            inv,
-                            acked: BTreeSet::new(),
-                        },
-                    );
+        for c in &gone {
+            if let Some(p) = self.pipelines.get_mut(c) {
+                for _ in std::mem::take(&mut p.held) {
+                    self.stats.drop(DropReason::CoordinatorGone);
                 }
             }
         }
+        self.adopt_orphans(ctx);
         for d in self.replays.values_mut() {
             d.inv.epoch_id = self.epoch;
             d.inv.followers.retain(live);
@@ -692,6 +677,43 @@ impl<S: ObjectStore> ReliableCommit<S> {
         self.check_recovered(fx);
         debug_assert!(self.pending.values().all(|d| d.inv.epoch_id == self.epoch));
         debug_assert!(self.replays.values().all(|d| !live(&d.inv.tx_id.node)));
+    }
+
+    /// Takes over every applied R-INV of a coordinator that failed (or
+    /// restarted) that this node does not replay yet: at a view change,
+    /// and on the timer for one whose replayer's R-VAL was lost (or whose
+    /// replayer failed too). Returns the new replays.
+    fn adopt_orphans(&mut self, ctx: &Context<'_>) -> Vec<TxId> {
+        let mut adopted = Vec::new();
+        for (c, p) in &self.pipelines {
+            if ctx.view.members.get(c) == Some(&p.incarnation) {
+                continue;
+            }
+            for inv in p.stored.values() {
+                if self.replays.contains_key(&inv.tx_id) {
+                    continue;
+                }
+                let mut inv = inv.clone();
+                inv.replay = true;
+                inv.epoch_id = self.epoch;
+                inv.followers.retain(|f| ctx.view.members.contains_key(f));
+                adopted.push(inv.tx_id);
+                self.replays.insert(
+                    inv.tx_id,
+                    Driving {
+                        inv,
+                        acked: BTreeSet::from([self.me]),
+                    },
+                );
+            }
+        }
+        self.stats.replays_started += adopted.len() as u64;
+        if !adopted.is_empty() {
+            self.recovering = true;
+        }
+        debug_assert!(adopted.iter().all(|t| self.replays.contains_key(t)));
+        debug_assert!(adopted.iter().all(|t| t.node != self.me));
+        adopted
     }
 
     /// A replay every live follower acked: validate it here, R-VAL the
@@ -736,6 +758,9 @@ impl<S: ObjectStore> ReliableCommit<S> {
     // Timer.
 
     fn on_tick(&mut self, ctx: &Context<'_>, fx: &mut Fx) {
+        for tx_id in self.adopt_orphans(ctx) {
+            self.try_finish_replay(ctx, tx_id, fx);
+        }
         let mut budget = self.config.max_resends_per_tick;
         let oldest = self.validated_upto + 1;
         let mut sends = Vec::new();

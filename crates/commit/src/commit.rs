@@ -67,17 +67,27 @@ impl Driving {
     }
 }
 
+/// An applied R-INV a follower keeps until its R-VAL.
+#[derive(Debug, Clone)]
+struct Stored {
+    inv: RInv,
+    /// The coordinator's incarnation when it was applied (0: applied from
+    /// a replay, the coordinator already gone). It is an orphan, for this
+    /// node to replay, once the view no longer holds that incarnation.
+    incarnation: Incarnation,
+}
+
 /// A follower's view of one coordinator's pipeline.
 #[derive(Debug, Clone, Default)]
 struct Pipeline {
-    /// The coordinator's incarnation this pipeline belongs to (a restarted
-    /// node starts a new pipeline).
+    /// The coordinator's incarnation the held R-INVs came from (held ones
+    /// of an incarnation that is gone are dropped).
     incarnation: Incarnation,
     /// Every slot up to this one is applied here or validated: the next
     /// slot may be applied.
     done_upto: u64,
     /// Applied R-INVs, kept until their R-VAL (pending reliable commits).
-    stored: BTreeMap<u64, RInv>,
+    stored: BTreeMap<u64, Stored>,
     /// R-INVs waiting for their predecessor slot.
     held: BTreeMap<u64, RInv>,
 }
@@ -415,9 +425,11 @@ impl<S: ObjectStore> ReliableCommit<S> {
             // Nobody replays a live coordinator's transactions.
             return Err(DropReason::ForgedSender);
         }
-        let coordinator_live = ctx.view.members.contains_key(&inv.tx_id.node);
         if inv.replay {
-            if coordinator_live || !followers.contains(&from) || from == self.me {
+            // The coordinator's id may be in the view again as a new
+            // incarnation: a replay of its old incarnation's slots is
+            // legitimate, so only the sender is checked.
+            if !followers.contains(&from) || from == self.me {
                 return Err(DropReason::ForgedSender);
             }
         } else if from != inv.tx_id.node {
@@ -426,16 +438,22 @@ impl<S: ObjectStore> ReliableCommit<S> {
         Ok(())
     }
 
-    /// The pipeline of `coordinator`, restarted if the coordinator came
-    /// back as a new incarnation.
+    /// The pipeline of `coordinator`. A restarted coordinator keeps it:
+    /// its tx ids start above the old ones (they begin at its epoch), and
+    /// its first R-INV carries the prev-VAL bit.
     fn pipeline(&mut self, ctx: &Context<'_>, coordinator: NodeId) -> &mut Pipeline {
         let incarnation = ctx.view.members.get(&coordinator).copied().unwrap_or(0);
         let p = self.pipelines.entry(coordinator).or_default();
-        if p.incarnation != incarnation && p.stored.is_empty() && p.held.is_empty() {
-            *p = Pipeline {
-                incarnation,
-                ..Pipeline::default()
-            };
+        if p.incarnation != incarnation {
+            // Held R-INVs of an incarnation that is gone would block the
+            // new one's slots.
+            let gone = std::mem::take(&mut p.held).len() as u64;
+            *self
+                .stats
+                .drops
+                .entry(DropReason::CoordinatorGone)
+                .or_default() += gone;
+            p.incarnation = incarnation;
         }
         p
     }
@@ -516,7 +534,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
 
     /// Installs the R-INV's newer versions (Invalid), stores it until its
     /// R-VAL and acks it to `ack_to`.
-    fn apply(&mut self, _ctx: &Context<'_>, ack_to: NodeId, inv: RInv, fx: &mut Fx) {
+    fn apply(&mut self, ctx: &Context<'_>, ack_to: NodeId, inv: RInv, fx: &mut Fx) {
         let tx_id = inv.tx_id;
         for w in &inv.writes {
             // Only newer versions: a replay or duplicate is idempotent.
@@ -531,7 +549,12 @@ impl<S: ObjectStore> ReliableCommit<S> {
             // prev-VAL bit says the coordinator validated them.
             p.done_upto = p.done_upto.max(tx_id.local);
         }
-        p.stored.insert(tx_id.local, inv);
+        let incarnation = if replay {
+            0
+        } else {
+            ctx.view.members.get(&tx_id.node).copied().unwrap_or(0)
+        };
+        p.stored.insert(tx_id.local, Stored { inv, incarnation });
         self.stats.applied += 1;
         fx.output(CommitOut::Applied { tx_id, replay });
         self.send_ack(ack_to, tx_id, fx);
@@ -557,38 +580,47 @@ impl<S: ObjectStore> ReliableCommit<S> {
         }
         if from == tx_id.node {
             // From the coordinator: it validates in pipeline order, so the
-            // R-VAL of slot n validates every earlier slot as well.
-            let Some(p) = self.pipelines.get_mut(&tx_id.node) else {
-                self.pipeline(ctx, tx_id.node).done_upto = tx_id.local;
-                return;
-            };
-            if tx_id.local <= p.done_upto && !p.stored.contains_key(&tx_id.local) {
+            // R-VAL of slot n validates every earlier slot of its
+            // incarnation as well (an older incarnation's are replays').
+            let live = ctx.view.members.get(&tx_id.node).copied();
+            let p = self.pipeline(ctx, tx_id.node);
+            let duplicate = tx_id.local <= p.done_upto && !p.stored.contains_key(&tx_id.local);
+            let done: Vec<u64> = p
+                .stored
+                .range(..=tx_id.local)
+                .filter(|(_, s)| Some(s.incarnation) == live)
+                .map(|(l, _)| *l)
+                .collect();
+            p.done_upto = p.done_upto.max(tx_id.local);
+            let done: Vec<Stored> = done.iter().filter_map(|l| p.stored.remove(l)).collect();
+            if duplicate {
                 self.stats.drop(DropReason::Duplicate);
             }
-            let later = p.stored.split_off(&(tx_id.local + 1));
-            let done = std::mem::replace(&mut p.stored, later);
-            p.done_upto = p.done_upto.max(tx_id.local);
-            for inv in done.values() {
-                for w in &inv.writes {
+            for stored in &done {
+                for w in &stored.inv.writes {
                     self.store.validate(&w.key, w.version);
                 }
             }
             self.drain(ctx, tx_id.node, fx);
         } else {
-            // From a replayer: it speaks for its slot only.
-            if ctx.view.members.contains_key(&tx_id.node) {
-                self.stats.drop(DropReason::ForgedSender);
-                return;
-            }
-            let Some(inv) = self
-                .pipelines
-                .get_mut(&tx_id.node)
-                .and_then(|p| p.stored.remove(&tx_id.local))
-            else {
+            // From a replayer: it speaks for its slot only, and only a
+            // follower of the slot replays it.
+            let Some(p) = self.pipelines.get_mut(&tx_id.node) else {
                 self.stats.drop(DropReason::Stale);
                 return;
             };
-            for w in &inv.writes {
+            let Some(held) = p.stored.get(&tx_id.local) else {
+                self.stats.drop(DropReason::Stale);
+                return;
+            };
+            if !held.inv.followers.contains(&from) {
+                self.stats.drop(DropReason::ForgedSender);
+                return;
+            }
+            let Some(stored) = p.stored.remove(&tx_id.local) else {
+                return;
+            };
+            for w in &stored.inv.writes {
                 self.store.validate(&w.key, w.version);
             }
             // Someone finished it: this node's replay of it is moot.
@@ -637,18 +669,9 @@ impl<S: ObjectStore> ReliableCommit<S> {
         // applied R-INVs become replays run by this node; held ones are
         // dropped (no live node acked them unless it applied them, and
         // then it replays them to this node).
-        let gone: Vec<NodeId> = self
-            .pipelines
-            .iter()
-            .filter(|(c, p)| ctx.view.members.get(c) != Some(&p.incarnation))
-            .map(|(c, _)| *c)
-            .collect();
-        for c in &gone {
-            if let Some(p) = self.pipelines.get_mut(c) {
-                for _ in std::mem::take(&mut p.held) {
-                    self.stats.drop(DropReason::CoordinatorGone);
-                }
-            }
+        let coordinators: Vec<NodeId> = self.pipelines.keys().copied().collect();
+        for c in coordinators {
+            self.pipeline(ctx, c);
         }
         self.adopt_orphans(ctx);
         for d in self.replays.values_mut() {
@@ -676,7 +699,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
         }
         self.check_recovered(fx);
         debug_assert!(self.pending.values().all(|d| d.inv.epoch_id == self.epoch));
-        debug_assert!(self.replays.values().all(|d| !live(&d.inv.tx_id.node)));
+        debug_assert!(self.replays.values().all(|d| d.inv.replay));
     }
 
     /// Takes over every applied R-INV of a coordinator that failed (or
@@ -686,14 +709,13 @@ impl<S: ObjectStore> ReliableCommit<S> {
     fn adopt_orphans(&mut self, ctx: &Context<'_>) -> Vec<TxId> {
         let mut adopted = Vec::new();
         for (c, p) in &self.pipelines {
-            if ctx.view.members.get(c) == Some(&p.incarnation) {
-                continue;
-            }
-            for inv in p.stored.values() {
-                if self.replays.contains_key(&inv.tx_id) {
+            for stored in p.stored.values() {
+                if ctx.view.members.get(c) == Some(&stored.incarnation)
+                    || self.replays.contains_key(&stored.inv.tx_id)
+                {
                     continue;
                 }
-                let mut inv = inv.clone();
+                let mut inv = stored.inv.clone();
                 inv.replay = true;
                 inv.epoch_id = self.epoch;
                 inv.followers.retain(|f| ctx.view.members.contains_key(f));
@@ -790,10 +812,13 @@ impl<S: ObjectStore> ReliableCommit<S> {
             if budget == 0 {
                 break;
             }
-            if !ctx.view.members.contains_key(c) {
-                continue;
-            }
-            if let Some((&local, _)) = p.stored.range(..=p.done_upto).next_back() {
+            let live = ctx.view.members.get(c);
+            if let Some((&local, _)) = p
+                .stored
+                .range(..=p.done_upto)
+                .rev()
+                .find(|(_, s)| Some(&s.incarnation) == live)
+            {
                 acks.push(TxId::new(*c, local));
                 budget -= 1;
             }
@@ -848,7 +873,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
         assert!(self.replays.keys().all(|t| t.node != self.me));
         for (c, p) in &self.pipelines {
             assert!(*c != self.me, "no pipeline of one's own");
-            assert!(p.stored.values().all(|i| i.tx_id.node == *c));
+            assert!(p.stored.values().all(|s| s.inv.tx_id.node == *c));
             assert!(p.held.keys().all(|l| !p.stored.contains_key(l)));
         }
     }

@@ -76,8 +76,8 @@ fn forged_and_misaddressed_r_inv_are_dropped() {
         CommitMsg::new(EpochId(1), Body::RInv(inv(T, &[2]))),
     );
     assert_eq!(dropped(&net, 2, DropReason::ForgedSender), 1);
-    // A replay of a live coordinator.
-    let mut m = inv(T, &[2, 3]);
+    // A replay from a node that is no follower of the slot.
+    let mut m = inv(T, &[2]);
     m.replay = true;
     send(&mut net, 3, 2, CommitMsg::new(EpochId(1), Body::RInv(m)));
     assert_eq!(dropped(&net, 2, DropReason::ForgedSender), 2);
@@ -171,16 +171,24 @@ fn unknown_acks_and_vals_are_dropped() {
     );
     send(&mut net, 2, 1, val);
     assert_eq!(dropped(&net, 1, DropReason::ForgedSender), 1);
-    // An R-VAL of a live coordinator from a third node.
-    let val = CommitMsg::new(
-        EpochId(1),
-        Body::RVal(RVal {
-            tx_id: T,
-            epoch_id: EpochId(1),
-        }),
-    );
-    send(&mut net, 3, 2, val);
+    // An R-VAL from a node that is no follower of the slot node 2 stores.
+    let mut net = Net::new(3);
+    let tx2 = net.commit(1, vec![w("y", 1, "b")], &[2]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    let val = |tx_id| {
+        CommitMsg::new(
+            EpochId(1),
+            Body::RVal(RVal {
+                tx_id,
+                epoch_id: EpochId(1),
+            }),
+        )
+    };
+    send(&mut net, 3, 2, val(tx2));
     assert_eq!(dropped(&net, 2, DropReason::ForgedSender), 1);
+    // An R-VAL of a slot nobody stores, from a third node.
+    send(&mut net, 3, 2, val(T));
+    assert_eq!(dropped(&net, 2, DropReason::Stale), 1);
 }
 
 #[test]

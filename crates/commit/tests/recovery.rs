@@ -179,3 +179,32 @@ fn two_view_changes_in_a_row() {
     }
     assert_eq!(net.check_end(), Vec::<String>::new());
 }
+
+#[test]
+fn restarted_coordinator_starts_a_new_pipeline() {
+    let mut net = Net::new(3);
+    let old = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.commit(1, vec![w("y", 1, "b")], &[3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    // Node 3 holds slot 2 only (slot 1 to it is lost).
+    net.drop_where(|m| m.to == n(3) && matches!(&m.msg.body, Body::RInv(i) if i.tx_id == old));
+    net.deliver_first(|m| m.to == n(3));
+    assert_eq!(net.node(3).held(), 1);
+    net.crash(&[1]);
+    net.restart(1, Default::default());
+    let new = net.commit(1, vec![w("x", 2, "c")], &[2, 3]).unwrap();
+    assert!(
+        new.local > old.local,
+        "tx ids are not reused across incarnations"
+    );
+    net.run();
+    assert!(net.is_committed(new));
+    for id in [2, 3] {
+        assert_eq!(
+            net.state(id, "x"),
+            Some((2, ObjectState::Valid)),
+            "node {id}"
+        );
+    }
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}

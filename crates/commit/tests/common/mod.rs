@@ -48,6 +48,7 @@ pub struct Net {
     applied_order: BTreeMap<(NodeId, NodeId), u64>,
     /// The transaction of the command being input.
     commanded: Option<Transaction>,
+    restarts: BTreeMap<NodeId, u64>,
     pub now: u64,
 }
 
@@ -82,6 +83,7 @@ impl Net {
             violations: Vec::new(),
             applied_order: BTreeMap::new(),
             commanded: None,
+            restarts: BTreeMap::new(),
             now: 0,
         }
     }
@@ -243,6 +245,21 @@ impl Net {
         self.view.epoch = EpochId(self.view.epoch.0 + 1);
         self.queue
             .retain(|m| !ids.contains(&m.from.0) && !ids.contains(&m.to.0));
+        for id in self.view.members.keys().copied().collect::<Vec<_>>() {
+            self.input(id, Input::ViewChange);
+        }
+    }
+
+    /// `id` comes back as a new incarnation with nothing, admitted by a new
+    /// view installed at every live node.
+    pub fn restart(&mut self, id: u32, config: CommitConfig) {
+        let node = ReliableCommit::new(n(id), config, MemStore::default()).expect("valid config");
+        self.nodes.insert(n(id), node);
+        let incarnation = self.restarts.entry(n(id)).or_insert(1);
+        *incarnation += 1;
+        let incarnation = *incarnation;
+        self.view.members.insert(n(id), incarnation);
+        self.view.epoch = EpochId(self.view.epoch.0 + 1);
         for id in self.view.members.keys().copied().collect::<Vec<_>>() {
             self.input(id, Input::ViewChange);
         }

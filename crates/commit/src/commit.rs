@@ -161,6 +161,11 @@ impl<S: ObjectStore> ReliableCommit<S> {
         self.me
     }
 
+    /// This node has run in a view (it may hold replicated data).
+    pub fn in_a_view(&self) -> bool {
+        self.started
+    }
+
     /// Own transactions not yet reliably committed.
     pub fn in_flight(&self) -> usize {
         self.pending.len()
@@ -643,8 +648,14 @@ impl<S: ObjectStore> ReliableCommit<S> {
             for d in std::mem::take(&mut self.pending).into_values() {
                 fx.output(CommitOut::Unknown { tx_id: d.inv.tx_id });
             }
+            // The abandoned slots are the followers' to finish (they replay
+            // what they applied): this pipeline goes on after them, and its
+            // next R-INV carries the prev-VAL bit.
+            self.validated_upto = self.next_local - 1;
             self.replays.clear();
             self.pipelines.clear();
+            // Nothing keeps this node's copies current any more.
+            self.store.clear();
             self.epoch = ctx.view.epoch;
             return;
         }
@@ -708,11 +719,16 @@ impl<S: ObjectStore> ReliableCommit<S> {
     /// replayer failed too). Returns the new replays.
     fn adopt_orphans(&mut self, ctx: &Context<'_>) -> Vec<TxId> {
         let mut adopted = Vec::new();
-        for (c, p) in &self.pipelines {
-            for stored in p.stored.values() {
-                if ctx.view.members.get(c) == Some(&stored.incarnation)
-                    || self.replays.contains_key(&stored.inv.tx_id)
-                {
+        for (c, p) in self.pipelines.iter_mut() {
+            for stored in p.stored.values_mut() {
+                if ctx.view.members.get(c) == Some(&stored.incarnation) {
+                    continue;
+                }
+                // An orphan for good: should the same incarnation come back
+                // (after being cut off, with nothing), its R-VALs do not
+                // speak for this slot.
+                stored.incarnation = 0;
+                if self.replays.contains_key(&stored.inv.tx_id) {
                     continue;
                 }
                 let mut inv = stored.inv.clone();

@@ -61,6 +61,7 @@
 mod commit;
 mod config;
 mod msg;
+pub mod sim;
 mod stats;
 mod store;
 

@@ -35,6 +35,9 @@ pub trait ObjectStore {
     fn validate(&mut self, key: &[u8], version: u64) -> bool;
     /// The object's state (`None`: not held).
     fn state(&self, key: &[u8]) -> Option<ObjectState>;
+    /// Drops every object: this node left the view, and no reliable commit
+    /// keeps its copies current any more.
+    fn clear(&mut self);
 }
 
 /// An in-memory store for tests and the simulator.
@@ -80,5 +83,9 @@ impl ObjectStore for MemStore {
 
     fn state(&self, key: &[u8]) -> Option<ObjectState> {
         self.objects.get(key).map(|o| o.state)
+    }
+
+    fn clear(&mut self) {
+        self.objects.clear();
     }
 }

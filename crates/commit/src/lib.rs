@@ -56,7 +56,18 @@
 //!
 //! Lost messages: un-acked R-INVs are re-sent on a timer (bounded per
 //! tick), and a follower re-acks its newest stored slot so that a
-//! coordinator answers a lost R-VAL again.
+//! coordinator answers a lost R-VAL again; a stored slot of a failed
+//! coordinator that nobody finishes (its replayer's R-VAL lost) is taken
+//! over on the timer.
+//!
+//! A restarted coordinator is a new incarnation: its tx ids start at
+//! `epoch << 32`, above its old ones, and its first R-INV carries the
+//! prev-VAL bit, so followers keep one pipeline per node id. A node the
+//! view excludes drops its copies ([`ObjectStore::clear`]) and its pending
+//! transactions ([`CommitOut::Unknown`]).
+//!
+//! [`sim`] runs the state machine under the cluster's deterministic
+//! simulator.
 
 mod commit;
 mod config;

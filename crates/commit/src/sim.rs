@@ -335,9 +335,16 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
             };
             let Some(node) = slot.node() else { continue };
             let view = node.membership().view();
+            let latest = world.views.values().next_back();
             for (f, inc) in &promise.followers {
                 if view.members.get(f) != Some(inc) {
                     continue; // dropped from the transaction by a view change
+                }
+                if latest.is_some_and(|v| v.members.get(f) != Some(inc)) {
+                    // Out of a newer view the coordinator has not installed
+                    // yet: it acked in the old one, and dropped its copies
+                    // since (it is no follower any more).
+                    continue;
                 }
                 for (key, version) in &promise.writes {
                     let Some(app) = Self::slot_store(world, *f, *inc) else {

@@ -55,3 +55,27 @@ fn planted_bug_committed_before_every_ack_is_found() {
         "committed writes are at every follower",
     );
 }
+
+#[test]
+fn planted_bug_follower_ignores_pipeline_order_is_found() {
+    finds(
+        CommitBugs {
+            follower_ignores_pipeline_order: true,
+            ..CommitBugs::default()
+        },
+        "committed writes are at every follower",
+    );
+}
+
+#[test]
+fn five_nodes_keep_every_commit_invariant() {
+    let scenario = CommitScenario::default();
+    let config = SimConfig {
+        nodes: 5,
+        ..SimConfig::default()
+    };
+    let seeds = seeds() / 3;
+    let report = campaign(&scenario, &config, &CampaignSpec::seeds(50_000, seeds)).unwrap();
+    assert!(report.first_failure.is_none(), "{:?}", report.first_failure);
+    assert!(report.ops_completed > 10 * report.seeds_run, "{report:?}");
+}

@@ -350,6 +350,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
     }
 
     fn on_ack(&mut self, ctx: &Context<'_>, from: NodeId, ack: RAck, fx: &mut Fx) {
+        debug_assert!(from != self.me, "no ack from oneself");
         let tx_id = ack.tx_id;
         if tx_id.node == self.me {
             if tx_id.local <= self.validated_upto {
@@ -402,6 +403,10 @@ impl<S: ObjectStore> ReliableCommit<S> {
     // Follower.
 
     fn check_inv(&self, ctx: &Context<'_>, from: NodeId, inv: &RInv) -> Result<(), DropReason> {
+        debug_assert!(
+            ctx.view.members.contains_key(&from),
+            "checked by on_message"
+        );
         if inv.tx_id.local == 0 || inv.writes.is_empty() {
             return Err(DropReason::Malformed);
         }
@@ -447,6 +452,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
     /// its tx ids start above the old ones (they begin at its epoch), and
     /// its first R-INV carries the prev-VAL bit.
     fn pipeline(&mut self, ctx: &Context<'_>, coordinator: NodeId) -> &mut Pipeline {
+        debug_assert!(coordinator != self.me, "no pipeline of one's own");
         let incarnation = ctx.view.members.get(&coordinator).copied().unwrap_or(0);
         let p = self.pipelines.entry(coordinator).or_default();
         if p.incarnation != incarnation {
@@ -473,7 +479,11 @@ impl<S: ObjectStore> ReliableCommit<S> {
         let total_stored = self.stored();
         let ignore_order = self.bugs.follower_ignores_pipeline_order;
         let p = self.pipeline(ctx, tx_id.node);
-        let duplicate = p.stored.contains_key(&tx_id.local) || tx_id.local <= p.done_upto;
+        // `done_upto` speaks for the coordinator's own stream only: a
+        // replayed slot of an older incarnation may sit below a newer
+        // incarnation's, unapplied here.
+        let duplicate =
+            p.stored.contains_key(&tx_id.local) || (!inv.replay && tx_id.local <= p.done_upto);
         let was_held = p.held.contains_key(&tx_id.local);
         if duplicate {
             // Applied (or validated) already: re-ack, do not re-apply.
@@ -504,8 +514,17 @@ impl<S: ObjectStore> ReliableCommit<S> {
         } else {
             self.stats.held += 1;
         }
+        debug_assert!(!inv.replay);
         self.pipeline(ctx, tx_id.node).held.insert(tx_id.local, inv);
         self.drain(ctx, tx_id.node, fx);
+        debug_assert!(
+            self.pipelines.get(&tx_id.node).is_some_and(|p| p
+                .held
+                .keys()
+                .all(|l| *l > p.done_upto)
+                || ignore_order)
+                || self.stored() >= self.config.max_stored
+        );
     }
 
     /// Applies the held R-INVs of `coordinator` whose turn has come (the
@@ -570,6 +589,8 @@ impl<S: ObjectStore> ReliableCommit<S> {
     }
 
     fn send_ack(&mut self, to: NodeId, tx_id: TxId, fx: &mut Fx) {
+        debug_assert!(to != self.me, "no ack to oneself");
+        debug_assert!(tx_id.node != self.me, "no ack of one's own slot");
         let ack = RAck {
             tx_id,
             epoch_id: self.epoch,
@@ -786,6 +807,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
     }
 
     fn check_recovered(&mut self, fx: &mut Fx) {
+        debug_assert!(self.replays.keys().all(|t| t.node != self.me));
         if self.recovering && self.replays.is_empty() {
             self.recovering = false;
             fx.output(CommitOut::Recovered { epoch: self.epoch });
@@ -852,6 +874,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
     }
 
     fn on_message(&mut self, ctx: &Context<'_>, from: NodeId, msg: CommitMsg, fx: &mut Fx) {
+        debug_assert_eq!(ctx.me, self.me);
         if msg.version != WIRE_VERSION {
             self.stats.drop(DropReason::UnsupportedVersion);
             return;

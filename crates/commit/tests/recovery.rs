@@ -208,3 +208,22 @@ fn restarted_coordinator_starts_a_new_pipeline() {
     }
     assert_eq!(net.check_end(), Vec::<String>::new());
 }
+
+#[test]
+fn replay_of_an_old_incarnation_below_the_new_one_is_applied() {
+    let mut net = Net::new(3);
+    net.commit(1, vec![w("old", 1, "a")], &[2, 3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.crash(&[1]);
+    net.restart(1, Default::default());
+    // Node 2's replays (both epochs) wait; node 1's new slot goes first.
+    let replays: Vec<_> = net.queue.drain(..).collect();
+    let new = net.commit(1, vec![w("new", 1, "b")], &[3]).unwrap();
+    net.run();
+    assert!(net.is_committed(new));
+    net.queue.extend(replays);
+    net.run();
+    assert_eq!(net.state(3, "old"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.state(2, "old"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}

@@ -1,0 +1,434 @@
+//! The reliable commit under the cluster's deterministic simulator
+//! (`roost_cluster::sim`): the same state machine, with message loss,
+//! duplication, reordering, crashes, restarts and partitions, and views
+//! from the real membership protocol.
+//!
+//! * [`CommitWorkload`]: every node writes its own objects (ownership is
+//!   not simulated: node `i` owns the keys `i/*`), every other node
+//!   follows them; commits are pipelined (a client does not wait for
+//!   `Committed`).
+//! * [`CommitSafety`]: when a transaction is reported committed, every
+//!   follower of it (the coordinator's view at the start and still at the
+//!   end, same incarnation) holds its writes (or later versions). At the
+//!   end of a settled run: every committed transaction's writes are at
+//!   every live follower that stayed in every view since, nothing is
+//!   pending, and every object is valid.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::Rng;
+use roost_cluster::sim::{
+    membership_checkers, run_simulation, Cause, Checker, ClientId, Factory, Scenario, SimConfig,
+    SimConfigError, SimRng, SimRun, Simulation, Violation, Workload, WorkloadStats, World,
+};
+use roost_cluster::{EpochId, Incarnation, NodeId};
+
+use crate::commit::{CommitCmd, CommitOut, ReliableCommit, Transaction};
+use crate::config::{CommitBugs, CommitConfig};
+use crate::msg::{Key, TxId, Write};
+use crate::store::{MemStore, ObjectState, ObjectStore};
+
+pub type SimCommit = ReliableCommit<MemStore>;
+
+/// The reliable commit's settings in a simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitScenario {
+    pub config: CommitConfig,
+    pub bugs: CommitBugs,
+    /// Objects per node.
+    pub objects: u32,
+    /// Largest number of objects one transaction writes.
+    pub max_writes: u32,
+}
+
+impl Default for CommitScenario {
+    fn default() -> Self {
+        CommitScenario {
+            config: CommitConfig {
+                max_in_flight: 16,
+                ..CommitConfig::default()
+            },
+            bugs: CommitBugs::default(),
+            objects: 4,
+            max_writes: 2,
+        }
+    }
+}
+
+type Checkers = (
+    roost_cluster::sim::ViewAgreement,
+    roost_cluster::sim::LeaseSafety,
+    CommitSafety,
+);
+
+pub type CommitSimulation = Simulation<SimCommit, CommitFactory, CommitWorkload, Checkers>;
+
+/// Every incarnation is a fresh state machine with an empty store. A node
+/// the view excludes drops its copies, so being cut off is a fault like a
+/// crash.
+pub struct CommitFactory {
+    config: CommitConfig,
+    bugs: CommitBugs,
+}
+
+impl Factory<SimCommit> for CommitFactory {
+    fn make(&mut self, node: NodeId, _incarnation: Incarnation) -> SimCommit {
+        ReliableCommit::new(node, self.config.clone(), MemStore::default())
+            .expect("validated by the scenario")
+            .with_bugs(self.bugs)
+    }
+
+    fn cut_off_loses_data(&self, protocol: &SimCommit) -> bool {
+        protocol.in_a_view()
+    }
+}
+
+impl CommitScenario {
+    pub fn simulation(
+        &self,
+        config: SimConfig,
+        seed: u64,
+    ) -> Result<CommitSimulation, SimConfigError> {
+        Scenario::validate(self)?;
+        let (view_agreement, lease_safety) = membership_checkers();
+        let factory = CommitFactory {
+            config: self.config.clone(),
+            bugs: self.bugs,
+        };
+        let workload = CommitWorkload::new(config.nodes, self.objects, self.max_writes);
+        Simulation::new(
+            config,
+            seed,
+            factory,
+            workload,
+            (view_agreement, lease_safety, CommitSafety::default()),
+        )
+    }
+}
+
+impl Scenario for CommitScenario {
+    fn protocol(&self) -> &'static str {
+        "commit"
+    }
+
+    fn validate(&self) -> Result<(), SimConfigError> {
+        let invalid = |reason| SimConfigError::Protocol {
+            protocol: "commit",
+            reason,
+        };
+        if self.config.validate().is_err() {
+            return Err(invalid("the commit configuration is invalid"));
+        }
+        if self.objects == 0 || self.objects > 64 {
+            return Err(invalid("objects must be 1..=64"));
+        }
+        if self.max_writes == 0 || self.max_writes > self.objects {
+            return Err(invalid("max_writes must be 1..=objects"));
+        }
+        Ok(())
+    }
+
+    fn run(&self, config: &SimConfig, seed: u64, trace: bool) -> Result<SimRun, SimConfigError> {
+        Ok(run_simulation(
+            self.simulation(config.clone(), seed)?,
+            trace,
+        ))
+    }
+}
+
+/// What the clients did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitHistory {
+    /// Started transactions, in order, with their writes.
+    pub started: Vec<(TxId, Vec<Write>)>,
+    /// Committed transactions, in the order reported.
+    pub committed: Vec<TxId>,
+    pub refused: u64,
+    /// Transactions whose coordinator crashed or left the view first.
+    pub unknown: u64,
+}
+
+pub struct CommitWorkload {
+    nodes: u32,
+    objects: u32,
+    max_writes: u32,
+    /// The highest version issued per object (across incarnations).
+    versions: BTreeMap<Key, u64>,
+    /// Started, not yet committed, per coordinator.
+    in_flight: BTreeMap<NodeId, BTreeSet<TxId>>,
+    /// The writes of the command just issued at each node (its `Started`
+    /// or `Refused` comes in the same event).
+    issued: BTreeMap<NodeId, Vec<Write>>,
+    history: CommitHistory,
+}
+
+impl CommitWorkload {
+    pub fn new(nodes: u32, objects: u32, max_writes: u32) -> Self {
+        CommitWorkload {
+            nodes,
+            objects,
+            max_writes,
+            versions: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            issued: BTreeMap::new(),
+            history: CommitHistory::default(),
+        }
+    }
+}
+
+/// The key of object `i` of `node`.
+pub fn object_key(node: NodeId, i: u32) -> Key {
+    format!("{}/{i}", node.0).into_bytes()
+}
+
+impl Workload<SimCommit> for CommitWorkload {
+    type History = CommitHistory;
+
+    fn next_command(
+        &mut self,
+        rng: &mut SimRng,
+        _now_ms: u64,
+        client: ClientId,
+    ) -> Option<CommitCmd> {
+        let count = rng.random_range(1..=self.max_writes);
+        let mut picked = BTreeSet::new();
+        while picked.len() < count as usize {
+            picked.insert(rng.random_range(0..self.objects));
+        }
+        let writes: Vec<Write> = picked
+            .into_iter()
+            .map(|i| {
+                let key = object_key(client.node, i);
+                let version = self.versions.entry(key.clone()).or_insert(0);
+                *version += 1;
+                let data = format!("{}:{}:{}", client.node.0, i, *version).into_bytes();
+                Write {
+                    key,
+                    version: *version,
+                    data,
+                }
+            })
+            .collect();
+        let followers = (0..self.nodes)
+            .map(NodeId)
+            .filter(|f| *f != client.node)
+            .collect();
+        self.issued.insert(client.node, writes.clone());
+        Some(CommitCmd::Commit(Transaction { writes, followers }))
+    }
+
+    fn on_output(&mut self, node: NodeId, _now_ms: u64, _cause: Cause, out: &CommitOut) {
+        match out {
+            CommitOut::Started { tx_id } => {
+                self.in_flight.entry(node).or_default().insert(*tx_id);
+                let writes = self.issued.remove(&node).unwrap_or_default();
+                self.history.started.push((*tx_id, writes));
+            }
+            CommitOut::Committed { tx_id } => {
+                if let Some(s) = self.in_flight.get_mut(&node) {
+                    s.remove(tx_id);
+                }
+                self.history.committed.push(*tx_id);
+            }
+            CommitOut::Refused { .. } => {
+                self.issued.remove(&node);
+                self.history.refused += 1;
+            }
+            CommitOut::Unknown { tx_id } => {
+                if let Some(s) = self.in_flight.get_mut(&node) {
+                    s.remove(tx_id);
+                }
+                self.history.unknown += 1;
+            }
+            CommitOut::Applied { .. } | CommitOut::Recovered { .. } => {}
+        }
+    }
+
+    fn on_crash(&mut self, node: NodeId, _now_ms: u64) {
+        if let Some(s) = self.in_flight.remove(&node) {
+            self.history.unknown += s.len() as u64;
+        }
+    }
+
+    fn history(&self) -> &CommitHistory {
+        &self.history
+    }
+
+    fn stats(&self) -> WorkloadStats {
+        WorkloadStats {
+            completed: self.history.committed.len() as u64,
+            unknown: self.history.unknown,
+            rejected: self.history.refused,
+        }
+    }
+}
+
+/// What a started transaction promised: its writes and followers.
+#[derive(Debug, Clone)]
+struct Promise {
+    writes: Vec<(Key, u64)>,
+    epoch: EpochId,
+    /// The coordinator's view members (with incarnations) at the start.
+    followers: BTreeMap<NodeId, Incarnation>,
+}
+
+/// The checker "every committed transaction's writes are at every live
+/// follower", when it is reported and at the end.
+#[derive(Debug, Default)]
+pub struct CommitSafety {
+    started_seen: usize,
+    committed_seen: usize,
+    promises: BTreeMap<TxId, Promise>,
+    /// Follower, incarnation, from which epoch, key, version.
+    obligations: Vec<(NodeId, Incarnation, EpochId, Key, u64)>,
+}
+
+impl CommitSafety {
+    fn slot_store<'a>(
+        world: &'a World<'_, SimCommit>,
+        id: NodeId,
+        incarnation: Incarnation,
+    ) -> Option<&'a SimCommit> {
+        let slot = world.nodes.iter().find(|s| s.id() == id)?;
+        if slot.incarnation() != incarnation {
+            return None;
+        }
+        slot.node().map(|n| n.app())
+    }
+}
+
+impl Checker<SimCommit, CommitHistory> for CommitSafety {
+    fn after_event(
+        &mut self,
+        world: &World<'_, SimCommit>,
+        history: &CommitHistory,
+    ) -> Result<(), Violation> {
+        for (tx_id, writes) in &history.started[self.started_seen..] {
+            let Some(slot) = world.nodes.iter().find(|s| s.id() == tx_id.node) else {
+                continue;
+            };
+            let Some(node) = slot.node() else { continue };
+            let view = node.membership().view();
+            let writes = writes.iter().map(|w| (w.key.clone(), w.version)).collect();
+            let followers = view
+                .members
+                .iter()
+                .filter(|(id, _)| **id != tx_id.node)
+                .map(|(id, inc)| (*id, *inc))
+                .collect();
+            self.promises.insert(
+                *tx_id,
+                Promise {
+                    writes,
+                    epoch: view.epoch,
+                    followers,
+                },
+            );
+        }
+        self.started_seen = history.started.len();
+        for tx_id in &history.committed[self.committed_seen..] {
+            let Some(promise) = self.promises.remove(tx_id) else {
+                continue;
+            };
+            let Some(slot) = world.nodes.iter().find(|s| s.id() == tx_id.node) else {
+                continue;
+            };
+            let Some(node) = slot.node() else { continue };
+            let view = node.membership().view();
+            let latest = world.views.values().next_back();
+            for (f, inc) in &promise.followers {
+                if view.members.get(f) != Some(inc) {
+                    continue; // dropped from the transaction by a view change
+                }
+                if latest.is_some_and(|v| v.members.get(f) != Some(inc)) {
+                    // Out of a newer view the coordinator has not installed
+                    // yet: it acked in the old one, and dropped its copies
+                    // since (it is no follower any more).
+                    continue;
+                }
+                for (key, version) in &promise.writes {
+                    let Some(app) = Self::slot_store(world, *f, *inc) else {
+                        continue;
+                    };
+                    let held = app.store().version(key);
+                    if held.is_none_or(|v| v < *version) {
+                        return Err(Violation::new(
+                            "committed writes are at every follower",
+                            world.now_ms,
+                            format!("{tx_id}: follower {f} holds {held:?} of {key:?} < {version}"),
+                        ));
+                    }
+                    self.obligations
+                        .push((*f, *inc, promise.epoch, key.clone(), *version));
+                }
+            }
+        }
+        self.committed_seen = history.committed.len();
+        Ok(())
+    }
+
+    fn at_end(
+        &mut self,
+        world: &World<'_, SimCommit>,
+        _history: &CommitHistory,
+    ) -> Result<(), Violation> {
+        if !world.settled {
+            return Ok(());
+        }
+        let Some((&latest_epoch, latest)) = world.views.iter().next_back() else {
+            return Ok(());
+        };
+        let converged = world.nodes.iter().all(|slot| {
+            slot.node().is_some_and(|node| node.epoch() == latest_epoch)
+                && latest.members.get(&slot.id()) == Some(&slot.incarnation())
+        });
+        if !converged {
+            return Ok(());
+        }
+        let stuck = |detail: String| {
+            Err(Violation::new(
+                "settles after the quiet tail",
+                world.now_ms,
+                detail,
+            ))
+        };
+        for (f, inc, since, key, version) in &self.obligations {
+            // A follower cut off (or restarted) since holds nothing.
+            let stayed = world
+                .views
+                .range(*since..)
+                .all(|(_, v)| v.members.get(f) == Some(inc));
+            if !stayed {
+                continue;
+            }
+            let Some(app) = Self::slot_store(world, *f, *inc) else {
+                continue;
+            };
+            let held = app.store().version(key);
+            if held.is_none_or(|v| v < *version) {
+                return stuck(format!(
+                    "follower {f} holds {held:?} of {key:?} < {version}"
+                ));
+            }
+        }
+        for slot in world.nodes {
+            let Some(node) = slot.node() else { continue };
+            let app = node.app();
+            if app.in_flight() + app.stored() + app.replaying() > 0 {
+                return stuck(format!(
+                    "{}: in flight {}, stored {}, replaying {}",
+                    slot.id(),
+                    app.in_flight(),
+                    app.stored(),
+                    app.replaying()
+                ));
+            }
+            for (key, o) in &app.store().objects {
+                if o.state != ObjectState::Valid {
+                    return stuck(format!("{}: {key:?} invalid at {}", slot.id(), o.version));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! View changes: a coordinator crash (the followers finish its
+//! transactions), a follower crash (the coordinator drops it and commits),
+//! messages of an old epoch.
+
+mod common;
+
+use common::{n, w, Net};
+use roost_commit::{Body, CommitOut, DropReason, ObjectState};
+
+fn is_ack(m: &common::InFlight) -> bool {
+    matches!(m.msg.body, Body::RAck(_))
+}
+
+#[test]
+fn coordinator_crash_after_every_follower_applied() {
+    let mut net = Net::new(3);
+    let tx = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(|m| m.to == n(3));
+    net.crash(&[1]);
+    assert!(!net.is_committed(tx));
+    assert_eq!(net.node(2).replaying(), 1);
+    assert_eq!(net.node(3).replaying(), 1);
+    net.run();
+    for id in [2, 3] {
+        assert_eq!(net.state(id, "x"), Some((1, ObjectState::Valid)));
+        assert!(net
+            .outputs_at(id)
+            .iter()
+            .any(|o| matches!(o, CommitOut::Recovered { .. })));
+        assert!(
+            net.node(id).stats().replays_finished + net.node(id).stats().dropped(DropReason::Stale)
+                >= 1
+        );
+    }
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn coordinator_crash_after_one_follower_applied() {
+    // Only node 2 got the R-INV: it replays it to node 3, which applies it.
+    let mut net = Net::new(3);
+    net.commit(1, vec![w("x", 1, "a"), w("y", 1, "b")], &[2, 3])
+        .unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.crash(&[1]);
+    assert_eq!(net.node(3).replaying(), 0);
+    net.run();
+    for id in [2, 3] {
+        assert_eq!(net.state(id, "x"), Some((1, ObjectState::Valid)));
+        assert_eq!(net.state(id, "y"), Some((1, ObjectState::Valid)));
+    }
+    assert!(net
+        .outputs_at(3)
+        .iter()
+        .any(|o| matches!(o, CommitOut::Applied { replay: true, .. })));
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn coordinator_crash_with_a_pipeline_in_flight() {
+    let mut net = Net::new(3);
+    net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.commit(1, vec![w("x", 2, "b")], &[2, 3]).unwrap();
+    net.commit(1, vec![w("y", 1, "c")], &[3]).unwrap();
+    // Node 2 gets slots 1 and 2, node 3 slot 1 and (held) slot 3.
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(|m| m.to == n(3));
+    net.drop_where(|m| {
+        m.to == n(3) && matches!(&m.msg.body, Body::RInv(i) if i.writes[0].version == 2)
+    });
+    net.deliver_first(|m| m.to == n(3));
+    assert_eq!(net.node(3).held(), 1);
+    net.crash(&[1]);
+    // The held slot 3 was never applied by a live node: dropped.
+    assert_eq!(net.node(3).held(), 0);
+    assert_eq!(net.node(3).stats().dropped(DropReason::CoordinatorGone), 1);
+    net.run();
+    for id in [2, 3] {
+        let o = net.node(id).store().get(b"x").unwrap();
+        assert_eq!((o.version, o.state), (2, ObjectState::Valid), "node {id}");
+    }
+    assert_eq!(net.state(3, "y"), None);
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn coordinator_crash_before_any_follower_applied_loses_only_uncommitted() {
+    let mut net = Net::new(3);
+    let tx = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.crash(&[1]);
+    net.run();
+    assert!(!net.is_committed(tx));
+    assert_eq!(net.state(2, "x"), None);
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn follower_crash_coordinator_drops_it_and_commits() {
+    let mut net = Net::new(3);
+    let tx = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(is_ack);
+    assert!(!net.is_committed(tx));
+    net.crash(&[3]);
+    net.run();
+    assert!(net.is_committed(tx));
+    assert_eq!(net.state(2, "x"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.state(1, "x"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn follower_crash_leaving_no_followers_commits_at_the_view_change() {
+    let mut net = Net::new(2);
+    let tx = net.commit(1, vec![w("x", 1, "a")], &[2]).unwrap();
+    net.crash(&[2]);
+    assert!(net.is_committed(tx));
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn messages_of_an_old_epoch_are_dropped_and_counted() {
+    let mut net = Net::new(3);
+    net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    let old: Vec<_> = net.queue.clone();
+    net.crash(&[3]);
+    let before = net.node(2).stats().dropped(DropReason::WrongEpoch);
+    for m in old.into_iter().filter(|m| m.to == n(2)) {
+        net.queue.insert(0, m);
+    }
+    net.run();
+    // The R-INV still queued from before the view change, and its copy.
+    assert_eq!(
+        net.node(2).stats().dropped(DropReason::WrongEpoch),
+        before + 2
+    );
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn replayed_r_inv_already_held_is_re_acked() {
+    let mut net = Net::new(4);
+    net.commit(1, vec![w("x", 1, "a")], &[2, 3, 4]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(|m| m.to == n(3));
+    net.crash(&[1]);
+    // 2 and 3 both replay; each re-acks the other's replay; 4 applies
+    // once.
+    net.run();
+    let applied4 = net
+        .outputs_at(4)
+        .iter()
+        .filter(|o| matches!(o, CommitOut::Applied { .. }))
+        .count();
+    assert_eq!(applied4, 1);
+    assert!(net.node(2).stats().dropped(DropReason::Duplicate) >= 1);
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn two_view_changes_in_a_row() {
+    let mut net = Net::new(4);
+    net.commit(1, vec![w("x", 1, "a")], &[2, 3, 4]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.crash(&[1]);
+    // Node 2's replay reaches nobody before it crashes too... but node 3
+    // got it.
+    net.deliver_first(|m| m.to == n(3));
+    net.crash(&[2]);
+    net.run();
+    for id in [3, 4] {
+        assert_eq!(
+            net.state(id, "x"),
+            Some((1, ObjectState::Valid)),
+            "node {id}"
+        );
+    }
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn restarted_coordinator_starts_a_new_pipeline() {
+    let mut net = Net::new(3);
+    let old = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    net.commit(1, vec![w("y", 1, "b")], &[3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    // Node 3 holds slot 2 only (slot 1 to it is lost).
+    net.drop_where(|m| m.to == n(3) && matches!(&m.msg.body, Body::RInv(i) if i.tx_id == old));
+    net.deliver_first(|m| m.to == n(3));
+    assert_eq!(net.node(3).held(), 1);
+    net.crash(&[1]);
+    net.restart(1, Default::default());
+    let new = net.commit(1, vec![w("x", 2, "c")], &[2, 3]).unwrap();
+    assert!(
+        new.local > old.local,
+        "tx ids are not reused across incarnations"
+    );
+    net.run();
+    assert!(net.is_committed(new));
+    for id in [2, 3] {
+        assert_eq!(
+            net.state(id, "x"),
+            Some((2, ObjectState::Valid)),
+            "node {id}"
+        );
+    }
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}
+
+#[test]
+fn replay_of_an_old_incarnation_below_the_new_one_is_applied() {
+    let mut net = Net::new(3);
+    net.commit(1, vec![w("old", 1, "a")], &[2, 3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.crash(&[1]);
+    net.restart(1, Default::default());
+    // Node 2's replays (both epochs) wait; node 1's new slot goes first.
+    let replays: Vec<_> = net.queue.drain(..).collect();
+    let new = net.commit(1, vec![w("new", 1, "b")], &[3]).unwrap();
+    net.run();
+    assert!(net.is_committed(new));
+    net.queue.extend(replays);
+    net.run();
+    assert_eq!(net.state(3, "old"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.state(2, "old"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}

@@ -338,7 +338,7 @@ where
             roost_exec::yield_now().await;
         }
     }
-    debug_assert!(acquisitions <= MAX_ATTEMPTS as u32);
+    debug_assert!(acquisitions <= MAX_ATTEMPTS);
     if let Some(away) = last_away {
         // Out of attempts while the reactor kept leaving: say that, not
         // the last conflict (there may have been none).

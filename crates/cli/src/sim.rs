@@ -12,6 +12,7 @@ use roost_cluster::sim::{
     campaign, CampaignReport, CampaignSpec, CampaignStop, RegisterScenario, Scenario, SimConfig,
     SimReport,
 };
+use roost_commit::sim::CommitScenario;
 use roost_ownership::sim::OwnershipScenario;
 
 /// The protocols `roost sim` knows.
@@ -21,6 +22,8 @@ pub enum SimProtocol {
     Register,
     /// The Zeus ownership protocol (`roost-ownership`).
     Ownership,
+    /// The Zeus reliable commit (`roost-commit`).
+    Commit,
 }
 
 /// Bugs a simulation can plant for its checkers to find.
@@ -41,6 +44,10 @@ pub enum SimBug {
     ApplyBeforeRequester,
     /// Ownership: a blocked arbiter never replays its arbitration.
     NeverReplays,
+    /// Reliable commit: the coordinator reports a commit before every R-ACK.
+    CommitBeforeAcks,
+    /// Reliable commit: a follower applies R-INVs out of pipeline order.
+    OutOfOrder,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -159,6 +166,9 @@ impl SimArgs {
                         | SimBug::NeverReplays => {
                             bail!("--planted {} is an ownership bug", Self::name(*bug))
                         }
+                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder => {
+                            bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
+                        }
                     }
                 }
                 Ok(Box::new(scenario))
@@ -175,6 +185,28 @@ impl SimArgs {
                         SimBug::NeverReplays => scenario.bugs.arbiter_never_replays = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
+                        }
+                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder => {
+                            bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
+                        }
+                    }
+                }
+                Ok(Box::new(scenario))
+            }
+            SimProtocol::Commit => {
+                let mut scenario = CommitScenario::default();
+                for bug in &self.planted {
+                    match bug {
+                        SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
+                        SimBug::CommitBeforeAcks => scenario.bugs.committed_before_all_acks = true,
+                        SimBug::OutOfOrder => scenario.bugs.follower_ignores_pipeline_order = true,
+                        SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
+                            bail!("--planted {} is a register bug", Self::name(*bug))
+                        }
+                        SimBug::SmallerOTs
+                        | SimBug::ApplyBeforeRequester
+                        | SimBug::NeverReplays => {
+                            bail!("--planted {} is an ownership bug", Self::name(*bug))
                         }
                     }
                 }

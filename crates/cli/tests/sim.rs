@@ -122,3 +122,34 @@ fn a_stuck_arbitration_is_found_after_the_quiet_tail() {
         String::from_utf8_lossy(&untailed.stderr)
     );
 }
+
+/// The reliable commit under `roost sim`: a bounded campaign passes, and
+/// each planted bug fails it with a command that replays it.
+#[test]
+fn roost_sim_runs_the_reliable_commit_and_finds_its_planted_bugs() {
+    let ok = roost_sim(&["--protocol", "commit", "--seeds", "50"]);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(stdout.contains("no violations"), "{stdout}");
+    for bug in ["commit-before-acks", "out-of-order"] {
+        let bad = roost_sim(&["--protocol", "commit", "--seeds", "500", "--planted", bug]);
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(!bad.status.success(), "{bug} was not found: {stderr}");
+        assert!(
+            stderr.contains("replay it: roost sim --protocol commit"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(&format!("--planted {bug}")), "{stderr}");
+    }
+    let wrong = roost_sim(&["--protocol", "commit", "--planted", "smaller-o-ts"]);
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("is an ownership bug"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+}

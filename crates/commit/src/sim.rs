@@ -384,17 +384,8 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
         world: &World<'_, SimCommit>,
         _history: &CommitHistory,
     ) -> Result<(), Violation> {
-        if !world.settled {
-            return Ok(());
-        }
-        let Some((&latest_epoch, latest)) = world.views.iter().next_back() else {
-            return Ok(());
-        };
-        let converged = world.nodes.iter().all(|slot| {
-            slot.node().is_some_and(|node| node.epoch() == latest_epoch)
-                && latest.members.get(&slot.id()) == Some(&slot.incarnation())
-        });
-        if !converged {
+        // Only once the membership settled too (`World::settled_view`).
+        if world.settled_view().is_none() {
             return Ok(());
         }
         let stuck = |detail: String| {

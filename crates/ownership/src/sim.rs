@@ -412,23 +412,10 @@ impl Checker<SimOwnership, OwnershipHistory> for OwnershipSafety {
         world: &World<'_, SimOwnership>,
         history: &OwnershipHistory,
     ) -> Result<(), Violation> {
-        if !world.settled {
-            return Ok(());
-        }
-        let Some((&latest_epoch, latest)) = world.views.iter().next_back() else {
+        // Only once the membership settled too (`World::settled_view`).
+        let Some((latest_epoch, latest)) = world.settled_view() else {
             return Ok(());
         };
-        // Ownership can only settle once the membership has: every node in
-        // the latest view, as the incarnation running, and installed there.
-        // (A membership that did not settle in the tail is not checked here:
-        // one 3-node run ended in a two-member view with a dead member.)
-        let converged = world.nodes.iter().all(|slot| {
-            slot.node().is_some_and(|node| node.epoch() == latest_epoch)
-                && latest.members.get(&slot.id()) == Some(&slot.incarnation())
-        });
-        if !converged {
-            return Ok(());
-        }
         let stuck = |detail: String| {
             Err(Violation::new(
                 "settles after the quiet tail",

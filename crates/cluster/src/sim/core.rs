@@ -359,6 +359,25 @@ pub struct World<'a, P: Protocol> {
     pub settled: bool,
 }
 
+impl<P: Protocol> World<'_, P> {
+    /// At the end of a settled run whose membership settled too (every node
+    /// running, as the incarnation the latest view names, and installed
+    /// there): that view's epoch and the view. A protocol can settle only
+    /// then; `None` otherwise (one 3-node run ended its tail in a two-member
+    /// view with a dead member: a membership liveness matter).
+    pub fn settled_view(&self) -> Option<(EpochId, &View)> {
+        if !self.settled {
+            return None;
+        }
+        let (&latest_epoch, latest) = self.views.iter().next_back()?;
+        let converged = self.nodes.iter().all(|slot| {
+            slot.node().is_some_and(|node| node.epoch() == latest_epoch)
+                && latest.members.get(&slot.id()) == Some(&slot.incarnation())
+        });
+        converged.then_some((latest_epoch, latest))
+    }
+}
+
 /// A safety property, checked over the live protocol states after every
 /// event and over the workload's history at the end (where, after a quiet
 /// tail, a liveness property may be checked too). Tuples of checkers are

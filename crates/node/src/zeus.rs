@@ -296,6 +296,15 @@ fn acquired(outcome: Result<OwnershipOut<NodeReactor>, RequestError>) -> Result<
 
 /// The ownership protocol's object store: the node's reactor database, and
 /// the exported copies of the reactors this node holds without owning them.
+///
+/// Its exports and installs block the protocol driver's own worker for the
+/// transaction (handed to the node's executor and waited for). Not
+/// `block_in_place`: handing the worker's core to another thread for every
+/// export and install cost about 100 µs each (the ownership bench,
+/// `bench/results/ownership.md`), ten times the transaction. The wait is
+/// short and cannot depend on this runtime: the database parks the thread
+/// outside tokio's budget, and relocations skip the executor's admission
+/// control, whose permits transactions waiting for this very driver may hold.
 pub struct DbStore {
     keyspace: Keyspace,
     shared: Arc<Shared>,
@@ -341,7 +350,7 @@ impl DbStore {
         let mut busy = 0;
         let started = std::time::Instant::now();
         let exported = loop {
-            match blocking(|| self.db().export_reactor(&key.0)) {
+            match self.db().export_reactor(&key.0) {
                 Err(ExportError::Busy) if busy < EXPORT_BUSY_RETRIES => {
                     busy += 1;
                     std::thread::sleep(Duration::from_millis(1));
@@ -394,14 +403,12 @@ impl DbStore {
         self.shared.set_owned(&key.0, true);
         let db = self.db();
         let started = std::time::Instant::now();
-        let installed = blocking(|| {
-            db.install_reactor(&exported).or_else(|error| match error {
-                // Its own export back: the hand-over did not happen.
-                roost_reactor::InstallError::Stale { have, got } if have == got => {
-                    db.reclaim_reactor(&exported)
-                }
-                other => Err(other),
-            })
+        let installed = db.install_reactor(&exported).or_else(|error| match error {
+            // Its own export back: the hand-over did not happen.
+            roost_reactor::InstallError::Stale { have, got } if have == got => {
+                db.reclaim_reactor(&exported)
+            }
+            other => Err(other),
         });
         self.shared
             .counters
@@ -422,19 +429,6 @@ impl DbStore {
             }
         }
     }
-}
-
-/// Runs a database call that blocks (a transaction handed to the node's
-/// executor and waited for) from the protocol driver, on the driver's own
-/// worker thread. Not `block_in_place`: handing the worker's core to
-/// another thread for every export and install cost about 100 µs each (the
-/// ownership bench, `bench/results/ownership.md`), ten times the
-/// transaction. The wait is short and cannot depend on this runtime: the
-/// database parks the thread without tokio's budget, and relocations skip
-/// the executor's admission control, whose permits transactions waiting for
-/// this very driver may hold.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    f()
 }
 
 impl ObjectStore<NodeReactor> for DbStore {

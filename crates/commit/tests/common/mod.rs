@@ -117,6 +117,26 @@ impl Net {
         }
     }
 
+    /// The writes of `tx_id` a live follower lacks (holds no version of, or
+    /// an older one): the follower, the key and what it holds.
+    fn missing_at_followers(&self, tx_id: &TxId) -> Vec<(NodeId, Vec<u8>, Option<u64>)> {
+        let tx = &self.txs[tx_id];
+        let mut missing = Vec::new();
+        for f in tx
+            .followers
+            .iter()
+            .filter(|f| self.view.members.contains_key(f))
+        {
+            for wr in &tx.writes {
+                let v = self.nodes[f].store().get(&wr.key).map(|o| o.version);
+                if v.is_none_or(|v| v < wr.version) {
+                    missing.push((*f, wr.key.clone(), v));
+                }
+            }
+        }
+        missing
+    }
+
     /// The checkers, run on every output.
     fn check_output(&mut self, at: NodeId, out: &CommitOut) {
         match out {
@@ -129,21 +149,10 @@ impl Net {
             CommitOut::Committed { tx_id } => {
                 // Every live follower holds the writes (at this version or a
                 // later one) when the client is answered.
-                let tx = self.txs[tx_id].clone();
-                for f in tx
-                    .followers
-                    .iter()
-                    .filter(|f| self.view.members.contains_key(f))
-                {
-                    for wr in &tx.writes {
-                        let v = self.nodes[f].store().get(&wr.key).map(|o| o.version);
-                        if v.is_none_or(|v| v < wr.version) {
-                            self.violations.push(format!(
-                                "{tx_id} committed but follower {f} holds {v:?} of {:?}",
-                                wr.key
-                            ));
-                        }
-                    }
+                for (f, key, v) in self.missing_at_followers(tx_id) {
+                    self.violations.push(format!(
+                        "{tx_id} committed but follower {f} holds {v:?} of {key:?}"
+                    ));
                 }
                 if let Some(last) = self.committed.iter().rev().find(|t| t.node == at) {
                     if last.local >= tx_id.local {
@@ -289,18 +298,8 @@ impl Net {
     pub fn check_end(&self) -> Vec<String> {
         let mut bad = self.violations.clone();
         for tx_id in &self.committed {
-            let tx = &self.txs[tx_id];
-            for f in tx
-                .followers
-                .iter()
-                .filter(|f| self.view.members.contains_key(f))
-            {
-                for wr in &tx.writes {
-                    let v = self.nodes[f].store().get(&wr.key).map(|o| o.version);
-                    if v.is_none_or(|v| v < wr.version) {
-                        bad.push(format!("{tx_id}: follower {f} holds {v:?}"));
-                    }
-                }
+            for (f, _, v) in self.missing_at_followers(tx_id) {
+                bad.push(format!("{tx_id}: follower {f} holds {v:?}"));
             }
         }
         for id in self.view.members.keys() {

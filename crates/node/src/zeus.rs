@@ -33,8 +33,8 @@ use std::time::Duration;
 use roost_cluster::runtime::{ProtocolHandle, RequestError};
 use roost_cluster::NodeId;
 use roost_ownership::{
-    directory, Access, FailReason, ObjectData, ObjectKey, ObjectStore, Ownership, OwnershipCmd,
-    OwnershipOut, ReqId, RequestKind,
+    directory, Access, FailReason, NackReason, ObjectData, ObjectKey, ObjectStore, Ownership,
+    OwnershipCmd, OwnershipOut, ReqId, RequestKind,
 };
 use roost_reactor::{
     Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Location, Placement,
@@ -541,8 +541,10 @@ async fn create_one(
         };
         match handle.request(cmd).await {
             Ok(OwnershipOut::Acquired { .. }) => return true,
+            // Known locally, or refused by a directory replica or a
+            // witness that knows it (this node restarted and forgot it).
             Ok(OwnershipOut::Failed {
-                reason: FailReason::AlreadyExists,
+                reason: FailReason::AlreadyExists | FailReason::Nacked(NackReason::AlreadyExists),
                 ..
             }) => {
                 tracing::info!(reactor = %key, "exists already: acquired when used");

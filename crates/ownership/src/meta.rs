@@ -45,6 +45,19 @@ impl OTs {
     }
 }
 
+impl OTs {
+    /// [`bumped_in`](OTs::bumped_in), and above the version `floor` too.
+    pub fn bumped_above(self, floor: u64, node: NodeId, epoch: roost_cluster::EpochId) -> OTs {
+        let base = OTs {
+            version: self.version.max(floor),
+            node: self.node,
+        };
+        let next = base.bumped_in(node, epoch);
+        debug_assert!(next > self && next.version > floor);
+        next
+    }
+}
+
 impl std::fmt::Display for OTs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "[{}, {}]", self.version, self.node)

@@ -369,6 +369,11 @@ pub struct Ownership<K: ObjectKey, S> {
     /// The lowest attempt version this incarnation may have issued: wins of
     /// lower ones are a previous incarnation's.
     r_ts_base: Option<u64>,
+    /// The highest `o_ts` version this node bumped to as a driver: its next
+    /// bump goes above it, so that an `o_ts` it drove is never reused for
+    /// another arbitration of the object, even once it forgot the entry
+    /// (a refused create: `forget_refused_create`).
+    driven_floor: u64,
     jitter: Jitter,
     /// When the tick timer is set to fire (`None`: not set).
     armed_at: Option<u64>,
@@ -399,6 +404,7 @@ impl<K: ObjectKey, S: Hash> Hash for Ownership<K, S> {
         self.left.hash(state);
         self.gone_since.hash(state);
         self.r_ts_base.hash(state);
+        self.driven_floor.hash(state);
         self.jitter.hash(state);
         self.armed_at.hash(state);
         self.syncing.hash(state);
@@ -438,6 +444,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             left: false,
             gone_since: BTreeMap::new(),
             r_ts_base: None,
+            driven_floor: 0,
             jitter,
             armed_at: None,
             syncing: BTreeMap::new(),
@@ -1305,6 +1312,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             if !req.create {
                 return refuse(self, fx, NackReason::UnknownObject);
             }
+            if self.recovering() {
+                // Before the entry: a fresh one left behind would claim, valid,
+                // that the object does not exist.
+                return refuse(self, fx, NackReason::Recovering);
+            }
             if let Err(reason) = self.new_entry(key) {
                 return self.drop_input(fx, reason, from, "REQ");
             }
@@ -1352,10 +1364,18 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if freezes_me && self.store.has_pending_commit(key) {
             return refuse(self, fx, NackReason::PendingCommit);
         }
-        let ackers = ackers_for(ctx, &dir, &pre, data_from, me);
+        let mut ackers = ackers_for(ctx, &dir, &pre, data_from, me);
+        if req.create {
+            // Every live member witnesses a create: the directory may have
+            // lost the object (each replica that knew it restarted or was
+            // cut off) while a reader still holds its rows; any node that
+            // knows it refuses (`on_create_witness`).
+            ackers.extend(ctx.view.members.keys().copied().filter(|&n| live(ctx, n)));
+        }
         let entry = self.entries.get_mut(key).expect("present");
         let old = entry.o_ts;
-        entry.o_ts = old.bumped_in(me, ctx.view.epoch);
+        entry.o_ts = old.bumped_above(self.driven_floor, me, ctx.view.epoch);
+        self.driven_floor = entry.o_ts.version;
         entry.o_state = OState::Drive;
         entry.last_r_ts = req.r_ts;
         entry.seen.insert(from, req.r_ts.version);
@@ -1479,6 +1499,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         debug_assert!(dir_contains_ts(&dir, inv.o_ts), "checked by check_shape");
         debug_assert!(inv.ackers.contains(&me));
         if !is_dir && !is_owner && !is_source {
+            if inv.create && inv.r_type != ArbKind::Noop {
+                return self.on_create_witness(ctx, from, key, inv, fx);
+            }
             return self.drop_input(fx, DropReason::NotArbiter, from, "INV");
         }
         let learned = !self.entries.contains_key(key);
@@ -1498,6 +1521,11 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let entry = self.entries.get(key).expect("present");
         let accept_smaller = self.bugs.arbiter_accepts_smaller_o_ts && inv.r_type != ArbKind::Noop;
         match inv.o_ts.cmp(&entry.o_ts) {
+            std::cmp::Ordering::Greater
+                if inv.create && !learned && is_dir && !entry.o_replicas.is_empty() =>
+            {
+                self.refuse_recreate(ctx, from, key, inv, fx)
+            }
             std::cmp::Ordering::Greater => {
                 // A directory replica that learns the object from a replay
                 // (it restarted, say) may be the last to hear of it: it
@@ -1571,6 +1599,125 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 }
             }
         }
+    }
+
+    /// A create INV, newer than what this directory replica knows, for an
+    /// object it knows exists: the driver is a directory replica that
+    /// restarted and re-created its objects before anyone taught it (its
+    /// fresh entry's `o_ts` is bumped in the new epoch, so it is Greater).
+    /// Accepting it would re-create the object empty while its owner holds
+    /// it. We change nothing and tell everyone the create involves: the
+    /// requester fails with `AlreadyExists`, and the replicas that accepted
+    /// the create (fresh entries with an empty vector) forget the object,
+    /// so that what we may be arbitrating meanwhile (which needs their ACKs)
+    /// is not blocked behind a create that can never complete.
+    fn refuse_recreate(
+        &mut self,
+        ctx: &Context<'_>,
+        from: NodeId,
+        key: &K,
+        inv: Inv,
+        fx: &mut Fx<K>,
+    ) {
+        debug_assert!(inv.create);
+        debug_assert!(self
+            .entries
+            .get(key)
+            .is_some_and(|e| !e.o_replicas.is_empty()));
+        self.stats.refused_recreates += 1;
+        let mut to = nack_targets(&inv, from);
+        to.extend(inv.ackers.iter().copied());
+        to.remove(&self.me);
+        to.retain(|&n| live(ctx, n));
+        let nack = Nack {
+            r_ts: inv.r_ts,
+            o_ts: Some(inv.o_ts),
+            reason: NackReason::AlreadyExists,
+            current: None,
+        };
+        self.nack(ctx, fx, &to, key, nack);
+        // The directory replicas the create involved know nothing of the
+        // object: teach them, if we may (a directory replica or the owner,
+        // valid; else their replays and the view changes do).
+        let me = self.me;
+        let dir = self.dir(ctx, key);
+        let entry = &self.entries[key];
+        let teacher = (dir.contains(&me) || entry.o_replicas.owner == Some(me))
+            && entry.o_state == OState::Valid
+            && !entry.blocked();
+        if !teacher {
+            return;
+        }
+        let o_ts = entry.o_ts;
+        let pupils: Vec<NodeId> = dir
+            .iter()
+            .copied()
+            .filter(|&n| n != me && inv.ackers.contains(&n) && live(ctx, n))
+            .collect();
+        debug_assert!(pupils.len() < dir.len().max(1));
+        for node in pupils {
+            self.syncing.insert((key.clone(), node), (o_ts, ctx.now_ms));
+            self.send_sync(ctx, key, node, fx);
+        }
+        if let Some(every) = self.config.retransmit_ms {
+            self.schedule(ctx, fx, ctx.now_ms.saturating_add(every));
+        }
+    }
+
+    /// A directory replica or a witness refused a create we accepted (or
+    /// drive) because the object exists: forget the fresh entry the create made (it holds
+    /// nothing), to be taught or to learn the object like any replica that
+    /// never heard of it.
+    fn forget_refused_create(
+        &mut self,
+        ctx: &Context<'_>,
+        from: NodeId,
+        key: &K,
+        o_ts: OTs,
+        nack: &Nack,
+    ) -> bool {
+        debug_assert_eq!(nack.reason, NackReason::AlreadyExists);
+        let Some(entry) = self.entries.get(key) else {
+            return false;
+        };
+        let holds_create = entry.o_ts == o_ts
+            && entry.last_r_ts == nack.r_ts
+            && entry.o_replicas.is_empty()
+            && entry.arb.as_ref().is_some_and(|a| a.create && !a.refused);
+        // The refuser is a directory replica or a witness (any member).
+        if !holds_create || from == self.me || !live(ctx, from) {
+            return false;
+        }
+        self.entries.remove(key);
+        self.blocked.remove(key);
+        self.recovery.remove(key);
+        self.stats.forgotten_creates += 1;
+        debug_assert!(!self.entries.contains_key(key));
+        true
+    }
+
+    /// A create INV at a node that is no arbiter of the object, asked as a
+    /// witness: it refuses if it knows the object (a reader, an old owner),
+    /// else ACKs, keeping nothing (the create's VAL goes to the arbiters).
+    fn on_create_witness(
+        &mut self,
+        ctx: &Context<'_>,
+        from: NodeId,
+        key: &K,
+        inv: Inv,
+        fx: &mut Fx<K>,
+    ) {
+        debug_assert!(inv.create && !self.dir(ctx, key).contains(&self.me));
+        debug_assert!(inv.ackers.contains(&self.me));
+        let knows = self
+            .entries
+            .get(key)
+            .is_some_and(|e| !e.o_replicas.is_empty());
+        if knows {
+            return self.refuse_recreate(ctx, from, key, inv, fx);
+        }
+        self.send_ack(ctx, key, &inv, None, fx);
+        debug_assert!(!knows);
     }
 
     /// A reader named as the data source (the owner is gone): it ships its
@@ -1884,6 +2031,9 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             return false;
         };
         debug_assert_eq!(entry.blocked(), self.blocked.contains(key));
+        if nack.reason == NackReason::AlreadyExists {
+            return self.forget_refused_create(ctx, from, key, o_ts, nack);
+        }
         // Holds exactly the refused arbitration (not refused by us).
         let holds = entry.o_ts == o_ts
             && entry.last_r_ts == nack.r_ts
@@ -1975,7 +2125,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
                 // only a completed state: it missed that arbitration (it
                 // restarted, say, and learned ours from a replay), and nobody
                 // will send it again.
+                // (Never an empty vector: that is the pre-vector of a
+                // create, which an object that exists refuses.)
                 let demoted = current.o_ts > entry.o_ts
+                    && !current.o_replicas.is_empty()
                     && current.o_replicas.owner != Some(me)
                     && (current.valid || !is_dir)
                     && dir_contains_ts(&self.dir(ctx, key), current.o_ts);
@@ -2242,7 +2395,10 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             self.store.remove(key);
         }
         entry.o_replicas = pre;
-        entry.o_ts = old.max(dead).bumped_in(me, ctx.view.epoch);
+        entry.o_ts = old
+            .max(dead)
+            .bumped_above(self.driven_floor, me, ctx.view.epoch);
+        self.driven_floor = entry.o_ts.version;
         entry.o_state = OState::Drive;
         entry.last_r_ts = RTs {
             version: 0,
@@ -2512,8 +2668,16 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
             current: current.clone(),
             answer: true,
         };
+        // A create we hold (an empty pre-vector) for an object a teacher
+        // knows: it can never complete (the teacher refuses it), and what
+        // is taught replaces it whatever its o_ts.
+        let refused_create = |e: &Entry| {
+            !current.o_replicas.is_empty()
+                && e.o_replicas.is_empty()
+                && e.arb.as_ref().is_some_and(|a| a.create)
+        };
         match self.entries.get(key) {
-            Some(entry) if entry.o_ts >= current.o_ts => {
+            Some(entry) if entry.o_ts >= current.o_ts && !refused_create(entry) => {
                 // Known, or past it: answered all the same.
                 self.stats.count_drop(DropReason::Duplicate);
                 return self.send(ctx, fx, from, key, Body::Sync(answer));

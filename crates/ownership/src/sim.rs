@@ -29,6 +29,7 @@ use roost_cluster::{Incarnation, NodeId};
 use crate::config::{OwnershipBugs, OwnershipConfig};
 use crate::key::directory;
 use crate::meta::{OState, ReqId, RequestKind};
+use crate::msg::NackReason;
 use crate::ownership::{FailReason, Ownership, OwnershipCmd, OwnershipOut};
 use crate::store::{MemStore, ObjectData};
 
@@ -143,6 +144,8 @@ impl OwnershipScenario {
                     (key, dir.into_iter().collect())
                 })
                 .collect(),
+            holders: BTreeMap::new(),
+            creations_checked: 0,
         };
         Simulation::new(
             config,
@@ -194,6 +197,11 @@ pub struct OwnershipHistory {
     pub lost: u64,
     /// Objects whose create took effect (only their requests are issued).
     pub created: BTreeSet<u64>,
+    /// Creates that succeeded for objects created before, in order (a
+    /// restarted node creating its home objects again, as `roost node`
+    /// does). Allowed only for an object lost with every node that held it;
+    /// else a second creation, which would replace live rows with empty ones.
+    pub created_again: Vec<u64>,
 }
 
 pub struct OwnershipWorkload {
@@ -205,6 +213,11 @@ pub struct OwnershipWorkload {
     waiting: BTreeMap<u64, ClientId>,
     /// Creates in flight, by request id (a failed one is issued again).
     creating: BTreeMap<u64, u64>,
+    /// Nodes that restarted, and the next of their home objects they
+    /// create again: a restarted `roost node` cannot tell a restart from a
+    /// first start, so it creates its home reactors again and expects
+    /// `AlreadyExists` for those that exist.
+    recreating: BTreeMap<NodeId, u64>,
     history: OwnershipHistory,
 }
 
@@ -218,6 +231,7 @@ impl OwnershipWorkload {
             next_req: 1,
             waiting: BTreeMap::new(),
             creating: BTreeMap::new(),
+            recreating: BTreeMap::new(),
             history: OwnershipHistory::default(),
         }
     }
@@ -225,6 +239,17 @@ impl OwnershipWorkload {
     /// `client` waits for an answer (clients are few: a scan is enough).
     fn is_waiting(&self, client: ClientId) -> bool {
         self.waiting.values().any(|&c| c == client)
+    }
+
+    /// A create of `key` was answered: its home node's re-creation (if
+    /// it restarted) goes on with the next object.
+    fn recreated(&mut self, key: u64) {
+        let home = NodeId((key % u64::from(self.nodes)) as u32);
+        if let Some(next) = self.recreating.get_mut(&home) {
+            if *next <= key {
+                *next = key + 1;
+            }
+        }
     }
 
     fn tag(&mut self, client: ClientId) -> ReqId {
@@ -251,6 +276,25 @@ impl Workload<SimOwnership> for OwnershipWorkload {
         // The creating node's first client creates each of its objects once.
         if client.index == 0 {
             let mine = |k: &u64| k % u64::from(self.nodes) == u64::from(client.node.0);
+            if let Some(&from) = self.recreating.get(&client.node) {
+                let again = (from..self.objects).find(|k| mine(k));
+                match again {
+                    Some(key) => {
+                        // The cursor moves on once the create is answered
+                        // (`on_output`): a node not serving yet retries.
+                        let req = self.tag(client);
+                        self.creating.insert(req.0, key);
+                        return Some(OwnershipCmd::Create {
+                            key,
+                            req,
+                            data: created_data(key),
+                        });
+                    }
+                    None => {
+                        self.recreating.remove(&client.node);
+                    }
+                }
+            }
             let uncreated = (0..self.objects).find(|k| {
                 mine(k)
                     && !self.history.created.contains(k)
@@ -284,15 +328,23 @@ impl Workload<SimOwnership> for OwnershipWorkload {
             OwnershipOut::Acquired { req, .. } => {
                 self.history.acquired += 1;
                 if let Some(key) = self.creating.remove(&req.0) {
-                    self.history.created.insert(key);
+                    if !self.history.created.insert(key) {
+                        self.history.created_again.push(key);
+                    }
+                    self.recreated(key);
                 }
                 *req
             }
             OwnershipOut::Failed { req, reason, .. } => {
                 self.history.failed += 1;
                 if let Some(key) = self.creating.remove(&req.0) {
-                    if *reason == FailReason::AlreadyExists {
+                    let exists = matches!(
+                        reason,
+                        FailReason::AlreadyExists | FailReason::Nacked(NackReason::AlreadyExists)
+                    );
+                    if exists {
                         self.history.created.insert(key);
+                        self.recreated(key);
                     }
                 }
                 *req
@@ -320,6 +372,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
             self.creating.remove(&req);
             self.history.lost += 1;
         }
+        self.recreating.insert(node, 0);
     }
 
     fn history(&self) -> &OwnershipHistory {
@@ -341,17 +394,49 @@ impl Workload<SimOwnership> for OwnershipWorkload {
 pub struct OwnershipSafety {
     /// Each object's directory replicas.
     directories: BTreeMap<u64, BTreeSet<NodeId>>,
+    /// The members of the latest view holding each object's data after the
+    /// last event.
+    holders: BTreeMap<u64, BTreeSet<NodeId>>,
+    /// `created_again` entries checked so far.
+    creations_checked: usize,
 }
 
 impl Checker<SimOwnership, OwnershipHistory> for OwnershipSafety {
     fn after_event(
         &mut self,
         world: &World<'_, SimOwnership>,
-        _history: &OwnershipHistory,
+        history: &OwnershipHistory,
     ) -> Result<(), Violation> {
         let Some((&latest_epoch, latest)) = world.views.iter().next_back() else {
             return Ok(());
         };
+        // A create that succeeded for an object that some member of the
+        // latest view held just before this event.
+        for &key in &history.created_again[self.creations_checked..] {
+            if let Some(holders) = self.holders.get(&key).filter(|h| !h.is_empty()) {
+                return Err(Violation::new(
+                    "an object is created once",
+                    world.now_ms,
+                    format!("object {key}: created again while {holders:?} held it"),
+                ));
+            }
+        }
+        self.creations_checked = history.created_again.len();
+        self.holders.clear();
+        for slot in world.nodes {
+            let Some(node) = slot.node() else { continue };
+            if node.epoch() != latest_epoch || !latest.contains(slot.id(), slot.incarnation()) {
+                continue;
+            }
+            for &key in self.directories.keys() {
+                // Rows kept by a node that no longer counts itself a
+                // replica (it left the view and came back) are no copy.
+                let store = node.app().store();
+                if store.get(&key).is_some() && store.access.contains_key(&key) {
+                    self.holders.entry(key).or_default().insert(slot.id());
+                }
+            }
+        }
         for (&key, replicas) in &self.directories {
             let mut owners = Vec::new();
             let mut valid_views = BTreeSet::new();

@@ -104,6 +104,11 @@ pub struct Stats {
     pub replays: u64,
     /// NOOP arbitrations driven to release refused ones.
     pub noops: u64,
+    /// Create INVs refused because the object exists (a restarted directory
+    /// replica re-creating what it forgot).
+    pub refused_recreates: u64,
+    /// Fresh entries of such refused creates, forgotten.
+    pub forgotten_creates: u64,
     /// SYNCs sent: objects' metadata taught to directory replicas that
     /// joined or restarted (directory re-replication).
     pub synced: u64,

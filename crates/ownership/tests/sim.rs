@@ -57,7 +57,7 @@ fn one_seed_gives_one_trace() {
 
 /// Runs seeds until a violation; the planted bug must be found, by the
 /// checker it breaks, and its seed must replay to the same violation.
-fn finds(bugs: OwnershipBugs, checker: &str) {
+fn finds(bugs: OwnershipBugs, checkers: &[&str]) {
     let scenario = OwnershipScenario {
         bugs,
         ..OwnershipScenario::default()
@@ -67,7 +67,10 @@ fn finds(bugs: OwnershipBugs, checker: &str) {
     assert_eq!(report.stop, CampaignStop::Violation, "{report:?}");
     let failure = report.first_failure.expect("a failing seed");
     let violation = failure.violation.clone().expect("its violation");
-    assert_eq!(violation.checker, checker, "{violation:?}");
+    assert!(
+        checkers.contains(&violation.checker.as_str()),
+        "{violation:?}"
+    );
     let replay = scenario.run(&config, failure.seed, false).unwrap().report;
     assert_eq!(replay, failure);
 }
@@ -79,8 +82,9 @@ fn the_simulator_finds_an_arbiter_accepting_a_smaller_o_ts() {
             arbiter_accepts_smaller_o_ts: true,
             ..OwnershipBugs::default()
         },
-        // Two arbitrations at one version both win: the directory splits.
-        "valid arbiters agree",
+        // Two arbitrations at one version both win: the directory splits,
+        // or both requesters own the object.
+        &["valid arbiters agree", "at most one owner"],
     );
 }
 
@@ -92,7 +96,7 @@ fn the_simulator_finds_arbiters_applying_before_the_requester() {
             ..OwnershipBugs::default()
         },
         // The directory names a new owner before it holds the rows.
-        "owner holds the latest data",
+        &["owner holds the latest data"],
     );
 }
 
@@ -129,7 +133,7 @@ fn seed_2002_a_restarted_node_keeps_its_first_view_vote() {
         },
         ..dense.clone()
     };
-    let report = campaign(&scenario, &forgetful, &CampaignSpec::seeds(0, 2_000)).unwrap();
+    let report = campaign(&scenario, &forgetful, &CampaignSpec::seeds(0, 8_000)).unwrap();
     let failure = report.first_failure.expect("the planted disk loses a vote");
     let violation = failure.violation.clone().expect("its violation");
     // A forgotten vote splits the view; ownership's own checks may see the
@@ -142,6 +146,28 @@ fn seed_2002_a_restarted_node_keeps_its_first_view_vote() {
     assert!(same.first_failure.is_none(), "{:?}", same.first_failure);
 }
 
+/// Seeds 17 and 273 (3 nodes) and 1781, 1847, 3556 of the campaign once
+/// the workload re-created a restarted node's objects: a directory replica
+/// that restarted re-created an object the other replica, or only its
+/// owner or a reader, knew, emptying it while they held it (the 3-process
+/// test's flake: the old owner's next install failed `Stale`); then the
+/// refused create's forgotten `o_ts` reused, a witness's refusal not
+/// heeded, a forgetful replica never taught.
+#[test]
+fn seeds_where_a_restarted_replica_re_created_an_object_pass() {
+    for seed in [17, 40, 273, 1781, 1847, 3556] {
+        let report = OwnershipScenario::default()
+            .run(&SimConfig::default(), seed, false)
+            .unwrap()
+            .report;
+        assert_eq!(report.violation, None, "seed {seed}");
+        assert!(
+            report.crashes + report.partitions >= 1,
+            "seed {seed}: {report:?}"
+        );
+    }
+}
+
 #[test]
 fn the_simulator_finds_an_arbiter_that_never_replays_when_the_run_settles() {
     // Safety holds (the arbitration just stays blocked); only the check at
@@ -151,7 +177,7 @@ fn the_simulator_finds_an_arbiter_that_never_replays_when_the_run_settles() {
             arbiter_never_replays: true,
             ..OwnershipBugs::default()
         },
-        "settles after the quiet tail",
+        &["settles after the quiet tail"],
     );
     // Without the tail the end proves nothing, and nothing is found.
     let scenario = OwnershipScenario {
@@ -225,6 +251,9 @@ fn the_seeds_that_found_the_bugs_pass() {
 /// applied it without node 0 while the other arbiter waited for node 0:
 /// two valid arbiters with one `o_ts` and different sharers. A node that
 /// leaves the view now forgets the views it saw, as a new process would.
+/// (Since creates have witnesses and restarted nodes re-create their
+/// objects, the seed runs another schedule, with fewer view changes; it
+/// stays a regression run, and the campaigns cover the scenario.)
 #[test]
 fn seed_18_a_node_back_in_the_view_trusts_the_driver_on_who_is_gone() {
     let report = OwnershipScenario::default()
@@ -232,5 +261,5 @@ fn seed_18_a_node_back_in_the_view_trusts_the_driver_on_who_is_gone() {
         .unwrap()
         .report;
     assert_eq!(report.violation, None, "{report:?}");
-    assert!(report.max_epoch >= 4, "{report:?}");
+    assert!(report.partitions >= 1, "{report:?}");
 }

@@ -666,3 +666,96 @@ fn many_requests_in_flight_for_different_objects() {
         assert_eq!(w.node(n(4)).store().get(&k), Some(&data(k)));
     }
 }
+
+/// Restarts `ids` (fresh state, empty store) in one view change that every
+/// other node installs, and loses every SYNC that would teach them: they
+/// act before anyone taught them.
+fn restart_untaught(world: &mut World, ids: &[NodeId]) {
+    let config = test_config(2);
+    for &id in ids {
+        world.crash(id);
+        world.restart(id, &config);
+    }
+    for id in world.live() {
+        if world.needs_view(id) {
+            world.install(id);
+        }
+    }
+    let untaught = |m: &InFlight| ids.contains(&m.to) && m.msg.body.name() == "SYNC";
+    while world.find(untaught).is_some() {
+        world.lose_where(untaught);
+    }
+}
+
+fn failed_with(outs: &[StepOut], who: NodeId, reason: NackReason) -> bool {
+    all_outputs(outs).iter().any(|(id, o)| {
+        *id == who
+            && matches!(o, OwnershipOut::Failed { reason: FailReason::Nacked(r), .. } if *r == reason)
+    })
+}
+
+#[test]
+fn a_directory_replica_that_knows_the_object_refuses_a_restarted_ones_create() {
+    let (mut world, key) = setup(4, &[n(1), n(2)], n(3), &[]);
+    let known = world.node(n(1)).meta(&key).unwrap();
+    restart_untaught(&mut world, &[n(2)]);
+    // n2 re-creates what it forgot; its fresh o_ts is greater than n1's.
+    world.create(n(2), key, 7, data(9));
+    let outs = world.deliver_all(1_000);
+    assert!(
+        failed_with(&outs, n(2), NackReason::AlreadyExists),
+        "{outs:?}"
+    );
+    assert!(world.node(n(1)).stats().refused_recreates >= 1);
+    // Nothing changed at the replica that knew it, nor at the owner.
+    assert_eq!(
+        world.node(n(1)).meta(&key).unwrap().o_replicas,
+        known.o_replicas
+    );
+    assert_eq!(world.owners(key), vec![n(3)]);
+    assert_eq!(world.node(n(3)).store().get(&key), Some(&data(1)));
+    // The refused create's fresh entry is forgotten, not left blocked.
+    assert!(world
+        .node(n(2))
+        .meta(&key)
+        .is_none_or(|m| m.o_state == OState::Valid));
+    // The object stays usable, with its rows.
+    world.acquire(n(4), key, 8, RequestKind::ChangeOwner);
+    let outs = world.run_until_quiet(10_000);
+    assert!(acquired(&outs, n(4)).is_some(), "{outs:?}");
+    assert_eq!(world.node(n(4)).store().get(&key), Some(&data(1)));
+    assert_eq!(world.owners(key), vec![n(4)]);
+}
+
+#[test]
+fn a_witness_that_holds_the_object_refuses_a_create_by_an_empty_directory() {
+    // The owner n3 is no directory replica; both replicas restart and
+    // nobody teaches them: only the owner knows the object exists.
+    let (mut world, key) = setup(4, &[n(1), n(2)], n(3), &[]);
+    restart_untaught(&mut world, &[n(1), n(2)]);
+    world.create(n(1), key, 7, data(9));
+    let outs = world.deliver_all(1_000);
+    assert!(
+        failed_with(&outs, n(1), NackReason::AlreadyExists),
+        "{outs:?}"
+    );
+    assert!(
+        world.node(n(3)).stats().refused_recreates >= 1,
+        "the owner witnessed it"
+    );
+    assert_eq!(world.owners(key), vec![n(3)]);
+    assert_eq!(world.node(n(3)).store().get(&key), Some(&data(1)));
+    let forgotten: u64 = [n(1), n(2)]
+        .iter()
+        .map(|&id| world.node(id).stats().forgotten_creates)
+        .sum();
+    assert!(forgotten >= 1, "the create's fresh entries are forgotten");
+    // Witnesses that know nothing ACK and keep nothing: a create nobody
+    // refuses still succeeds.
+    let fresh = key_with_directory(&world.nodes, 2, &[n(2), n(1)]);
+    assert_ne!(fresh, key);
+    world.create(n(4), fresh, 9, data(4));
+    let outs = world.deliver_all(1_000);
+    assert!(acquired(&outs, n(4)).is_some(), "{outs:?}");
+    assert!(world.node(n(3)).meta(&fresh).is_none());
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{config, err, start, Raw};
 use roost_resp::protocol::Frame;
-use roost_resp::Config;
+use roost_resp::{Access, Config, User};
 
 fn bulk(text: &str) -> Frame {
     Frame::bulk(text)
@@ -668,4 +668,92 @@ async fn lua_libraries_beside_the_rust_functions() {
         r.call(&["FCALL_RO", "sum", "2", "a", "b"]).await,
         Frame::Integer(15)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_share_the_transaction_of_their_block() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    // Inside MULTI/EXEC a script sees the writes queued before it, and the
+    // commands after it see its writes: one transaction.
+    assert_eq!(r.call(&["MULTI"]).await, Frame::ok());
+    assert_eq!(
+        r.call(&["SET", "k", "5"]).await,
+        Frame::Simple("QUEUED".into())
+    );
+    assert_eq!(
+        eval(
+            &mut r,
+            "return redis.call('incrby', KEYS[1], 10)",
+            &["k"],
+            &[]
+        )
+        .await,
+        Frame::Simple("QUEUED".into())
+    );
+    assert_eq!(r.call(&["GET", "k"]).await, Frame::Simple("QUEUED".into()));
+    assert_eq!(
+        r.call(&["EXEC"]).await,
+        Frame::Array(vec![Frame::ok(), Frame::Integer(15), bulk("15")])
+    );
+    // COMMAND knows the scripting commands' keys follow numkeys.
+    assert_eq!(
+        r.call(&["COMMAND", "GETKEYS", "EVAL", "return 1", "2", "a", "b", "x"])
+            .await,
+        Frame::Array(vec![bulk("a"), bulk("b")])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_users_get_the_read_only_forms() {
+    let mut cfg = config();
+    cfg.users = vec![
+        User {
+            name: "writer".into(),
+            password: "w-pass".into(),
+            access: Access::ReadWrite,
+        },
+        User {
+            name: "reader".into(),
+            password: "r-pass".into(),
+            access: Access::ReadOnly,
+        },
+    ];
+    let server = start(cfg);
+    let mut w = Raw::connect(server.addr()).await;
+    assert_eq!(w.call(&["AUTH", "writer", "w-pass"]).await, Frame::ok());
+    assert_eq!(
+        eval(
+            &mut w,
+            "return redis.call('set', KEYS[1], 'v')",
+            &["k"],
+            &[]
+        )
+        .await,
+        Frame::ok()
+    );
+    let mut r = Raw::connect(server.addr()).await;
+    assert_eq!(r.call(&["AUTH", "reader", "r-pass"]).await, Frame::ok());
+    assert_eq!(
+        eval(&mut r, "return 1", &[], &[]).await,
+        err("NOPERM User reader has no permissions to run the 'eval' command")
+    );
+    assert_eq!(
+        r.call(&["EVAL_RO", "return redis.call('get', KEYS[1])", "1", "k"])
+            .await,
+        bulk("v")
+    );
+    assert_eq!(
+        r.call(&["EVAL_RO", "return redis.call('del', KEYS[1])", "1", "k"])
+            .await,
+        err("ERR Write commands are not allowed from read-only scripts.")
+    );
+    let reply = r
+        .call(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=l\nredis.register_function('f', function() return 1 end)",
+        ])
+        .await;
+    assert!(error_text(&reply).starts_with("NOPERM"), "{reply:?}");
 }

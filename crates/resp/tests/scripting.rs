@@ -480,6 +480,20 @@ async fn an_endless_script_is_stopped_and_applies_nothing() {
     }
     assert_eq!(r.call(&["GET", "a"]).await, bulk("old"));
     assert_eq!(r.call(&["PING"]).await, Frame::Simple("PONG".into()));
+    // CONFIG reads and changes the limit under Redis 7's names.
+    assert_eq!(
+        r.call(&["CONFIG", "GET", "busy-reply-threshold"]).await,
+        Frame::Array(vec![bulk("busy-reply-threshold"), bulk("300")])
+    );
+    assert_eq!(
+        r.call(&["CONFIG", "SET", "lua-time-limit", "200"]).await,
+        Frame::ok()
+    );
+    let reply = eval(&mut r, "while true do end", &[], &[]).await;
+    assert!(
+        error_text(&reply).contains("time limit of 200 ms"),
+        "{reply:?}"
+    );
     // FUNCTION LOAD's code is under the limit too.
     let reply = r
         .call(&["FUNCTION", "LOAD", "#!lua name=loop\nwhile true do end"])
@@ -756,4 +770,68 @@ async fn read_only_users_get_the_read_only_forms() {
         ])
         .await;
     assert!(error_text(&reply).starts_with("NOPERM"), "{reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_scripts_get_replies_not_crashes() {
+    let server = start(limited(200));
+    let mut r = Raw::connect(server.addr()).await;
+    // Bytecode is refused: only source text loads.
+    let reply = eval(&mut r, "\u{1b}LuaQ\0\u{1}\u{4}\u{8}", &[], &[]).await;
+    assert!(
+        error_text(&reply).starts_with("ERR Error compiling script"),
+        "{reply:?}"
+    );
+    // Token soup, deterministic: every script gets some reply and the
+    // connection stays up.
+    let tokens = [
+        "return",
+        "redis.call(",
+        "redis.pcall(",
+        "'get'",
+        "'set'",
+        "KEYS[1]",
+        "ARGV[1]",
+        ",",
+        ")",
+        "{",
+        "}",
+        "nil",
+        "1",
+        "-1",
+        "0/0",
+        "1e308*10",
+        "'x'",
+        "..",
+        "#",
+        "local a =",
+        "a",
+        "end",
+        "function()",
+        "pcall(",
+        "error(",
+        "cjson.encode(",
+        "cjson.decode(",
+        "string.rep('x', 99)",
+        "setmetatable({}, {__index = function() return redis.call('get', KEYS[1]) end}).x",
+        "xpcall(",
+        "unpack({1,2})",
+        "math.huge",
+        "tostring(",
+        "{err='E'}",
+        "{ok='O'}",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..300 {
+        let mut script = String::new();
+        for _ in 0..(seed % 12 + 1) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            script.push_str(tokens[(seed % tokens.len() as u64) as usize]);
+            script.push(' ');
+        }
+        let _ = eval(&mut r, &script, &["k"], &["v"]).await;
+    }
+    assert_eq!(r.call(&["PING"]).await, Frame::Simple("PONG".into()));
 }

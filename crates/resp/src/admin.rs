@@ -300,16 +300,21 @@ enum Settable {
     Fixed(&'static str),
     MaxClients,
     Hz,
+    /// Lua scripts' time limit in ms (`lua_time_limit_ms`), under both of
+    /// Redis 7's names.
+    LuaTimeLimit,
 }
 
 /// Roost's parameters under their Redis names.
 const PARAMETERS: &[(&str, Settable)] = &[
     ("appendonly", Settable::Fixed("not persisting to disk")),
     ("bind", Settable::Immutable),
+    ("busy-reply-threshold", Settable::LuaTimeLimit),
     ("cluster-enabled", Settable::Immutable),
     ("databases", Settable::Immutable),
     ("hz", Settable::Hz),
     ("io-threads", Settable::Immutable),
+    ("lua-time-limit", Settable::LuaTimeLimit),
     ("maxclients", Settable::MaxClients),
     ("maxmemory", Settable::Fixed("not evicting keys")),
     ("maxmemory-policy", Settable::Fixed("not evicting keys")),
@@ -334,6 +339,12 @@ fn parameter_value(shared: &ServerShared, name: &str) -> String {
             (1000 / ms).max(1).to_string()
         }
         "io-threads" => shared.config.io_threads.to_string(),
+        "busy-reply-threshold" | "lua-time-limit" => shared
+            .functions
+            .scripting()
+            .time_limit()
+            .as_millis()
+            .to_string(),
         "maxclients" => shared.max_clients.load(Ordering::Relaxed).to_string(),
         "maxmemory" => "0".into(),
         "maxmemory-policy" => "noeviction".into(),
@@ -429,12 +440,13 @@ fn config_set(shared: &ServerShared, pairs: &[Vec<u8>]) -> Frame {
                     return failed(&format!("Roost runs {what}: only '{current}' is supported"));
                 }
             }
-            Settable::MaxClients | Settable::Hz => {
+            Settable::MaxClients | Settable::Hz | Settable::LuaTimeLimit => {
                 let Some(n) = parse_i64(value.as_bytes()) else {
                     return failed("argument couldn't be parsed into an integer");
                 };
                 let (min, max) = match settable {
                     Settable::Hz => (1, 500),
+                    Settable::LuaTimeLimit => (1, 3_600_000),
                     _ => (1, 1 << 20),
                 };
                 if !(min..=max).contains(&n) {
@@ -450,6 +462,9 @@ fn config_set(shared: &ServerShared, pairs: &[Vec<u8>]) -> Frame {
         match name {
             "hz" => shared.store.set_sweep_interval(interval_of_hz(n)),
             "maxclients" => shared.max_clients.store(n as usize, Ordering::Relaxed),
+            "busy-reply-threshold" | "lua-time-limit" => {
+                shared.functions.scripting().set_time_limit(n)
+            }
             _ => {}
         }
     }

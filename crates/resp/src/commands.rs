@@ -704,11 +704,45 @@ pub(crate) static COMMANDS: &[Spec] = &[
         (0, 0, 0),
         "FCALL_RO function numkeys key... arg...: calls a no-writes function.",
     ),
+    data(
+        "eval",
+        -3,
+        true,
+        (0, 0, 0),
+        "EVAL script numkeys key... arg...: runs a Lua script, one transaction over its keys.",
+    ),
+    data(
+        "evalsha",
+        -3,
+        true,
+        (0, 0, 0),
+        "EVALSHA sha1 numkeys key... arg...: runs a cached Lua script.",
+    ),
+    data(
+        "eval_ro",
+        -3,
+        false,
+        (0, 0, 0),
+        "EVAL_RO script numkeys key... arg...: runs a read-only Lua script.",
+    ),
+    data(
+        "evalsha_ro",
+        -3,
+        false,
+        (0, 0, 0),
+        "EVALSHA_RO sha1 numkeys key... arg...: runs a cached read-only Lua script.",
+    ),
     conn(
         "function",
         -2,
         false,
-        "FUNCTION LIST|HELP: the registered functions.",
+        "FUNCTION LOAD|DELETE|FLUSH|LIST|HELP: Lua libraries beside the registered functions.",
+    ),
+    conn(
+        "script",
+        -2,
+        false,
+        "SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP: the Lua script cache.",
     ),
     conn("ping", -1, false, "Returns PONG or the argument."),
     conn("echo", 2, false, "Returns the argument."),
@@ -822,7 +856,8 @@ pub(crate) fn unknown_command(args: &[Vec<u8>]) -> Frame {
 /// `movablekeys`): where that argument is (the name at 0).
 pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
-        "fcall" | "fcall_ro" | "zunionstore" | "zinterstore" | "zdiffstore" => Some(2),
+        "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
+        | "zinterstore" | "zdiffstore" => Some(2),
         "sintercard" | "zunion" | "zinter" | "zdiff" => Some(1),
         _ => None,
     }
@@ -869,7 +904,14 @@ pub(crate) fn integer(arg: &[u8]) -> Result<i64, Frame> {
 /// when the command runs (inside MULTI: at EXEC, in its place).
 /// The arguments are moved into the `Op`, not copied.
 pub(crate) fn parse_op(spec: &Spec, mut args: Vec<Vec<u8>>, functions: &Functions) -> Op {
+    if let "eval" | "evalsha" | "eval_ro" | "evalsha_ro" = spec.name {
+        return crate::scripting::parse_eval(functions, spec.name, args);
+    }
     if let "fcall" | "fcall_ro" = spec.name {
+        let read_only = spec.name == "fcall_ro";
+        if let Some(op) = crate::scripting::parse_fcall(functions, read_only, &mut args) {
+            return op;
+        }
         return match functions.parse_call(spec.name == "fcall_ro", &mut args) {
             Ok(call) => Op::FCall(std::sync::Arc::new(call)),
             Err(error) => Op::Reply(error),
@@ -1390,7 +1432,7 @@ fn parse_pairs(a: &mut [Vec<u8>], command: &str) -> Result<Pairs, Frame> {
 pub(crate) fn command_info(spec: &Spec) -> Frame {
     let mut flags = Vec::new();
     match spec.kind {
-        Kind::Data if spec.name.starts_with("fcall") => {
+        Kind::Data if spec.name.starts_with("fcall") || spec.name.starts_with("eval") => {
             flags.push(Frame::Simple("movablekeys".into()))
         }
         Kind::Data => {
@@ -1424,7 +1466,9 @@ pub(crate) fn command_info(spec: &Spec) -> Frame {
 pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
     let group = match spec.kind {
         Kind::Data if spec.name.starts_with("bc.") => "roost",
-        Kind::Data if spec.name.starts_with("fcall") => "scripting",
+        Kind::Data if spec.name.starts_with("fcall") || spec.name.starts_with("eval") => {
+            "scripting"
+        }
         Kind::Data if sets::is_set_command(spec.name) => "set",
         Kind::Data if zsets::is_zset_command(spec.name) => "sorted-set",
         Kind::Data => "generic",
@@ -1958,6 +2002,23 @@ mod tests {
             (
                 "fcall_ro sum 1 k",
                 |op| matches!(op, Op::FCall(call) if call.first_key() == Some(&b"k"[..])),
+            ),
+            (
+                "eval return 1 k",
+                |op| matches!(op, Op::Script(call) if call.first_key() == Some(&b"k"[..])),
+            ),
+            (
+                "eval_ro return 1 k",
+                |op| matches!(op, Op::Script(call) if call.first_key() == Some(&b"k"[..])),
+            ),
+            // No script cached under this name.
+            (
+                "evalsha 0000 1 k",
+                |op| matches!(op, Op::Reply(Frame::Error(e)) if e.starts_with("NOSCRIPT")),
+            ),
+            (
+                "evalsha_ro 0000 1 k",
+                |op| matches!(op, Op::Reply(Frame::Error(e)) if e.starts_with("NOSCRIPT")),
             ),
         ];
         for spec in COMMANDS.iter().filter(|s| s.kind == Kind::Data) {

@@ -23,6 +23,7 @@
 //! spin_while_active_us = 1000
 //! expire_sweep_interval_ms = 100  # how often expired keys are reclaimed (CONFIG SET hz)
 //! expire_sweep_batch = 200        # the most keys one sweep transaction deletes
+//! lua_time_limit_ms = 5000        # a Lua script running longer is stopped
 //!
 //! [[users]]
 //! name = "reader"
@@ -111,6 +112,10 @@ pub struct Config {
     /// The most expired keys one sweep transaction deletes: the bound on a
     /// sweep's work whatever the size of the keyspace.
     pub expire_sweep_batch: usize,
+    /// How long a Lua script (EVAL, a Lua FCALL) may run before it is
+    /// stopped with an error, applying nothing (Redis's `lua-time-limit`,
+    /// whose default this is; Redis only starts answering BUSY then).
+    pub lua_time_limit_ms: u64,
     pub users: Vec<User>,
 }
 
@@ -139,6 +144,7 @@ impl Default for Config {
             spin_while_active_us: None,
             expire_sweep_interval_ms: 100,
             expire_sweep_batch: 200,
+            lua_time_limit_ms: crate::scripting::DEFAULT_TIME_LIMIT_MS,
             users: Vec::new(),
         }
     }
@@ -205,6 +211,12 @@ impl Config {
             60_000,
         )?;
         range("expire_sweep_batch", self.expire_sweep_batch, 1 << 20)?;
+        if self.lua_time_limit_ms == 0 || self.lua_time_limit_ms > 3_600_000 {
+            return Err(ConfigError::Invalid(format!(
+                "lua_time_limit_ms must be 1..=3600000, got {}",
+                self.lua_time_limit_ms
+            )));
+        }
         let mut names: Vec<&str> = self.users.iter().map(|u| u.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {

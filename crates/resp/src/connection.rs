@@ -795,6 +795,7 @@ impl Connection<'_> {
             }
             "info" => admin::info(self.shared, &args[1..]),
             "function" => self.function(args),
+            "script" => self.shared.functions.scripting().script_command(args),
             "command" => admin::command(args),
             "unwatch" => {
                 // Inside MULTI, UNWATCH runs at EXEC, after the watch check.
@@ -807,16 +808,61 @@ impl Connection<'_> {
         }
     }
 
-    /// `FUNCTION LIST` and `FUNCTION HELP`; the subcommands that load or
-    /// delete code answer that functions are registered by the application.
+    /// `FUNCTION LIST`, `HELP`, and `LOAD`/`DELETE`/`FLUSH` of Lua
+    /// libraries (the Rust functions are the application's: they stay).
     fn function(&self, args: &Args) -> Frame {
-        match args[1].to_ascii_lowercase().as_slice() {
+        let sub = args[1].to_ascii_lowercase();
+        let changes = matches!(sub.as_slice(), b"load" | b"delete" | b"flush");
+        if changes && matches!(self.user, Some((_, Access::ReadOnly))) {
+            let user = self.user.as_ref().map_or("", |(name, _)| name.as_str());
+            return Frame::error(format!(
+                "NOPERM User {user} has no permissions to run the 'function|{}' command",
+                String::from_utf8_lossy(&sub)
+            ));
+        }
+        let scripting = self.shared.functions.scripting();
+        match sub.as_slice() {
             b"list" => self.shared.functions.list(&args[2..]),
+            b"load" => {
+                let (replace, code) = match args.len() {
+                    3 => (false, &args[2]),
+                    4 if args[2].eq_ignore_ascii_case(b"replace") => (true, &args[3]),
+                    _ => {
+                        return Frame::error(
+                            "ERR unknown subcommand or wrong number of arguments for 'load'. Try FUNCTION HELP.",
+                        )
+                    }
+                };
+                let functions = &self.shared.functions;
+                match scripting
+                    .load_library(code, replace, &|name| functions.has_rust_function(name))
+                {
+                    Ok(name) => Frame::bulk(name),
+                    Err(e) => Frame::error(e.to_string()),
+                }
+            }
+            b"delete" if args.len() == 3 => {
+                if scripting.delete_library(&args[2]) {
+                    Frame::ok()
+                } else {
+                    Frame::error("ERR Library not found")
+                }
+            }
+            b"flush" if args.len() <= 3 => {
+                scripting.flush_libraries();
+                Frame::ok()
+            }
             b"help" => Frame::Array(
                 [
                     "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "LOAD [REPLACE] <library code>",
+                    "    Loads a Lua library (#!lua name=<library>, redis.register_function).",
+                    "DELETE <library name>",
+                    "    Deletes a Lua library.",
+                    "FLUSH [ASYNC|SYNC]",
+                    "    Deletes every Lua library.",
                     "LIST [LIBRARYNAME <pattern>] [WITHCODE]",
-                    "    The registered functions, by library.",
+                    "    The registered functions and Lua libraries, by library.",
                     "Roost's functions are registered by the application when the server starts",
                     "(Rust, see roost_resp::Functions); call them with FCALL and FCALL_RO.",
                 ]
@@ -824,12 +870,10 @@ impl Connection<'_> {
                 .map(|line| Frame::Simple(line.into()))
                 .collect(),
             ),
-            b"load" | b"delete" | b"flush" | b"dump" | b"restore" | b"kill" | b"stats" => {
-                Frame::error(format!(
-                    "ERR FUNCTION {} is not supported by Roost: functions are registered by the application (Rust) when the server starts",
-                    String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
-                ))
-            }
+            b"dump" | b"restore" | b"kill" | b"stats" => Frame::error(format!(
+                "ERR FUNCTION {} is not supported by Roost",
+                String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
+            )),
             _ => Frame::error(format!(
                 "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
                 String::from_utf8_lossy(&args[1])

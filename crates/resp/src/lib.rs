@@ -25,6 +25,7 @@ mod keyspace;
 mod members;
 mod metrics;
 pub mod protocol;
+mod scripting;
 mod server;
 mod sets;
 pub mod sites;

@@ -306,6 +306,9 @@ impl Server {
         }
         let stats = Arc::clone(store.stats());
         let max_clients = config.max_clients;
+        functions
+            .scripting()
+            .set_time_limit(config.lua_time_limit_ms);
         Ok(Server {
             listener,
             metrics,

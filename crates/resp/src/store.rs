@@ -470,6 +470,8 @@ pub(crate) enum Op {
     ZSets(Box<ZSetOp>),
     /// A registered function's call (FCALL, FCALL_RO).
     FCall(Arc<FCall>),
+    /// A Lua script's run (EVAL and its kin, FCALL of a Lua function).
+    Script(Arc<crate::scripting::ScriptCall>),
     /// A reply known before the transaction runs (a rejected argument's error, or a
     /// connection command queued in MULTI), given at its place.
     Reply(Frame),
@@ -503,6 +505,7 @@ impl Op {
             Op::Sets(op) => op.first_key(),
             Op::ZSets(op) => op.first_key(),
             Op::FCall(call) => call.first_key(),
+            Op::Script(call) => call.first_key(),
             Op::Reply(_) | Op::BcFence(_) => None,
         }
     }
@@ -519,6 +522,7 @@ impl Op {
             Op::Sets(op) => op.payload_bytes(),
             Op::ZSets(op) => op.payload_bytes(),
             Op::FCall(call) => call.payload_bytes(),
+            Op::Script(call) => call.payload_bytes(),
             _ => 64,
         }
     }
@@ -708,7 +712,15 @@ impl Store {
         let shared = Arc::clone(&self.shared);
         let ops = Arc::new(vec![op]);
         let (replies, change) = self.db.run_blocking(root, move |ctx| {
-            attempt(ctx, Arc::clone(&shared), Arc::clone(&ops), None, None, None)
+            attempt(
+                ctx,
+                Arc::clone(&shared),
+                Arc::clone(&ops),
+                None,
+                None,
+                None,
+                None,
+            )
         })?;
         self.shared.apply_change(change);
         let number = |frame: &Frame| match frame {
@@ -838,23 +850,48 @@ impl Store {
             && ops.iter().any(|op| matches!(op, Op::FCall(_))))
         .then(|| Arc::new(Mutex::new(Vec::new())));
         let changed = site_changed.clone();
-        let outcome = self
-            .db
-            .run(root, move |ctx| {
-                attempt(
-                    ctx,
-                    Arc::clone(&shared),
-                    Arc::clone(&ops),
-                    watched.clone(),
-                    deferred.clone(),
-                    site_changed.clone(),
-                )
-            })
-            .await
-            .map(|(replies, change)| {
+        let mut ops = ops;
+        let outcome = loop {
+            let script_failed: Option<ScriptFailed> = ops
+                .iter()
+                .any(|op| matches!(op, Op::Script(_)))
+                .then(|| Arc::new(Mutex::new(None)));
+            let failed = script_failed.clone();
+            let (shared, batch, watched, deferred, site_changed) = (
+                Arc::clone(&shared),
+                Arc::clone(&ops),
+                watched.clone(),
+                deferred.clone(),
+                site_changed.clone(),
+            );
+            let outcome = self
+                .db
+                .run(root, move |ctx| {
+                    attempt(
+                        ctx,
+                        Arc::clone(&shared),
+                        Arc::clone(&batch),
+                        watched.clone(),
+                        deferred.clone(),
+                        site_changed.clone(),
+                        script_failed.clone(),
+                    )
+                })
+                .await;
+            // A script raised: rerun the batch with its error in its place
+            // (each rerun replaces one script, so this ends).
+            let failure = failed.and_then(|f| f.lock().expect("script failure").take());
+            if let (Err(_), Some((i, error))) = (&outcome, failure) {
+                let mut rerun = (*ops).clone();
+                rerun[i] = Op::Reply(error);
+                ops = Arc::new(rerun);
+                continue;
+            }
+            break outcome.map(|(replies, change)| {
                 self.shared.apply_change(change);
                 replies
             });
+        };
         if let (Ok(Some(_)), Some(deferred)) = (&outcome, deferred_writes) {
             self.apply_deferred(deferred).await?;
         }
@@ -918,6 +955,7 @@ fn attempt(
     watched: Option<Arc<Watched>>,
     deferred: Option<Arc<Mutex<Writes>>>,
     site_changed: Option<Arc<Mutex<Vec<Vec<u8>>>>>,
+    script_failed: Option<ScriptFailed>,
 ) -> impl std::future::Future<Output = Result<Attempt, ReactorError>> {
     let tx = Tx::new(ctx, shared, deferred, site_changed);
     tx.shared.stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -927,7 +965,7 @@ fn attempt(
     if let Some(changed) = &tx.site_changed {
         changed.lock().expect("changed site rows").clear();
     }
-    run_ops(tx, ops, watched)
+    run_ops(tx, ops, watched, script_failed)
 }
 
 /// The commands of an attempt, after the watched keys' check.
@@ -935,6 +973,7 @@ async fn run_ops(
     tx: Tx,
     ops: Arc<Vec<Op>>,
     watched: Option<Arc<Watched>>,
+    script_failed: Option<ScriptFailed>,
 ) -> Result<Attempt, ReactorError> {
     if let Some(watched) = watched {
         // Boxed: only an EXEC after WATCH has it.
@@ -943,8 +982,18 @@ async fn run_ops(
         }
     }
     let mut replies = Vec::with_capacity(ops.len());
-    for op in ops.iter() {
-        replies.push(tx.apply(op).await?);
+    for (i, op) in ops.iter().enumerate() {
+        match tx.apply(op).await {
+            Ok(reply) => replies.push(reply),
+            Err(e) => {
+                if let (Some(error), Some(failed)) =
+                    (tx.script_failure.borrow_mut().take(), &script_failed)
+                {
+                    *failed.lock().expect("script failure") = Some((i, error));
+                }
+                return Err(e);
+            }
+        }
     }
     Ok((Some(replies), tx.change.get()))
 }
@@ -1146,7 +1195,16 @@ pub(crate) struct Tx {
     now: Cell<Option<i64>>,
     /// What this attempt's writes did to the keyspace's counts.
     change: Cell<RowChange>,
+    /// The error of a script that raised, aborting this attempt (see
+    /// [`ScriptFailed`]).
+    script_failure: std::cell::RefCell<Option<Frame>>,
 }
+
+/// Where an attempt aborted by a raising script leaves the script's position
+/// in the batch and its error: the batch is then rerun with that error in
+/// the script's place, so the script applies nothing and the batch's other
+/// commands still run as one transaction.
+type ScriptFailed = Arc<Mutex<Option<(usize, Frame)>>>;
 
 impl Tx {
     fn new(
@@ -1162,6 +1220,7 @@ impl Tx {
             site_changed,
             now: Cell::new(None),
             change: Cell::new(RowChange::default()),
+            script_failure: std::cell::RefCell::new(None),
         }
     }
 
@@ -1499,15 +1558,17 @@ impl Tx {
         })
     }
 
-    async fn apply(&self, op: &Op) -> Result<Frame, ReactorError> {
+    pub(crate) async fn apply(&self, op: &Op) -> Result<Frame, ReactorError> {
         Ok(match op {
             Op::Reply(error) => error.clone(),
             Op::BcFence(_) | Op::BcAdopt { .. } => Frame::error(NOT_A_SITE),
             // Boxed, with the bounded counters': rare, and their futures
             // would otherwise size every batch's.
-            Op::FCall(_) | Op::BcCreate { .. } | Op::BcAdd { .. } | Op::BcGet(_) => {
-                Box::pin(self.apply_rare(op)).await?
-            }
+            Op::FCall(_)
+            | Op::Script(_)
+            | Op::BcCreate { .. }
+            | Op::BcAdd { .. }
+            | Op::BcGet(_) => Box::pin(self.apply_rare(op)).await?,
             Op::Get(key) => match self.read(key).await?.map(|e| e.value) {
                 None => Frame::Null,
                 Some(Value::Str(s)) => Frame::Bulk(s),
@@ -1770,6 +1831,16 @@ impl Tx {
     /// FCALL and the bounded counters' commands.
     async fn apply_rare(&self, op: &Op) -> Result<Frame, ReactorError> {
         Ok(match op {
+            Op::Script(call) => match crate::scripting::run(self, call).await? {
+                Ok(reply) => reply,
+                Err(error) => {
+                    // The script raised: abort the whole transaction (its
+                    // writes so far go with it); `Store::run_on` reruns the
+                    // batch with this error in the script's place.
+                    *self.script_failure.borrow_mut() = Some(error);
+                    return Err(ReactorError::user_abort("a script raised an error"));
+                }
+            },
             Op::FCall(call) => {
                 let (reply, writes, site_writes) = Box::pin(run_call(self, call)).await?;
                 for (key, row) in site_writes {

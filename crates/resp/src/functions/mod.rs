@@ -158,6 +158,9 @@ fn valid_name(name: &str) -> bool {
 pub struct Functions {
     libraries: Vec<(String, Vec<Arc<Function>>)>,
     by_name: HashMap<String, Arc<Function>>,
+    /// The Lua scripts and libraries (EVAL, FUNCTION LOAD), shared by the
+    /// clones of these functions (every connection's).
+    scripting: Arc<crate::scripting::Scripting>,
     plant_split: bool,
     plant_keep_site_token: bool,
 }
@@ -212,6 +215,15 @@ impl Functions {
         Ok(())
     }
 
+    pub(crate) fn scripting(&self) -> &Arc<crate::scripting::Scripting> {
+        &self.scripting
+    }
+
+    /// Whether a Rust function is named `name` (a Lua function may not be).
+    pub(crate) fn has_rust_function(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
@@ -241,6 +253,10 @@ impl Functions {
     /// `FCALL`/`FCALL_RO name numkeys key... arg...` (arity checked) as a
     /// call, or the error Redis gives.
     pub(crate) fn parse_call(&self, read_only: bool, args: &mut [Vec<u8>]) -> Result<FCall, Frame> {
+        self.parse_rust_call(read_only, args)
+    }
+
+    fn parse_rust_call(&self, read_only: bool, args: &mut [Vec<u8>]) -> Result<FCall, Frame> {
         let function = std::str::from_utf8(&args[1])
             .ok()
             .and_then(|name| self.by_name.get(name))
@@ -317,8 +333,51 @@ impl Functions {
                 }
                 Frame::Map(fields)
             })
-            .collect();
-        Frame::Array(libraries)
+            .collect::<Vec<Frame>>();
+        let lua = self
+            .scripting
+            .libraries()
+            .into_iter()
+            .filter(|library| pattern.is_none_or(|p| glob_match(p, library.name.as_bytes())))
+            .map(|library| {
+                let functions = library
+                    .functions
+                    .iter()
+                    .map(|(name, no_writes, description)| {
+                        Frame::Map(vec![
+                            (Frame::bulk("name"), Frame::bulk(name.as_str())),
+                            (
+                                Frame::bulk("description"),
+                                description.as_deref().map_or(Frame::Null, Frame::bulk),
+                            ),
+                            (
+                                Frame::bulk("flags"),
+                                Frame::Set(if *no_writes {
+                                    vec![Frame::bulk("no-writes")]
+                                } else {
+                                    Vec::new()
+                                }),
+                            ),
+                        ])
+                    })
+                    .collect();
+                let mut fields = vec![
+                    (
+                        Frame::bulk("library_name"),
+                        Frame::bulk(library.name.as_str()),
+                    ),
+                    (Frame::bulk("engine"), Frame::bulk("LUA")),
+                    (Frame::bulk("functions"), Frame::Array(functions)),
+                ];
+                if with_code {
+                    fields.push((
+                        Frame::bulk("library_code"),
+                        Frame::bulk(library.code.as_str()),
+                    ));
+                }
+                Frame::Map(fields)
+            });
+        Frame::Array(libraries.into_iter().chain(lua).collect())
     }
 }
 

@@ -1,0 +1,783 @@
+//! The Lua side of scripting: a sandboxed Lua 5.1 state per run, Redis's
+//! `redis` and `cjson` tables, the conversions between Lua values and
+//! replies, the time limit, and the driver that runs a script inside its
+//! transaction.
+//!
+//! Why a coroutine: a command a script calls (`redis.call`) runs inside the
+//! transaction, which is asynchronous (a key may live on a reactor that is
+//! reached through a call). So the script runs in a Lua coroutine, and
+//! `redis.call` yields the command out to [`run`], which awaits it and
+//! resumes the script with the reply. Lua 5.1 cannot yield across `pcall`,
+//! so the sandbox's `pcall`/`xpcall` are rebuilt on coroutines (they pass
+//! yields through): `pcall(redis.call, ...)` works as in Redis. A command
+//! called from a metamethod, an iterator or a `table.sort`/`string.gsub`
+//! callback cannot yield (Lua 5.1's C-call boundary) and gets Lua's error.
+//!
+//! Why a fresh state per run: no script sees another's leftovers (globals,
+//! modified library tables), the memory limit and time limit are the run's
+//! own, and runs interleaving on one reactor thread (one awaiting a command
+//! while another runs) cannot meet. It costs a state's setup (tens of
+//! microseconds) per run.
+
+use std::cell::Cell;
+use std::os::raw::c_int;
+use std::time::{Duration, Instant};
+
+use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, ThreadStatus, Value};
+use roost_reactor::ReactorError;
+
+use super::{sha1::sha1_hex, ScriptCall, Scripting, Source};
+use crate::protocol::{format_double, Frame};
+use crate::store::Tx;
+
+/// The most memory one run's Lua state may allocate: a script building a
+/// huge string or table gets Lua's "not enough memory" error.
+const MEMORY_LIMIT_BYTES: usize = 256 << 20;
+/// How often (in Lua VM instructions) the time limit is checked.
+const HOOK_EVERY_INSTRUCTIONS: c_int = 1000;
+/// The deepest table a script's reply may nest (cyclic tables included).
+const MAX_REPLY_DEPTH: usize = 64;
+
+/// What the time-limit hook checks, for the run resumed on this thread now.
+/// Set around each resume and cleared after it: runs interleave on a reactor
+/// thread only between resumes, at their awaits.
+struct Guard {
+    deadline: Instant,
+    /// The registry whose `kill_epoch` SCRIPT KILL bumps; valid while set
+    /// (the run holds an `Arc` to it).
+    registry: *const Scripting,
+    epoch: u64,
+}
+
+/// Why a run was stopped from outside the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    TimeLimit,
+    Killed,
+}
+
+thread_local! {
+    static GUARD: Cell<Option<Guard>> = const { Cell::new(None) };
+    static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
+}
+
+fn stopped() -> Option<Stop> {
+    STOPPED.with(Cell::get)
+}
+
+/// The count hook (installed with `lua_sethook`, so coroutines a script
+/// creates inherit it: Lua 5.1 copies a thread's hook to threads it
+/// creates). Raises an error once the run passed its deadline or was
+/// killed; it keeps raising at every check after that, and the sandbox's
+/// `pcall` re-raises, so a script cannot catch its way past the limit.
+unsafe extern "C-unwind" fn time_hook(state: *mut mlua::lua_State, _ar: *mut mlua::ffi::lua_Debug) {
+    let stop = GUARD.with(|guard| {
+        let current = guard.take();
+        let stop = current.as_ref().and_then(|g| {
+            // SAFETY: the registry outlives the resume the guard is set for.
+            let registry = unsafe { &*g.registry };
+            if registry.kill_epoch() != g.epoch {
+                Some(Stop::Killed)
+            } else if Instant::now() >= g.deadline {
+                Some(Stop::TimeLimit)
+            } else {
+                None
+            }
+        });
+        guard.set(current);
+        stop
+    });
+    if let Some(stop) = stop {
+        STOPPED.with(|s| s.set(Some(stop)));
+        // No value with a destructor lives in this frame: lua_error's
+        // longjmp leaves nothing behind (as mlua's own hooks do).
+        unsafe {
+            mlua::ffi::lua_pushstring(state, c"script stopped".as_ptr());
+            mlua::ffi::lua_error(state);
+        }
+    }
+}
+
+/// A C function the runner calls first, on its own thread: installs the
+/// hook there.
+unsafe extern "C-unwind" fn install_hook(state: *mut mlua::lua_State) -> c_int {
+    unsafe {
+        mlua::ffi::lua_sethook(
+            state,
+            Some(time_hook),
+            mlua::ffi::LUA_MASKCOUNT,
+            HOOK_EVERY_INSTRUCTIONS,
+        );
+    }
+    0
+}
+
+/// The Lua half of the sandbox, run once per state with the coroutine
+/// library (then removed from the globals), the hook's installer and
+/// `stopped`. Returns the runner: `runner(main, ...)` runs `main(...)`
+/// protected and returns `true, result` or `false, error`.
+const PRELUDE: &str = r#"
+local co, install_hook, stopped = ...
+local create, resume, status, yield = co.create, co.resume, co.status, co.yield
+local select, unpack, error, type, rawget = select, unpack, error, type, rawget
+
+local function pack(...) return { n = select('#', ...), ... } end
+
+-- pcall on a coroutine: redis.call's yields pass through it to the driver.
+local function protected(f, ...)
+  if type(f) ~= 'function' then
+    local g = f
+    f = function(...) return g(...) end
+  end
+  local thread = create(f)
+  local r = pack(resume(thread, ...))
+  while true do
+    if stopped() then error('script stopped', 0) end
+    if status(thread) == 'dead' then return unpack(r, 1, r.n) end
+    r = pack(resume(thread, yield(unpack(r, 2, r.n))))
+  end
+end
+
+pcall = protected
+xpcall = function(f, handler)
+  local r = pack(protected(f))
+  if r[1] then return unpack(r, 1, r.n) end
+  return false, handler(r[2])
+end
+
+-- The driver resumes a command's yield with (true, reply) or (false, error table).
+redis.call = function(...)
+  local ok, reply = yield(...)
+  if not ok then error(reply, 0) end
+  return reply
+end
+redis.pcall = function(...)
+  local ok, reply = yield(...)
+  return reply
+end
+
+return function(main, ...)
+  install_hook()
+  return protected(main, ...)
+end
+"#;
+
+/// Protects the globals as Redis 7 does: a new global is refused, reading an
+/// absent one is an error. Run last, when everything is in place.
+const PROTECT_GLOBALS: &str = r#"
+setmetatable(_G, {
+  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+  __index = function(_, name)
+    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+  end,
+})
+"#;
+
+/// A sandboxed state: base (without file access or code loading), table,
+/// string, math, `redis`, `cjson`; its runner.
+fn sandbox() -> mlua::Result<(Lua, Function)> {
+    // Lua 5.1 loads `coroutine` with the base library.
+    let lua = Lua::new_with(
+        StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+        LuaOptions::default(),
+    )?;
+    lua.set_memory_limit(MEMORY_LIMIT_BYTES)?;
+    let globals = lua.globals();
+    // No files, no code loading (a loaded string may be bytecode, which
+    // Lua 5.1 does not verify), no output.
+    for name in [
+        "dofile",
+        "loadfile",
+        "load",
+        "loadstring",
+        "require",
+        "module",
+        "print",
+        "setfenv",
+        "getfenv",
+        "newproxy",
+        "gcinfo",
+    ] {
+        globals.raw_set(name, Value::Nil)?;
+    }
+    globals.raw_set("redis", redis_table(&lua)?)?;
+    globals.raw_set("cjson", super::cjson::table(&lua)?)?;
+    let coroutine: Table = globals.raw_get("coroutine")?;
+    // SAFETY: `install_hook` only sets this thread's hook.
+    let install = unsafe { lua.create_c_function(install_hook)? };
+    let stopped_fn = lua.create_function(|_, ()| Ok(stopped().is_some()))?;
+    let runner: Function = lua
+        .load(PRELUDE)
+        .set_name("=prelude")
+        .set_mode(ChunkMode::Text)
+        .call((coroutine, install, stopped_fn))?;
+    // Scripts cannot yield themselves: only `redis.call` suspends a run.
+    globals.raw_set("coroutine", Value::Nil)?;
+    Ok((lua, runner))
+}
+
+fn redis_table(lua: &Lua) -> mlua::Result<Table> {
+    let redis = lua.create_table()?;
+    redis.set(
+        "sha1hex",
+        lua.create_function(|lua, text: mlua::String| {
+            lua.create_string(sha1_hex(&text.as_bytes()))
+        })?,
+    )?;
+    redis.set(
+        "error_reply",
+        lua.create_function(|lua, text: mlua::String| {
+            let t = lua.create_table()?;
+            t.raw_set("err", text)?;
+            Ok(t)
+        })?,
+    )?;
+    redis.set(
+        "status_reply",
+        lua.create_function(|lua, text: mlua::String| {
+            let t = lua.create_table()?;
+            t.raw_set("ok", text)?;
+            Ok(t)
+        })?,
+    )?;
+    // Roost keeps no script log: redis.log accepts and drops the message.
+    redis.set("log", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    for (name, level) in [
+        ("LOG_DEBUG", 0),
+        ("LOG_VERBOSE", 1),
+        ("LOG_NOTICE", 2),
+        ("LOG_WARNING", 3),
+    ] {
+        redis.set(name, level)?;
+    }
+    // Replication knobs of Redis: every script is one transaction here.
+    redis.set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    redis.set("set_repl", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    for (name, value) in [
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_REPLICA", 2),
+        ("REPL_SLAVE", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.set(name, value)?;
+    }
+    redis.set(
+        "register_function",
+        lua.create_function(|_, _: MultiValue| -> mlua::Result<()> {
+            Err(mlua::Error::runtime(
+                "redis.register_function can only be called on FUNCTION LOAD command",
+            ))
+        })?,
+    )?;
+    Ok(redis)
+}
+
+/// What one resume of a run came to.
+enum Step {
+    /// The script asks for a command (its arguments).
+    Command(Vec<Vec<u8>>),
+    /// The script is done: its reply, or the error that stopped it.
+    Done(Result<Frame, Frame>),
+}
+
+/// A run in progress: its state, its thread, its deadline.
+struct Run<'a> {
+    lua: Lua,
+    thread: mlua::Thread,
+    call: &'a ScriptCall,
+    deadline: Instant,
+    epoch: u64,
+}
+
+impl Run<'_> {
+    /// Resumes the thread with `input` under the time-limit guard.
+    fn resume(&self, input: MultiValue) -> Step {
+        GUARD.with(|g| {
+            g.set(Some(Guard {
+                deadline: self.deadline,
+                registry: std::sync::Arc::as_ptr(&self.call.registry),
+                epoch: self.epoch,
+            }))
+        });
+        STOPPED.with(|s| s.set(None));
+        let outcome = self.thread.resume::<MultiValue>(input);
+        GUARD.with(|g| g.set(None));
+        let stop = STOPPED.with(Cell::take);
+        if let Some(stop) = stop {
+            return Step::Done(Err(self.stop_error(stop)));
+        }
+        let values = match outcome {
+            Ok(values) => values,
+            Err(e) => return Step::Done(Err(self.runtime_error(&error_text(&e)))),
+        };
+        if self.thread.status() == ThreadStatus::Resumable {
+            return match command_args(&self.lua, values) {
+                Ok(args) => Step::Command(args),
+                // A bad argument is redis.call's error: resume with it.
+                Err(error) => self.resume(answer(&self.lua, error)),
+            };
+        }
+        let mut values = values.into_iter();
+        let ok = matches!(values.next(), Some(Value::Boolean(true)));
+        let value = values.next().unwrap_or(Value::Nil);
+        if ok {
+            Step::Done(to_frame(&value, 0))
+        } else {
+            Step::Done(Err(self.raised(&value)))
+        }
+    }
+
+    fn stop_error(&self, stop: Stop) -> Frame {
+        match stop {
+            Stop::TimeLimit => self.runtime_error(&format!(
+                "Script exceeded the time limit of {} ms (lua_time_limit_ms) and was stopped; nothing it wrote is applied",
+                self.call.registry.time_limit().as_millis()
+            )),
+            Stop::Killed => self.runtime_error(
+                "Script killed by user with SCRIPT KILL; nothing it wrote is applied",
+            ),
+        }
+    }
+
+    fn runtime_error(&self, message: &str) -> Frame {
+        let name = match &self.call.source {
+            Source::Eval { sha, .. } => format!("f_{sha}"),
+            Source::Function { name, .. } => name.clone(),
+        };
+        Frame::Error(clean(&format!(
+            "ERR Error running script (call to {name}): @user_script: {message}"
+        )))
+    }
+
+    /// The reply for an error the script raised: an error table
+    /// (`redis.call`'s, `{err=...}`) is that error reply; anything else is
+    /// a runtime error.
+    fn raised(&self, value: &Value) -> Frame {
+        match value {
+            Value::Table(t) => match t.raw_get::<Value>("err") {
+                Ok(Value::String(s)) => Frame::Error(error_code(&clean_bytes(&s.as_bytes()))),
+                _ => self.runtime_error("(error object is a table value)"),
+            },
+            Value::String(s) => self.runtime_error(&String::from_utf8_lossy(&s.as_bytes())),
+            Value::Error(e) => self.runtime_error(&error_text(e)),
+            other => {
+                self.runtime_error(&format!("(error object is a {} value)", other.type_name()))
+            }
+        }
+    }
+}
+
+/// An mlua error's message (a Rust callback's error without its traceback).
+fn error_text(error: &mlua::Error) -> String {
+    match error {
+        mlua::Error::CallbackError { cause, .. } => error_text(cause),
+        mlua::Error::RuntimeError(text) => text.clone(),
+        mlua::Error::MemoryError(_) => "not enough memory".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Error replies are one line.
+fn clean(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
+}
+
+fn clean_bytes(text: &[u8]) -> String {
+    clean(&String::from_utf8_lossy(text))
+}
+
+/// An error reply's text starts with a code (`ERR` unless it has one).
+fn error_code(text: &str) -> String {
+    let code = text.split(' ').next().unwrap_or("");
+    if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) {
+        text.to_owned()
+    } else {
+        format!("ERR {text}")
+    }
+}
+
+/// A command request's arguments: strings, or numbers as Lua prints them.
+fn command_args(lua: &Lua, values: MultiValue) -> Result<Vec<Vec<u8>>, Frame> {
+    if values.is_empty() {
+        return Err(Frame::error(
+            "ERR Please specify at least one argument for this redis lib call",
+        ));
+    }
+    values
+        .into_iter()
+        .map(|value| match value {
+            Value::String(s) => Ok(s.as_bytes().to_vec()),
+            Value::Integer(n) => Ok(n.to_string().into_bytes()),
+            number @ Value::Number(_) => match lua.coerce_string(number) {
+                Ok(Some(s)) => Ok(s.as_bytes().to_vec()),
+                _ => Err(bad_argument()),
+            },
+            _ => Err(bad_argument()),
+        })
+        .collect()
+}
+
+fn bad_argument() -> Frame {
+    Frame::error("ERR Lua redis lib command arguments must be strings or integers")
+}
+
+/// What a command's yield is resumed with: `true, reply` or `false, error
+/// table` (`redis.call` raises the latter, `redis.pcall` returns it).
+fn answer(lua: &Lua, reply: Frame) -> MultiValue {
+    let ok = !reply.is_error();
+    let value = to_lua(lua, &reply).unwrap_or(Value::Nil);
+    MultiValue::from_iter([Value::Boolean(ok), value])
+}
+
+/// A reply as the script sees it (Redis's RESP2 conversion): integer ->
+/// number, bulk -> string, nil -> false, array -> table, status -> `{ok=}`,
+/// error -> `{err=}`. RESP3-only frames read as their RESP2 form.
+fn to_lua(lua: &Lua, frame: &Frame) -> mlua::Result<Value> {
+    let table_of = |items: &mut dyn Iterator<Item = &Frame>| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        for (i, item) in items.enumerate() {
+            t.raw_set(i + 1, to_lua(lua, item)?)?;
+        }
+        Ok(Value::Table(t))
+    };
+    let field = |name: &str, text: &[u8]| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(name, lua.create_string(text)?)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match frame {
+        Frame::Integer(n) => Value::Number(*n as f64),
+        Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => Value::String(lua.create_string(b)?),
+        Frame::Null | Frame::NullArray => Value::Boolean(false),
+        Frame::Simple(s) => field("ok", s.as_bytes())?,
+        Frame::Error(s) => field("err", s.as_bytes())?,
+        Frame::BulkError(b) => field("err", b)?,
+        Frame::Boolean(b) => Value::Number(if *b { 1.0 } else { 0.0 }),
+        Frame::Double(d) => Value::String(lua.create_string(format_double(*d))?),
+        Frame::BigNumber(s) => Value::String(lua.create_string(s)?),
+        Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
+            table_of(&mut items.iter())?
+        }
+        Frame::Map(pairs) | Frame::Pairs(pairs) => {
+            table_of(&mut pairs.iter().flat_map(|(k, v)| [k, v]))?
+        }
+    })
+}
+
+/// A script's value as a reply (Redis's rules): number -> integer
+/// (truncated), string -> bulk, true -> 1, false/nil -> nil, a table with
+/// `err`/`ok` -> error/status, any other table -> array up to its first nil.
+fn to_frame(value: &Value, depth: usize) -> Result<Frame, Frame> {
+    Ok(match value {
+        Value::Nil | Value::Boolean(false) => Frame::Null,
+        Value::Boolean(true) => Frame::Integer(1),
+        Value::Integer(n) => Frame::Integer(*n),
+        // `as` truncates toward zero and saturates (NaN: 0).
+        Value::Number(f) => Frame::Integer(*f as i64),
+        Value::String(s) => Frame::Bulk(s.as_bytes().to_vec()),
+        Value::Table(t) => {
+            if depth >= MAX_REPLY_DEPTH {
+                return Err(Frame::error("ERR reached lua stack limit"));
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("err") {
+                return Ok(Frame::Error(error_code(&clean_bytes(&s.as_bytes()))));
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+                return Ok(Frame::Simple(clean_bytes(&s.as_bytes())));
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                match t.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(item) => items.push(to_frame(&item, depth + 1)?),
+                }
+            }
+            Frame::Array(items)
+        }
+        _ => Frame::Null,
+    })
+}
+
+/// Creates a string table of `items` (KEYS, ARGV).
+fn strings(lua: &Lua, items: &[Vec<u8>]) -> mlua::Result<Table> {
+    let t = lua.create_table_with_capacity(items.len(), 0)?;
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item)?)?;
+    }
+    Ok(t)
+}
+
+/// A compile error's text, as Redis words it.
+fn compile_error(error: &mlua::Error, what: &str) -> Frame {
+    let message = match error {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        other => error_text(other),
+    };
+    Frame::Error(clean(&format!("ERR Error compiling {what}: {message}")))
+}
+
+/// A script's body without its shebang line (Lua would not parse it); the
+/// line stays, as a comment, so line numbers do not move.
+fn without_shebang(body: &[u8]) -> Vec<u8> {
+    if body.starts_with(b"#!") {
+        let mut text = b"--".to_vec();
+        text.extend_from_slice(body);
+        text
+    } else {
+        body.to_vec()
+    }
+}
+
+/// Compiles an EVAL body (SCRIPT LOAD's check); the compile error's reply.
+pub(crate) fn check_script(body: &[u8]) -> Result<(), Frame> {
+    let (lua, _) = sandbox().map_err(|e| Frame::error(format!("ERR {}", error_text(&e))))?;
+    lua.load(without_shebang(body))
+        .set_name("@user_script")
+        .set_mode(ChunkMode::Text)
+        .into_function()
+        .map(drop)
+        .map_err(|e| compile_error(&e, "script (new function)"))
+}
+
+/// What a library registered when loaded: each function's name and whether
+/// it is flagged `no-writes`, with its description.
+pub(crate) type Registered = Vec<(String, bool, Option<String>)>;
+
+/// Runs a library's code (FUNCTION LOAD) under the time limit and returns
+/// what it registered, or the error reply.
+pub(crate) fn load_library(code: &[u8], time_limit: Duration) -> Result<Registered, Frame> {
+    let setup = || -> mlua::Result<(Lua, Function, Table)> {
+        let (lua, runner) = sandbox()?;
+        let registered = lua.create_table()?;
+        let redis: Table = lua.globals().raw_get("redis")?;
+        redis.set(
+            "register_function",
+            register_function(&lua, registered.clone())?,
+        )?;
+        lua.load(PROTECT_GLOBALS)
+            .set_name("=protect")
+            .set_mode(ChunkMode::Text)
+            .exec()?;
+        Ok((lua, runner, registered))
+    };
+    let (lua, runner, registered) =
+        setup().map_err(|e| Frame::error(format!("ERR {}", error_text(&e))))?;
+    let chunk = lua
+        .load(without_shebang(code))
+        .set_name("@user_function")
+        .set_mode(ChunkMode::Text)
+        .into_function()
+        .map_err(|e| compile_error(&e, "function"))?;
+    let thread = lua
+        .create_thread(runner)
+        .map_err(|e| Frame::error(format!("ERR {}", error_text(&e))))?;
+    let deadline = Instant::now() + time_limit;
+    // The registry is only needed for SCRIPT KILL; a load has its own.
+    let registry = Scripting::default();
+    GUARD.with(|g| {
+        g.set(Some(Guard {
+            deadline,
+            registry: &registry,
+            epoch: registry.kill_epoch(),
+        }))
+    });
+    STOPPED.with(|s| s.set(None));
+    let outcome = thread.resume::<MultiValue>(chunk);
+    GUARD.with(|g| g.set(None));
+    if STOPPED.with(Cell::take).is_some() {
+        return Err(Frame::error(format!(
+            "ERR Error registering functions: the library's code exceeded the time limit of {} ms",
+            time_limit.as_millis()
+        )));
+    }
+    let failure = |message: String| {
+        Frame::Error(clean(&format!(
+            "ERR Error registering functions: {message}"
+        )))
+    };
+    let values = outcome.map_err(|e| failure(error_text(&e)))?;
+    if thread.status() == ThreadStatus::Resumable {
+        return Err(failure(
+            "redis.call can only be called inside a function invocation".into(),
+        ));
+    }
+    let mut values = values.into_iter();
+    if !matches!(values.next(), Some(Value::Boolean(true))) {
+        let message = match values.next() {
+            Some(Value::String(s)) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+            Some(Value::Error(e)) => error_text(&e),
+            Some(Value::Table(t)) => match t.raw_get::<Value>("err") {
+                Ok(Value::String(s)) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+                _ => "(error object is a table value)".into(),
+            },
+            _ => "unknown error".into(),
+        };
+        return Err(failure(message));
+    }
+    let mut out = Vec::new();
+    for pair in registered.pairs::<String, Table>() {
+        let (name, entry) = pair.map_err(|e| failure(error_text(&e)))?;
+        let no_writes = entry.raw_get::<bool>("no_writes").unwrap_or(false);
+        let description = entry
+            .raw_get::<Option<String>>("description")
+            .unwrap_or(None);
+        out.push((name, no_writes, description));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `redis.register_function(name, callback)` or
+/// `redis.register_function{function_name=, callback=, flags=, description=}`,
+/// recording into `registered[name] = {callback=, no_writes=, description=}`.
+fn register_function(lua: &Lua, registered: Table) -> mlua::Result<Function> {
+    lua.create_function(move |lua, args: MultiValue| {
+        let mut args = args.into_iter();
+        let first = args.next().unwrap_or(Value::Nil);
+        let (name, callback, flags, description) = match first {
+            Value::Table(t) => (
+                t.raw_get::<Value>("function_name")?,
+                t.raw_get::<Value>("callback")?,
+                t.raw_get::<Value>("flags")?,
+                t.raw_get::<Value>("description")?,
+            ),
+            name => (name, args.next().unwrap_or(Value::Nil), Value::Nil, Value::Nil),
+        };
+        let Value::String(name) = name else {
+            return Err(mlua::Error::runtime("wrong arguments to redis.register_function"));
+        };
+        let Value::Function(callback) = callback else {
+            return Err(mlua::Error::runtime("wrong arguments to redis.register_function"));
+        };
+        let name = name.to_str()?.to_owned();
+        if !super::valid_function_name(&name) {
+            return Err(mlua::Error::runtime(
+                "Function names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+            ));
+        }
+        if registered.raw_get::<Value>(name.as_str())? != Value::Nil {
+            return Err(mlua::Error::runtime(format!("Function {name} already exists")));
+        }
+        let mut no_writes = false;
+        if let Value::Table(flags) = flags {
+            for flag in flags.sequence_values::<String>() {
+                match flag?.as_str() {
+                    "no-writes" => no_writes = true,
+                    "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
+                    other => return Err(mlua::Error::runtime(format!("unknown flag given: {other}"))),
+                }
+            }
+        }
+        let entry = lua.create_table()?;
+        entry.raw_set("callback", callback)?;
+        entry.raw_set("no_writes", no_writes)?;
+        if let Value::String(d) = description {
+            entry.raw_set("description", d)?;
+        }
+        registered.raw_set(name, entry)?;
+        Ok(())
+    })
+}
+
+/// Sets up a run of `call`: the state, KEYS/ARGV (EVAL) or the library's
+/// functions (FCALL), protected globals, the thread; the arguments of its
+/// first resume.
+fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue), Frame> {
+    let setup_error = |e: mlua::Error| Frame::error(format!("ERR {}", error_text(&e)));
+    let (lua, runner) = sandbox().map_err(setup_error)?;
+    let globals = lua.globals();
+    let keys = strings(&lua, &call.keys).map_err(setup_error)?;
+    let argv = strings(&lua, &call.args).map_err(setup_error)?;
+    let first: MultiValue = match &call.source {
+        Source::Eval { body, .. } => {
+            globals.raw_set("KEYS", keys).map_err(setup_error)?;
+            globals.raw_set("ARGV", argv).map_err(setup_error)?;
+            let main = lua
+                .load(without_shebang(body))
+                .set_name("@user_script")
+                .set_mode(ChunkMode::Text)
+                .into_function()
+                .map_err(|e| compile_error(&e, "script (new function)"))?;
+            MultiValue::from_iter([Value::Function(main)])
+        }
+        Source::Function { library, name } => {
+            let registered = lua.create_table().map_err(setup_error)?;
+            let redis: Table = globals.raw_get("redis").map_err(setup_error)?;
+            redis
+                .set(
+                    "register_function",
+                    register_function(&lua, registered.clone()).map_err(setup_error)?,
+                )
+                .map_err(setup_error)?;
+            let chunk = lua
+                .load(without_shebang(library.code.as_bytes()))
+                .set_name("@user_function")
+                .set_mode(ChunkMode::Text)
+                .into_function()
+                .map_err(|e| compile_error(&e, "function"))?;
+            // Loads the library (it registers its functions), then calls one.
+            let main = lua
+                .load(
+                    "local chunk, registered, name, keys, argv = ...\n\
+                     chunk()\n\
+                     local entry = registered[name]\n\
+                     if entry == nil then error({err = 'ERR Function not found'}) end\n\
+                     return entry.callback(keys, argv)",
+                )
+                .set_name("=fcall")
+                .set_mode(ChunkMode::Text)
+                .into_function()
+                .map_err(setup_error)?;
+            let name = lua.create_string(name).map_err(setup_error)?;
+            MultiValue::from_iter([
+                Value::Function(main),
+                Value::Function(chunk),
+                Value::Table(registered),
+                Value::String(name),
+                Value::Table(keys),
+                Value::Table(argv),
+            ])
+        }
+    };
+    lua.load(PROTECT_GLOBALS)
+        .set_name("=protect")
+        .set_mode(ChunkMode::Text)
+        .exec()
+        .map_err(setup_error)?;
+    let thread = lua.create_thread(runner).map_err(setup_error)?;
+    Ok((lua, thread, first))
+}
+
+/// Runs `call` inside the transaction of `tx`: `Ok(Ok(reply))` when the
+/// script returned (an error reply it returns included), `Ok(Err(error))`
+/// when it raised or was stopped (the caller aborts the transaction: the
+/// script's commands apply nothing), `Err` when the transaction failed (a
+/// conflict is retried, the script rerun from its start).
+pub(crate) async fn run(tx: &Tx, call: &ScriptCall) -> Result<Result<Frame, Frame>, ReactorError> {
+    let _running = call.registry.enter();
+    let (lua, thread, first) = match start(call) {
+        Ok(started) => started,
+        Err(error) => return Ok(Err(error)),
+    };
+    let run = Run {
+        lua,
+        thread,
+        call,
+        deadline: Instant::now() + call.registry.time_limit(),
+        epoch: call.registry.kill_epoch(),
+    };
+    let mut input = first;
+    loop {
+        match run.resume(input) {
+            Step::Done(outcome) => return Ok(outcome),
+            Step::Command(args) => {
+                let reply = match super::command_op(call, args) {
+                    Ok(op) => Box::pin(tx.apply(&op)).await?,
+                    Err(error) => error,
+                };
+                input = answer(&run.lua, reply);
+            }
+        }
+    }
+}

@@ -252,6 +252,17 @@ impl OwnershipWorkload {
         }
     }
 
+    /// `client`'s create of `key`, remembered until it is answered.
+    fn create(&mut self, client: ClientId, key: u64) -> OwnershipCmd<u64> {
+        let req = self.tag(client);
+        self.creating.insert(req.0, key);
+        OwnershipCmd::Create {
+            key,
+            req,
+            data: created_data(key),
+        }
+    }
+
     fn tag(&mut self, client: ClientId) -> ReqId {
         debug_assert!(!self.is_waiting(client), "one request per client");
         let req = ReqId(self.next_req);
@@ -282,13 +293,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
                     Some(key) => {
                         // The cursor moves on once the create is answered
                         // (`on_output`): a node not serving yet retries.
-                        let req = self.tag(client);
-                        self.creating.insert(req.0, key);
-                        return Some(OwnershipCmd::Create {
-                            key,
-                            req,
-                            data: created_data(key),
-                        });
+                        return Some(self.create(client, key));
                     }
                     None => {
                         self.recreating.remove(&client.node);
@@ -301,13 +306,7 @@ impl Workload<SimOwnership> for OwnershipWorkload {
                     && !self.creating.values().any(|c| c == k)
             });
             if let Some(key) = uncreated {
-                let req = self.tag(client);
-                self.creating.insert(req.0, key);
-                return Some(OwnershipCmd::Create {
-                    key,
-                    req,
-                    data: created_data(key),
-                });
+                return Some(self.create(client, key));
             }
         }
         let key = rng.random_range(0..self.objects);

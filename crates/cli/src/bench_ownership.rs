@@ -26,8 +26,7 @@ use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{BenchReport, LatencyUs, Row};
 use roost_cluster::config::ClusterConfig;
 use roost_cluster::membership::MembershipConfig;
-use roost_cluster::runtime::ProtocolHandle;
-use roost_node::{Node, NodeOwnership, NodeReactor};
+use roost_node::{Node, NodeReactor, OwnershipHandle};
 use roost_ownership::{OwnershipCmd, OwnershipOut, ReqId, RequestKind};
 
 const BENCHMARK: &str = "ownership";
@@ -104,7 +103,7 @@ fn start_nodes(reactors: usize) -> anyhow::Result<Vec<Node>> {
     Ok(Node::start_in_process(&cluster, reactors)?)
 }
 
-fn handle(node: &Node) -> ProtocolHandle<NodeOwnership> {
+fn handle(node: &Node) -> OwnershipHandle {
     node.ownership().expect("bench nodes run ownership")
 }
 
@@ -178,7 +177,7 @@ fn reactor(index: usize) -> NodeReactor {
 
 /// One ownership request from `node`'s handle, retried on failure; whether
 /// it was acquired, and how many tries it took.
-async fn acquire(handle: &ProtocolHandle<NodeOwnership>, key: &NodeReactor) -> (bool, u32) {
+async fn acquire(handle: &OwnershipHandle, key: &NodeReactor) -> (bool, u32) {
     for tries in 1..=MAX_TRIES {
         let req = ReqId(handle.next_request_id());
         let cmd = OwnershipCmd::Acquire {

@@ -170,6 +170,10 @@ pub struct NodeArgs {
     /// --protocol register).
     #[arg(long, hide = true, value_enum)]
     pub planted_register: Vec<PlantedBug>,
+    /// Plant a Zeus bug (the no-loss tests' self-checks only; with
+    /// --protocol ownership).
+    #[arg(long, hide = true, value_enum)]
+    pub planted_zeus: Vec<PlantedZeusBug>,
     /// The node's RESP (Redis protocol) client port on 127.0.0.1 (default
     /// 6379 + id; 0: any free port).
     #[arg(long, value_name = "PORT", conflicts_with = "no_resp")]
@@ -253,6 +257,15 @@ pub enum ProtocolArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlantedZeusBug {
+    /// Answer a write at its local commit, before its reliable commit.
+    ReplyBeforeCommit,
+    /// The reliable commit counts a transaction committed on its first
+    /// R-ACK, not on every follower's.
+    CommitBeforeAllAcks,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlantedBug {
     /// Register quorums one short of a majority.
     QuorumMinusOne,
@@ -331,7 +344,30 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
         ProtocolArg::Ownership if !args.planted_register.is_empty() => {
             bail!("--planted-register needs --protocol register")
         }
-        ProtocolArg::Ownership => NodeProtocol::default(),
+        ProtocolArg::Ownership => {
+            let mut protocol = NodeProtocol::default();
+            if let NodeProtocol::Zeus {
+                commit_bugs,
+                node_bugs,
+                ..
+            } = &mut protocol
+            {
+                for bug in &args.planted_zeus {
+                    match bug {
+                        PlantedZeusBug::ReplyBeforeCommit => {
+                            node_bugs.reply_before_reliable_commit = true
+                        }
+                        PlantedZeusBug::CommitBeforeAllAcks => {
+                            commit_bugs.committed_before_all_acks = true
+                        }
+                    }
+                }
+            }
+            protocol
+        }
+        ProtocolArg::Register if !args.planted_zeus.is_empty() => {
+            bail!("--planted-zeus needs --protocol ownership")
+        }
         ProtocolArg::Register => NodeProtocol::ExampleRegister {
             bugs: register_bugs,
         },

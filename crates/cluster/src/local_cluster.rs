@@ -38,6 +38,8 @@ pub struct LocalClusterConfig {
     /// TOML appended to the generated configuration (e.g. `[membership]`
     /// timing for the peer protocol).
     pub extra_toml: String,
+    /// More `roost node` arguments for every node (e.g. a planted bug).
+    pub extra_args: Vec<String>,
 }
 
 impl LocalClusterConfig {
@@ -54,6 +56,7 @@ impl LocalClusterConfig {
             register_bugs: RegisterBugs::default(),
             etcd: true,
             extra_toml: String::new(),
+            extra_args: Vec::new(),
         }
     }
 }
@@ -236,6 +239,7 @@ impl LocalCluster {
         if bugs.skip_recovery {
             command.args(["--planted-register", "skip-recovery"]);
         }
+        command.args(&self.config.extra_args);
         let child = command
             .spawn()
             .map_err(io(format!("starting {}", self.config.roost_bin.display())))?;

@@ -125,6 +125,19 @@ where
         rx.await.map_err(|_| RequestError::Stopped)?
     }
 
+    /// Sends `cmd` and returns once the driver's channel took it, with the
+    /// channel its answer will come on. Commands one caller submits reach
+    /// the protocol in the order submitted, and the caller need not wait for
+    /// an answer before submitting the next (a pipeline fed in order).
+    pub async fn submit(&self, cmd: P::Cmd) -> Result<Answer<P>, RequestError> {
+        let (tx, rx) = oneshot::channel();
+        self.driver
+            .send(AdminRequest::Command(cmd, tx))
+            .await
+            .map_err(|_| RequestError::Stopped)?;
+        Ok(Answer(rx))
+    }
+
     /// The node's status report.
     pub async fn status(&self) -> Result<StatusReport, RequestError> {
         let (tx, rx) = oneshot::channel();
@@ -133,6 +146,15 @@ where
             .await
             .map_err(|_| RequestError::Stopped)?;
         rx.await.map_err(|_| RequestError::Stopped)
+    }
+}
+
+/// The answer to a [`ProtocolHandle::submit`]ted command, to wait for.
+pub struct Answer<P: Protocol>(oneshot::Receiver<Result<P::Out, RequestError>>);
+
+impl<P: Protocol> Answer<P> {
+    pub async fn wait(self) -> Result<P::Out, RequestError> {
+        self.0.await.map_err(|_| RequestError::Stopped)?
     }
 }
 

@@ -181,6 +181,13 @@ impl<S: ObjectStore> ReliableCommit<S> {
         self.pipelines.values().map(|p| p.held.len()).sum()
     }
 
+    /// Recovery after the last view change is still running here: some
+    /// R-INV of a failed coordinator is not finished (the ownership
+    /// protocol waits for it).
+    pub fn recovering(&self) -> bool {
+        self.recovering
+    }
+
     /// Replays of failed coordinators' transactions in progress.
     pub fn replaying(&self) -> usize {
         self.replays.len()

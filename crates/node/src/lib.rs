@@ -29,14 +29,19 @@ use roost_cluster::runtime::{
     start_node_with, MetricsSource, ProtocolHandle, RunningNode, RuntimeError, StartOptions,
 };
 use roost_cluster::NodeId;
+use roost_commit::{CommitBugs, CommitConfig, ReliableCommit};
 use roost_ownership::{NewError, Ownership, OwnershipBugs, OwnershipConfig};
 use roost_reactor::Deployment;
 use roost_resp::{Keyspace, RunningServer, Server, ServerError, Services};
 use thiserror::Error;
 
+pub mod commit;
+pub mod replicas;
 pub mod zeus;
 
-pub use zeus::{DbStore, NodeOwnership, NodeReactor, ZeusPlacement};
+pub use commit::{CommitStore, OwnershipHandle, Zeus, ZeusCmd, ZeusMsg, ZeusOut};
+pub use replicas::{DegreeError, ReplicationConfig};
+pub use zeus::{DbStore, NodeOwnership, NodeReactor, ZeusBugs, ZeusPlacement};
 
 /// Worker threads of the runtime that drives the cluster side of a node
 /// (the protocol driver, the transport's links, the admin endpoint). The
@@ -67,12 +72,18 @@ pub struct NodeConfig {
 
 /// The protocol a node runs over the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // built once per node
 pub enum NodeProtocol {
-    /// Zeus ownership of the keyspace's reactors (planted bugs: the
-    /// simulator's and checkers' self-tests only).
-    Ownership {
-        config: OwnershipConfig,
-        bugs: OwnershipBugs,
+    /// Zeus (ownership of the keyspace's reactors and the reliable commit
+    /// of their writes; planted bugs: the checkers' self-tests only).
+    Zeus {
+        ownership: OwnershipConfig,
+        ownership_bugs: OwnershipBugs,
+        commit: CommitConfig,
+        commit_bugs: CommitBugs,
+        /// Planted faults of the node's own wiring (self-tests only).
+        node_bugs: ZeusBugs,
+        replication: ReplicationConfig,
     },
     /// The ABD register example with its admin routes (planted bugs: the
     /// nemesis's self-tests only); the keyspace is then this node's alone.
@@ -81,14 +92,23 @@ pub enum NodeProtocol {
 
 impl Default for NodeProtocol {
     fn default() -> Self {
-        NodeProtocol::Ownership {
-            config: OwnershipConfig {
-                // Writes do not reach readers until reliable commit does:
-                // a reactor's old owner keeps no copy that could go stale.
-                old_owner_stays_reader: false,
-                ..OwnershipConfig::default()
+        NodeProtocol::Zeus {
+            // The old owner stays a reader (the seed's sharer vector): the
+            // reliable commit keeps its copy current, and a reactor that
+            // moves back finds its rows there.
+            ownership: OwnershipConfig::default(),
+            ownership_bugs: OwnershipBugs::default(),
+            commit: CommitConfig {
+                // A transaction may write every keyspace reactor (FLUSHALL)
+                // and large values: the reliable commit must not refuse
+                // what the database committed.
+                max_writes: 1 << 20,
+                max_data_bytes: 64 << 20,
+                ..CommitConfig::default()
             },
-            bugs: OwnershipBugs::default(),
+            commit_bugs: CommitBugs::default(),
+            node_bugs: ZeusBugs::default(),
+            replication: ReplicationConfig::default(),
         }
     }
 }
@@ -111,32 +131,36 @@ pub enum NodeError {
     Cluster(#[source] RuntimeError),
     #[error("the ownership configuration: {0}")]
     Ownership(#[source] NewError),
+    #[error("the reliable commit's configuration: {0}")]
+    Commit(#[source] roost_commit::ConfigError),
+    #[error("the replication configuration: {0}")]
+    Replication(#[source] DegreeError),
 }
 
 /// The cluster side of a running node.
 enum ClusterSide {
-    Ownership(RunningNode<NodeOwnership>),
+    Zeus(RunningNode<Zeus>),
     Register(RunningNode<Register>),
 }
 
 impl ClusterSide {
     fn addrs(&self) -> (u32, SocketAddr, SocketAddr) {
         match self {
-            ClusterSide::Ownership(n) => (n.id, n.cluster_addr, n.admin_addr),
+            ClusterSide::Zeus(n) => (n.id, n.cluster_addr, n.admin_addr),
             ClusterSide::Register(n) => (n.id, n.cluster_addr, n.admin_addr),
         }
     }
 
     async fn stop(self) {
         match self {
-            ClusterSide::Ownership(n) => n.stop().await,
+            ClusterSide::Zeus(n) => n.stop().await,
             ClusterSide::Register(n) => n.stop().await,
         }
     }
 
     fn is_stopped(&self) -> bool {
         match self {
-            ClusterSide::Ownership(n) => n.is_stopped(),
+            ClusterSide::Zeus(n) => n.is_stopped(),
             ClusterSide::Register(n) => n.is_stopped(),
         }
     }
@@ -178,9 +202,9 @@ impl Node {
         // One metrics endpoint per node: the admin port's.
         resp.metrics_bind = None;
         let zeus = match &protocol {
-            NodeProtocol::Ownership { .. } => Some(zeus::Shared::new(
-                Deployment::shared_everything(resp.executors),
-            )),
+            NodeProtocol::Zeus { .. } => Some(zeus::Shared::new(Deployment::shared_everything(
+                resp.executors,
+            ))),
             NodeProtocol::ExampleRegister { .. } => None,
         };
         let keyspace = match &zeus {
@@ -217,25 +241,63 @@ impl Node {
             state_dir,
         };
         let side = match protocol {
-            NodeProtocol::Ownership { config, bugs } => {
-                let shared = zeus.expect("made for ownership");
-                if bugs != OwnershipBugs::default() {
-                    tracing::warn!(node = id, ?bugs, "running with planted ownership bugs");
+            NodeProtocol::Zeus {
+                ownership,
+                ownership_bugs,
+                commit,
+                commit_bugs,
+                node_bugs,
+                replication,
+            } => {
+                let shared = zeus.expect("made for Zeus");
+                shared.plant(node_bugs);
+                if ownership_bugs != OwnershipBugs::default()
+                    || commit_bugs != CommitBugs::default()
+                    || node_bugs != ZeusBugs::default()
+                {
+                    tracing::warn!(
+                        node = id,
+                        ?ownership_bugs,
+                        ?commit_bugs,
+                        ?node_bugs,
+                        "running with planted bugs"
+                    );
                 }
                 let store = DbStore::new(keyspace.clone(), std::sync::Arc::clone(&shared));
-                let app = Ownership::new(NodeId(id), config, bugs, store)
+                let ownership = Ownership::new(NodeId(id), ownership, ownership_bugs, store)
                     .map_err(NodeError::Ownership)?;
+                let commit = ReliableCommit::new(
+                    NodeId(id),
+                    commit,
+                    CommitStore::new(std::sync::Arc::clone(&shared)),
+                )
+                .map_err(NodeError::Commit)?
+                .with_bugs(commit_bugs);
+                let app = Zeus::new(
+                    ownership,
+                    commit,
+                    replication,
+                    std::sync::Arc::clone(&shared),
+                )
+                .map_err(NodeError::Replication)?;
                 let running = runtime
                     .block_on(start_node_with(&cluster, id, app, options))
                     .map_err(NodeError::Cluster)?;
                 shared.connect(running.handle(), runtime.handle().clone());
+                runtime.spawn(commit::forward_intake(
+                    std::sync::Arc::clone(&shared),
+                    running.handle(),
+                ));
                 let nodes: Vec<NodeId> = cluster.nodes.iter().map(|n| NodeId(n.id)).collect();
                 let keys = (0..resp.keyspace_reactors)
                     .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
                     .collect::<Vec<_>>();
                 let home = zeus::home_reactors(&keys, NodeId(id), &nodes);
-                runtime.spawn(zeus::create_home_reactors(running.handle(), home));
-                ClusterSide::Ownership(running)
+                runtime.spawn(zeus::create_home_reactors(
+                    OwnershipHandle(running.handle()),
+                    home,
+                ));
+                ClusterSide::Zeus(running)
             }
             NodeProtocol::ExampleRegister { bugs } => {
                 if bugs != RegisterBugs::default() {
@@ -294,9 +356,9 @@ impl Node {
 
     /// A way into the node's ownership protocol from any thread (`None`
     /// when it runs the register example).
-    pub fn ownership(&self) -> Option<ProtocolHandle<NodeOwnership>> {
+    pub fn ownership(&self) -> Option<OwnershipHandle> {
         match self.cluster() {
-            ClusterSide::Ownership(n) => Some(n.handle()),
+            ClusterSide::Zeus(n) => Some(OwnershipHandle(n.handle())),
             ClusterSide::Register(_) => None,
         }
     }
@@ -306,7 +368,7 @@ impl Node {
     pub fn example_register(&self) -> Option<ProtocolHandle<Register>> {
         match self.cluster() {
             ClusterSide::Register(n) => Some(n.handle()),
-            ClusterSide::Ownership(_) => None,
+            ClusterSide::Zeus(_) => None,
         }
     }
 

@@ -38,8 +38,10 @@ use roost_ownership::{
 };
 use roost_reactor::{
     Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Location, Placement,
-    ReactorKey,
+    ReactorKey, Replication, Sequenced,
 };
+
+use crate::commit::{OwnershipHandle, Zeus};
 use roost_resp::Keyspace;
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +86,16 @@ impl FromStr for NodeReactor {
     }
 }
 
+/// Planted faults of the node's wiring of Zeus (the no-loss tests'
+/// self-checks; never set in production).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ZeusBugs {
+    /// A write transaction's caller is answered at its local commit, not
+    /// after its reliable commit: an owner that dies right after loses
+    /// writes its clients saw acknowledged.
+    pub reply_before_reliable_commit: bool,
+}
+
 /// What the placement and the store share: the reactors this node owns
 /// (the placement's answer to `locate`) and the way into the protocol.
 pub(crate) struct Shared {
@@ -92,10 +104,21 @@ pub(crate) struct Shared {
     /// store could not install: an acquisition of one fails at once (`Lost`)
     /// instead of the transaction running again and again.
     lost: Mutex<HashSet<ReactorKey>>,
-    handle: OnceLock<ProtocolHandle<NodeOwnership>>,
+    handle: OnceLock<ProtocolHandle<Zeus>>,
     runtime: OnceLock<tokio::runtime::Handle>,
     deployment: Deployment,
     counters: Counters,
+    /// Copies held outside the database (an owner's export while an
+    /// arbitration is pending, a reader's copy), by reactor: the ownership
+    /// store ships and installs them, the reliable commit's store keeps a
+    /// follower's current. Both run on the protocol driver.
+    pub(crate) held: Mutex<HashMap<NodeReactor, ObjectData>>,
+    /// Reactors a pending-commit check froze (no transaction commits on
+    /// them) for the export that follows.
+    frozen: Mutex<HashSet<ReactorKey>>,
+    /// The reliable commit's side: versions, pending commits, the intake.
+    pub(crate) commit: crate::commit::CommitShared,
+    bugs: OnceLock<ZeusBugs>,
 }
 
 /// What the node's `/metrics` shows of ownership.
@@ -124,6 +147,10 @@ impl Shared {
             runtime: OnceLock::new(),
             deployment,
             counters: Counters::default(),
+            held: Mutex::new(HashMap::new()),
+            frozen: Mutex::new(HashSet::new()),
+            commit: crate::commit::CommitShared::default(),
+            bugs: OnceLock::new(),
         })
     }
 
@@ -177,15 +204,20 @@ impl Shared {
             "# HELP roost_ownership_reactors_owned Reactors this node owns.\n\
              # TYPE roost_ownership_reactors_owned gauge\nroost_ownership_reactors_owned {owned}\n"
         ));
+        text.push_str(&self.commit.prometheus());
         text
     }
 
+    pub(crate) fn plant(&self, bugs: ZeusBugs) {
+        let _ = self.bugs.set(bugs);
+    }
+
+    fn bugs(&self) -> ZeusBugs {
+        self.bugs.get().copied().unwrap_or_default()
+    }
+
     /// Connects the placement to the running protocol (once).
-    pub(crate) fn connect(
-        &self,
-        handle: ProtocolHandle<NodeOwnership>,
-        runtime: tokio::runtime::Handle,
-    ) {
+    pub(crate) fn connect(&self, handle: ProtocolHandle<Zeus>, runtime: tokio::runtime::Handle) {
         let fresh = self.handle.set(handle).is_ok() && self.runtime.set(runtime).is_ok();
         assert!(fresh, "a node's placement is connected once");
     }
@@ -199,7 +231,7 @@ impl Shared {
         }
     }
 
-    fn owns(&self, key: &ReactorKey) -> bool {
+    pub(crate) fn owns(&self, key: &ReactorKey) -> bool {
         self.owned.lock().expect("owned lock").contains(key)
     }
 
@@ -240,12 +272,40 @@ impl Placement for ZeusPlacement {
         }
     }
 
+    fn replicates(&self) -> bool {
+        true
+    }
+
+    fn sequenced(&self, seq: u64, outcome: Sequenced) -> Option<Replication> {
+        match outcome {
+            Sequenced::Aborted => {
+                self.shared.commit.arrive(seq, None);
+                None
+            }
+            Sequenced::Committed(changes) => {
+                let replication = crate::commit::replication_of(&self.shared, seq, changes);
+                if self.shared.bugs().reply_before_reliable_commit {
+                    // Planted: the reliable commit goes on, unwaited for.
+                    if let Some(runtime) = self.shared.runtime.get() {
+                        runtime.spawn(replication);
+                    }
+                    return None;
+                }
+                Some(replication)
+            }
+        }
+    }
+
+    fn read_barrier(&self, seq_upto: u64) -> Option<Replication> {
+        crate::commit::read_barrier_of(&self.shared, seq_upto)
+    }
+
     fn acquire(&self, key: &ReactorKey) -> Acquire {
         let (Some(handle), Some(runtime)) = (self.shared.handle.get(), self.shared.runtime.get())
         else {
             return Box::pin(std::future::ready(Err(AcquireError::Shutdown)));
         };
-        let (handle, key) = (handle.clone(), NodeReactor(key.clone()));
+        let (handle, key) = (OwnershipHandle(handle.clone()), NodeReactor(key.clone()));
         let shared = Arc::clone(&self.shared);
         shared.counters.acquires.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -308,9 +368,6 @@ fn acquired(outcome: Result<OwnershipOut<NodeReactor>, RequestError>) -> Result<
 pub struct DbStore {
     keyspace: Keyspace,
     shared: Arc<Shared>,
-    /// Copies held outside the database (an owner's export while an
-    /// arbitration is pending, a reader's copy), by reactor.
-    held: HashMap<NodeReactor, ObjectData>,
     /// Exports and installs that failed (the protocol saw no data).
     failures: u64,
 }
@@ -320,7 +377,6 @@ impl DbStore {
         DbStore {
             keyspace,
             shared,
-            held: HashMap::new(),
             failures: 0,
         }
     }
@@ -337,6 +393,57 @@ impl DbStore {
         self.keyspace.database()
     }
 
+    /// Ends a freeze of `key` (if this store froze it): it stays here.
+    fn thaw(&self, key: &ReactorKey) {
+        if self.shared.frozen.lock().expect("frozen lock").remove(key) {
+            self.thaw_now(key);
+        }
+    }
+
+    fn thaw_now(&self, key: &ReactorKey) {
+        if let Err(error) = self.db().thaw_reactor(key) {
+            tracing::error!(reactor = %key, %error, "thawing a reactor");
+        }
+    }
+
+    /// Thaws the reactors a pending-commit check froze whose ownership
+    /// stayed here (no export followed): called after every protocol step.
+    pub(crate) fn thaw_if_owned(&self, owned: impl Fn(&NodeReactor) -> bool) {
+        let frozen: Vec<ReactorKey> = {
+            let set = self.shared.frozen.lock().expect("frozen lock");
+            if set.is_empty() {
+                return;
+            }
+            set.iter().cloned().collect()
+        };
+        for key in frozen {
+            if owned(&NodeReactor(key.clone())) {
+                self.thaw(&key);
+            }
+        }
+    }
+
+    fn held_get(&self, key: &NodeReactor) -> Option<ObjectData> {
+        self.shared
+            .held
+            .lock()
+            .expect("held lock")
+            .get(key)
+            .cloned()
+    }
+
+    fn held_insert(&self, key: &NodeReactor, data: ObjectData) {
+        self.shared
+            .held
+            .lock()
+            .expect("held lock")
+            .insert(key.clone(), data);
+    }
+
+    fn held_remove(&self, key: &NodeReactor) {
+        self.shared.held.lock().expect("held lock").remove(key);
+    }
+
     fn is_local(&self, key: &ReactorKey) -> bool {
         self.db()
             .reactor_by_key(key)
@@ -349,8 +456,19 @@ impl DbStore {
         self.shared.set_owned(&key.0, false);
         let mut busy = 0;
         let started = std::time::Instant::now();
+        let was_frozen = self
+            .shared
+            .frozen
+            .lock()
+            .expect("frozen lock")
+            .remove(&key.0);
         let exported = loop {
-            match self.db().export_reactor(&key.0) {
+            let attempt = if was_frozen && busy == 0 {
+                self.db().export_frozen_reactor(&key.0)
+            } else {
+                self.db().export_reactor(&key.0)
+            };
+            match attempt {
                 Err(ExportError::Busy) if busy < EXPORT_BUSY_RETRIES => {
                     busy += 1;
                     std::thread::sleep(Duration::from_millis(1));
@@ -368,8 +486,13 @@ impl DbStore {
                     .counters
                     .exported
                     .fetch_add(1, Ordering::Relaxed);
-                let data = ObjectData::new(exported.version(), exported.encode());
-                self.held.insert(key.clone(), data.clone());
+                // The reactor's `t_version` (its reliable commits) travels
+                // with its rows, so the next owner's versions go on from it.
+                let data = ObjectData::new(
+                    self.shared.commit.t_version(&key.0).unwrap_or(0),
+                    exported.encode(),
+                );
+                self.held_insert(key, data.clone());
                 Some(data)
             }
             Err(error) => {
@@ -382,7 +505,7 @@ impl DbStore {
 
     /// Installs the held copy into the database: this node owns it now.
     fn install_into_db(&mut self, key: &NodeReactor) {
-        let Some(data) = self.held.get(key) else {
+        let Some(data) = self.held_get(key) else {
             self.failed();
             tracing::error!(reactor = %key, "owner without a copy to install");
             return;
@@ -420,7 +543,8 @@ impl DbStore {
                     .counters
                     .installed
                     .fetch_add(1, Ordering::Relaxed);
-                self.held.remove(key);
+                self.shared.commit.installed(&key.0, data.t_version);
+                self.held_remove(key);
             }
             Err(error) => {
                 self.shared.set_owned(&key.0, false);
@@ -433,8 +557,8 @@ impl DbStore {
 
 impl ObjectStore<NodeReactor> for DbStore {
     fn export(&mut self, key: &NodeReactor) -> Option<ObjectData> {
-        if let Some(data) = self.held.get(key) {
-            return Some(data.clone());
+        if let Some(data) = self.held_get(key) {
+            return Some(data);
         }
         if self.is_local(&key.0) {
             return self.export_from_db(key);
@@ -448,20 +572,54 @@ impl ObjectStore<NodeReactor> for DbStore {
             // that follows (if this node owns it) starts from `data`.
             self.export_from_db(key);
         }
-        self.held.insert(key.clone(), data);
+        self.shared.commit.installed(&key.0, data.t_version);
+        self.held_insert(key, data);
     }
 
     fn remove(&mut self, key: &NodeReactor) {
         if self.is_local(&key.0) {
             self.export_from_db(key);
         }
-        self.held.remove(key);
+        self.held_remove(key);
+        self.shared.commit.forget(&key.0);
     }
 
-    fn has_pending_commit(&self, _key: &NodeReactor) -> bool {
-        // Reliable commit (the next layer) fills this in; a local
-        // transaction racing a hand-over fails validation instead.
-        false
+    fn has_pending_commit(&self, key: &NodeReactor) -> bool {
+        // A transaction that wrote the reactor here and is not reliably
+        // committed yet: the owner NACKs (the seed). The answer must stay
+        // true until the reactor leaves: so first freeze it (no transaction
+        // commits on it any more), then wait for the numbers of those that
+        // committed before (microseconds on the way from their executors),
+        // then look. A "no" leaves it frozen until the export that follows
+        // in the same protocol step (or a thaw if it stays).
+        let frozen = match self.db().freeze_reactor(&key.0) {
+            Ok(frozen) => frozen,
+            // A move of it is running: ask again later.
+            Err(ExportError::Busy) => return true,
+            Err(error) => {
+                tracing::error!(reactor = %key, %error, "freezing a reactor");
+                return true;
+            }
+        };
+        let upto = self.db().last_sequence_number();
+        let pending =
+            !self.shared.commit.wait_arrived(upto) || self.shared.commit.pending_any(&key.0);
+        if frozen {
+            if pending {
+                self.thaw_now(&key.0);
+            } else {
+                self.shared
+                    .frozen
+                    .lock()
+                    .expect("frozen lock")
+                    .insert(key.0.clone());
+            }
+        }
+        pending
+    }
+
+    fn commit_recovery_done(&self) -> bool {
+        !self.shared.commit.recovering()
     }
 
     fn access_changed(&mut self, key: &NodeReactor, access: Access) {
@@ -474,7 +632,10 @@ impl ObjectStore<NodeReactor> for DbStore {
                 let installed = self.is_local(&key.0);
                 self.shared.set_lost(&key.0, !installed);
             }
-            Access::Owner => self.shared.set_owned(&key.0, true),
+            Access::Owner => {
+                self.shared.set_owned(&key.0, true);
+                self.thaw(&key.0);
+            }
             Access::Reader | Access::Invalid | Access::None if local => {
                 self.export_from_db(key);
             }
@@ -500,10 +661,7 @@ pub(crate) fn home_reactors(keys: &[ReactorKey], me: NodeId, nodes: &[NodeId]) -
 
 /// Creates `keys` through the protocol, retrying while the node is not
 /// serving yet; a reactor that exists already is left to its owner.
-pub(crate) async fn create_home_reactors(
-    handle: ProtocolHandle<NodeOwnership>,
-    keys: Vec<ReactorKey>,
-) {
+pub(crate) async fn create_home_reactors(handle: OwnershipHandle, keys: Vec<ReactorKey>) {
     let deadline = tokio::time::Instant::now() + CREATE_PATIENCE;
     let keys = Arc::new(keys);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -526,7 +684,7 @@ pub(crate) async fn create_home_reactors(
 /// Creates `key`, retrying while the node is not serving yet; `false` once
 /// the node stopped.
 async fn create_one(
-    handle: &ProtocolHandle<NodeOwnership>,
+    handle: &OwnershipHandle,
     key: &ReactorKey,
     deadline: tokio::time::Instant,
 ) -> bool {

@@ -118,13 +118,23 @@ fn a_command_on_any_node_moves_the_keys_reactor_there_with_its_rows() {
     }
 }
 
-/// Without replicas (issue 16) a reactor dies with its owner: once the
-/// others dropped it from the view, a command on the reactor fails at once
-/// and says why, instead of its transaction acquiring the reactor again and
-/// again until it runs out of attempts.
+/// With replication degree 1 (no readers) a reactor dies with its owner:
+/// once the others dropped it from the view, a command on the reactor
+/// fails at once and says why, instead of its transaction acquiring the
+/// reactor again and again until it runs out of attempts.
 #[test]
 fn a_reactor_lost_with_its_owner_fails_clearly_elsewhere() {
     let mut nodes = start_cluster();
+    for node in &nodes {
+        let (status, body) = node
+            .block_on(roost_cluster::runtime::admin_get(
+                node.admin_addr(),
+                "/replication/degree?degree=1",
+                Duration::from_secs(5),
+            ))
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
     let deadline = Instant::now() + Duration::from_secs(30);
     while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != REACTORS {
         assert!(Instant::now() < deadline, "the reactors were not created");
@@ -136,8 +146,35 @@ fn a_reactor_lost_with_its_owner_fails_clearly_elsewhere() {
         .unwrap();
     assert_eq!(incr(&mut first, "doomed"), 1);
     drop(first);
-    // Node 0 owns the key's reactor now; it stops, and the others drop it
-    // from the view.
+    // Node 0 owns every reactor it used; the old owner it took one from
+    // stayed a reader, until node 0 asked it to leave (degree 1).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let handle = nodes[0].ownership().unwrap();
+        let owned = inspect(&nodes[0]).owned;
+        let readers: usize = owned
+            .iter()
+            .map(|key| {
+                let req = ReqId(handle.next_request_id());
+                let cmd = OwnershipCmd::Describe {
+                    key: key.clone(),
+                    req,
+                };
+                match nodes[0].block_on(handle.request(cmd)) {
+                    Ok(OwnershipOut::Described { meta, .. }) => {
+                        meta.map_or(0, |m| m.o_replicas.readers.len())
+                    }
+                    other => panic!("describe answered {other:?}"),
+                }
+            })
+            .sum();
+        if !owned.is_empty() && readers == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "readers stayed: {readers}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // It stops, and the others drop it from the view.
     nodes.remove(0).stop();
     let mut other = TcpStream::connect(nodes[0].resp_addr().unwrap()).unwrap();
     other

@@ -504,6 +504,20 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         })
     }
 
+    /// The objects this node keeps metadata for, in key order, after
+    /// `after` (from the first with `None`), with this node's access: for
+    /// callers that visit them a bounded batch at a time.
+    pub fn accesses_after(&self, after: Option<&K>) -> impl Iterator<Item = (&K, Access)> + '_ {
+        use std::ops::Bound;
+        let from = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        self.entries
+            .range((from, Bound::Unbounded))
+            .map(|(k, e)| (k, access_of(e, self.me)))
+    }
+
     /// What this node may do with the object now.
     pub fn access(&self, key: &K) -> Access {
         self.entries

@@ -26,7 +26,7 @@ use crate::txn::{ReactorError, Relocation, RootTxn};
 /// Bytes of the reactor handle that prefixes every key: a reactor's rows are
 /// one contiguous range of each ordered relation, and one partition of each
 /// hash-indexed one.
-const REACTOR_PREFIX_BYTES: usize = 4;
+pub(crate) const REACTOR_PREFIX_BYTES: usize = 4;
 const _: () = assert!(REACTOR_PREFIX_BYTES == PARTITION_PREFIX_BYTES);
 
 /// One row of a reactor being moved: schema relation index, key without the

@@ -190,6 +190,16 @@ pub(crate) struct DbShared {
     pub(crate) next_txn_id: AtomicU64,
     /// Planted bug for tests: skip the placement checks on entering a reactor.
     pub(crate) skip_placement_check: AtomicBool,
+    /// The last sequence number handed out to a write commit (see
+    /// [`crate::replication`]); moves only while the placement replicates.
+    pub(crate) sequencer: AtomicU64,
+    /// Sequence numbers reported to the placement (debug builds: checked
+    /// against `sequencer` when the database is dropped).
+    #[cfg(debug_assertions)]
+    pub(crate) sequenced_reported: AtomicU64,
+    /// Storage relation (by address) to its schema relation index, for
+    /// naming the rows a sequenced commit captured.
+    relation_index: HashMap<usize, usize>,
 }
 
 impl DbShared {
@@ -210,6 +220,14 @@ impl DbShared {
         let directory = self.directory.read().expect("directory lock");
         let name = &directory.names[reactor.0 as usize];
         ReactorKey::new(self.schema.reactor_types[entry.reactor_type as usize], name)
+    }
+
+    /// The schema relation index of one of this database's storage relations.
+    pub(crate) fn schema_relation(&self, relation: &Relation) -> usize {
+        *self
+            .relation_index
+            .get(&(relation as *const Relation as usize))
+            .expect("a relation of this database")
     }
 
     /// The router: picks one of a container's executors for a reactor.
@@ -306,6 +324,11 @@ impl Database {
                 round_robin: AtomicUsize::new(0),
             });
         }
+        let relation_index = containers
+            .iter()
+            .flat_map(|c| c.relations.iter().enumerate())
+            .map(|(index, r)| (Arc::as_ptr(r) as usize, index))
+            .collect();
         Ok(Database {
             shared: Arc::new(DbShared {
                 db_id,
@@ -318,6 +341,10 @@ impl Database {
                 placement,
                 skip_placement_check: AtomicBool::new(false),
                 next_txn_id: AtomicU64::new(1),
+                sequencer: AtomicU64::new(0),
+                #[cfg(debug_assertions)]
+                sequenced_reported: AtomicU64::new(0),
+                relation_index,
             }),
         })
     }
@@ -574,11 +601,65 @@ impl Database {
     /// Blocks, as [`run_blocking`](Self::run_blocking) does (not from an
     /// executor).
     pub fn export_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
+        if !self.freeze_reactor(key)? {
+            return Err(DirectoryError::NotLocal(key.to_string()).into());
+        }
+        self.export_frozen_reactor(key)
+    }
+
+    /// Freezes the local reactor `key` for a decision about it (Zeus: may
+    /// ownership leave?): marked moving, as an export marks it, so that
+    /// every transaction that entered it before fails its commit (the
+    /// placement word it observed changed) and none enters it, until
+    /// [`thaw_reactor`](Self::thaw_reactor) or
+    /// [`export_frozen_reactor`](Self::export_frozen_reactor). A transaction
+    /// that committed on it before has its sequence number already
+    /// ([`last_sequence_number`](Self::last_sequence_number) read after this
+    /// covers it). `Ok(false)`: the reactor is not local here (nothing
+    /// frozen); `Err(Busy)`: a move, export or install of it is running.
+    pub fn freeze_reactor(&self, key: &ReactorKey) -> Result<bool, ExportError> {
         let reactor = self.reactor_by_key(key)?;
         let entry = self.try_begin_move(reactor).ok_or(ExportError::Busy)?;
         if entry.remote {
             self.end_move(reactor, None::<fn(&mut Entry)>, None);
-            return Err(DirectoryError::NotLocal(key.to_string()).into());
+            return Ok(false);
+        }
+        debug_assert!(self
+            .shared
+            .placements
+            .get(reactor)
+            .is_some_and(|e| e.moving));
+        Ok(true)
+    }
+
+    /// Ends a [`freeze_reactor`](Self::freeze_reactor) with the reactor
+    /// still here: transactions enter it again.
+    pub fn thaw_reactor(&self, key: &ReactorKey) -> Result<(), ExportError> {
+        let reactor = self.reactor_by_key(key)?;
+        let frozen = self
+            .shared
+            .placements
+            .get(reactor)
+            .is_some_and(|e| e.moving && !e.remote);
+        if !frozen {
+            return Err(ExportError::NotFrozen(key.clone()));
+        }
+        self.end_move(reactor, None::<fn(&mut Entry)>, None);
+        Ok(())
+    }
+
+    /// [`export_reactor`](Self::export_reactor) of a reactor this caller
+    /// froze ([`freeze_reactor`](Self::freeze_reactor)); the freeze ends
+    /// with it, exported or not.
+    pub fn export_frozen_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
+        let reactor = self.reactor_by_key(key)?;
+        let frozen = self
+            .shared
+            .placements
+            .get(reactor)
+            .is_some_and(|e| e.moving && !e.remote);
+        if !frozen {
+            return Err(ExportError::NotFrozen(key.clone()));
         }
         let rows = self.run_blocking_with(reactor, Some((reactor, Relocation::Out)), |ctx| {
             crate::relocate::export(ctx)
@@ -705,6 +786,14 @@ impl Database {
         self.shared
             .skip_placement_check
             .store(true, Ordering::Relaxed);
+    }
+
+    /// The last sequence number handed out to a write commit (0: none
+    /// yet); every number up to it was or is being reported to
+    /// [`Placement::sequenced`](crate::Placement::sequenced). Moves only
+    /// while the placement [`replicates`](crate::Placement::replicates).
+    pub fn last_sequence_number(&self) -> u64 {
+        self.shared.sequencer.load(Ordering::SeqCst)
     }
 
     /// Index entries that partition listings (moves and exports of reactors
@@ -865,6 +954,16 @@ impl Drop for Database {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             for executor in &mut shared.executors {
                 executor.stop();
+            }
+            // Every commit reports its number within the same poll that
+            // took it, so with the executors stopped all are reported.
+            #[cfg(debug_assertions)]
+            if !std::thread::panicking() {
+                assert_eq!(
+                    *shared.sequenced_reported.get_mut(),
+                    *shared.sequencer.get_mut(),
+                    "every sequence number handed out was reported once"
+                );
             }
         } else {
             for executor in &self.shared.executors {

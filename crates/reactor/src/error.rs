@@ -104,6 +104,8 @@ pub enum ExportError {
     /// The extracting transaction failed (retries exhausted, shutdown).
     #[error("export transaction: {0}")]
     Transaction(ReactorError),
+    #[error("reactor {0} is not frozen here (freeze_reactor first)")]
+    NotFrozen(crate::placement::ReactorKey),
 }
 
 /// Errors of [`Database::install_reactor`](crate::Database::install_reactor).

@@ -10,6 +10,9 @@
 //!   containers, and exports and installs between databases;
 //! - [`ReactorKey`], [`Placement`]: a reactor's cluster-wide identity and
 //!   the one seam that says where it lives ([`placement`]);
+//! - [`replication`]: the hook a replicating placement uses: write commits
+//!   numbered in a serial order, their changed rows, callers answered once
+//!   the writes are replicated;
 //! - [`ReactorCtx`]: what a procedure sees: typed access to its reactor's
 //!   relations and [`ReactorCtx::call`].
 
@@ -20,6 +23,7 @@ pub mod error;
 mod executor;
 pub mod placement;
 mod relocate;
+pub mod replication;
 pub mod schema;
 mod txn;
 
@@ -31,6 +35,7 @@ pub use placement::{
     Acquire, AcquireError, LocalPlacement, Location, Placement, ReactorKey, MAX_REACTOR_NAME_BYTES,
 };
 pub use relocate::ExportedReactor;
+pub use replication::{ReactorChanges, Replication, ReplicationError, RowChange, Sequenced};
 pub use roost_storage::{
     EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs, ScanDirection, TxError,
 };

@@ -41,6 +41,7 @@ use thiserror::Error;
 
 use crate::deployment::Deployment;
 use crate::error::DirectoryError;
+use crate::replication::{Replication, Sequenced};
 
 /// Longest reactor name.
 pub const MAX_REACTOR_NAME_BYTES: usize = 256;
@@ -149,6 +150,37 @@ pub trait Placement: Send + Sync + 'static {
     /// the holder's `export_reactor`, `install_reactor` them here). Resolves
     /// once that is done or failed; the waiting transaction then runs again.
     fn acquire(&self, key: &ReactorKey) -> Acquire;
+
+    /// Whether this placement wants write commits sequenced and their
+    /// changes captured (false: nothing is captured, no cost). Asked at
+    /// every commit, so it may change (say, once the node joined a
+    /// cluster); keep it cheap. See [`crate::replication`].
+    fn replicates(&self) -> bool {
+        false
+    }
+
+    /// Called exactly once for every sequence number the database hands out
+    /// (dense from 1, while [`replicates`](Self::replicates)), with the
+    /// commit's changes per reactor or [`Sequenced::Aborted`], right after
+    /// the commit's outcome is known, on the executor thread, with no locks
+    /// held. Calls for different numbers come from different executors
+    /// concurrently and in any order. Must not block. Returns what the
+    /// transaction's caller waits for before it learns that the transaction
+    /// committed (Zeus: its reliable commit), or `None`; what it returns for
+    /// an abort is dropped.
+    fn sequenced(&self, seq: u64, outcome: Sequenced) -> Option<Replication> {
+        let _ = (seq, outcome);
+        None
+    }
+
+    /// A read-only transaction validated after every number up to
+    /// `seq_upto` was handed out: returns what its caller waits for (every
+    /// write it may have read reliably committed), or `None`. Called on
+    /// the executor thread with no locks held; must not block.
+    fn read_barrier(&self, seq_upto: u64) -> Option<Replication> {
+        let _ = seq_upto;
+        None
+    }
 }
 
 /// One node: every reactor is local, in the container the deployment's

@@ -8,6 +8,7 @@
 //! local reactor prefix); an install is the second half alone, in the
 //! receiving database.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::ctx::{ExtractedRow, ReactorCtx};
 use crate::error::InstallError;
 use crate::placement::ReactorKey;
+use crate::replication::RowChange;
 use crate::schema::Schema;
 use crate::txn::ReactorError;
 
@@ -99,12 +101,84 @@ impl ExportedReactor {
     pub fn decode(bytes: &[u8]) -> Result<Self, InstallError> {
         postcard::from_bytes(bytes).map_err(|e| InstallError::Malformed(e.to_string()))
     }
+
+    /// This reactor with `rows` applied in order (a [`RowChange`] with a
+    /// value inserts or overwrites the row of its relation and key, one
+    /// without deletes it, if there), at placement version `new_version`
+    /// (not older than this one's): how a follower keeps its copy of a
+    /// reactor current with the changes its leader's commits replicate
+    /// ([`Sequenced::Committed`](crate::Sequenced::Committed)), in sequence
+    /// order. Pure. The rows stay as an export orders them: relations by
+    /// name, each one's rows by key (a relation left with no row is
+    /// dropped, as an export has none). Relation names are not checked
+    /// here: [`Database::install_reactor`](crate::Database::install_reactor)
+    /// checks them against its schema.
+    pub fn apply_changes(
+        &self,
+        rows: &[RowChange],
+        new_version: u64,
+    ) -> Result<ExportedReactor, InstallError> {
+        if new_version < self.version {
+            return Err(InstallError::Stale {
+                have: self.version,
+                got: new_version,
+            });
+        }
+        let relations: Vec<WireRelation<'_>> =
+            postcard::from_bytes(&self.rows).map_err(|e| InstallError::Malformed(e.to_string()))?;
+        let mut table: BTreeMap<&str, BTreeMap<&[u8], &[u8]>> = BTreeMap::new();
+        for relation in &relations {
+            table
+                .entry(relation.name)
+                .or_default()
+                .extend(relation.rows.iter().copied());
+        }
+        for change in rows {
+            match &change.value {
+                Some(value) => {
+                    table
+                        .entry(&change.relation)
+                        .or_default()
+                        .insert(&change.key, value);
+                }
+                None => {
+                    if let Some(relation) = table.get_mut(change.relation.as_str()) {
+                        relation.remove(change.key.as_slice());
+                    }
+                }
+            }
+        }
+        let relations: Vec<WireRelation<'_>> = table
+            .into_iter()
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(name, rows)| WireRelation {
+                name,
+                rows: rows.into_iter().collect(),
+            })
+            .collect();
+        Ok(ExportedReactor {
+            key: self.key.clone(),
+            version: new_version,
+            rows: postcard::to_allocvec(&relations).expect("encoding to a vector does not fail"),
+        })
+    }
 }
 
-/// Encodes extracted rows grouped by relation, named as in the schema.
+/// Encodes extracted rows grouped by relation, named as in the schema:
+/// relations by name, each one's rows by key (canonical: equal contents
+/// encode equally, whatever order extraction found them in, which a
+/// partition listing does not fix).
 pub(crate) fn encode_rows(schema: &Schema, rows: &[ExtractedRow]) -> Vec<u8> {
+    let mut sorted: Vec<&ExtractedRow> = rows.iter().collect();
+    sorted.sort_by(|a, b| {
+        let (na, nb) = (
+            schema.relations[a.relation].name(),
+            schema.relations[b.relation].name(),
+        );
+        (na, &a.key).cmp(&(nb, &b.key))
+    });
     let mut relations: Vec<WireRelation<'_>> = Vec::new();
-    for row in rows {
+    for row in sorted {
         let name = schema.relations[row.relation].name();
         match relations.last_mut() {
             Some(last) if last.name == name => last.rows.push((&row.key, &row.value)),
@@ -143,4 +217,147 @@ pub(crate) fn decode_rows(
         }));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ReactorKey {
+        ReactorKey::new("account", "alice").unwrap()
+    }
+
+    /// An export holding `relations` (name, rows) as given.
+    fn exported(version: u64, relations: &[(&str, &[(&str, &str)])]) -> ExportedReactor {
+        let wire: Vec<WireRelation<'_>> = relations
+            .iter()
+            .map(|(name, rows)| WireRelation {
+                name,
+                rows: rows
+                    .iter()
+                    .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
+                    .collect(),
+            })
+            .collect();
+        ExportedReactor::new(key(), version, postcard::to_allocvec(&wire).unwrap())
+    }
+
+    /// (relation name, its rows), in the export's order.
+    type Contents = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+    fn contents(exported: &ExportedReactor) -> Contents {
+        let wire: Vec<WireRelation<'_>> = postcard::from_bytes(exported.rows()).unwrap();
+        wire.into_iter()
+            .map(|r| {
+                let rows = r.rows.iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+                (r.name.to_owned(), rows.collect())
+            })
+            .collect()
+    }
+
+    fn change(relation: &str, key: &[u8], value: Option<&[u8]>) -> RowChange {
+        RowChange {
+            relation: relation.into(),
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+        }
+    }
+
+    #[test]
+    fn changes_upsert_and_delete_rows_keeping_export_order() {
+        let before = exported(
+            3,
+            &[
+                ("balance", &[("a", "1"), ("c", "3")]),
+                ("history", &[("x", "old")]),
+            ],
+        );
+        let after = before
+            .apply_changes(
+                &[
+                    change("balance", b"b", Some(b"2")),
+                    change("balance", b"c", Some(b"33")),
+                    change("history", b"x", None),
+                    change("audit", b"k", Some(b"v")),
+                    // Deleting a row that is not there changes nothing.
+                    change("balance", b"zz", None),
+                    change("nowhere", b"k", None),
+                ],
+                4,
+            )
+            .unwrap();
+        assert_eq!(after.key(), before.key());
+        assert_eq!(after.version(), 4);
+        let bytes = |s: &str| s.as_bytes().to_vec();
+        assert_eq!(
+            contents(&after),
+            vec![
+                ("audit".into(), vec![(bytes("k"), bytes("v"))]),
+                (
+                    "balance".into(),
+                    vec![
+                        (bytes("a"), bytes("1")),
+                        (bytes("b"), bytes("2")),
+                        (bytes("c"), bytes("33")),
+                    ]
+                ),
+                // "history" lost its only row: gone, as an export has it.
+            ]
+        );
+        assert_eq!(before.version(), 3, "the original is unchanged");
+        assert_eq!(contents(&before)[1].1.len(), 1);
+    }
+
+    #[test]
+    fn changes_apply_in_order() {
+        let empty = ExportedReactor::empty(key());
+        let changes = [
+            change("r", b"k", Some(b"1")),
+            change("r", b"k", None),
+            change("r", b"k", Some(b"2")),
+            change("r", b"j", Some(b"0")),
+            change("r", b"j", None),
+        ];
+        let after = empty.apply_changes(&changes, 1).unwrap();
+        assert_eq!(
+            contents(&after),
+            vec![("r".into(), vec![(b"k".to_vec(), b"2".to_vec())])]
+        );
+        // Applying nothing to nothing is the empty export.
+        assert_eq!(empty.apply_changes(&[], 1).unwrap(), empty);
+        // A whole reactor deleted row by row is empty again.
+        let gone = after.apply_changes(&[change("r", b"k", None)], 1).unwrap();
+        assert_eq!(gone.rows(), empty.rows());
+    }
+
+    #[test]
+    fn the_result_is_canonical() {
+        // Equal contents, however reached, encode equally.
+        let one = ExportedReactor::empty(key())
+            .apply_changes(
+                &[change("b", b"2", Some(b"y")), change("a", b"1", Some(b"x"))],
+                2,
+            )
+            .unwrap();
+        let two = exported(2, &[("a", &[("1", "x")]), ("b", &[("2", "y")])])
+            .apply_changes(&[], 2)
+            .unwrap();
+        assert_eq!(one, two);
+        assert_eq!(one.encode(), two.encode());
+    }
+
+    #[test]
+    fn an_older_version_or_malformed_rows_are_refused() {
+        let at_five = exported(5, &[("r", &[("k", "v")])]);
+        assert_eq!(
+            at_five.apply_changes(&[], 4),
+            Err(InstallError::Stale { have: 5, got: 4 })
+        );
+        assert_eq!(at_five.apply_changes(&[], 5).unwrap(), at_five);
+        let broken = ExportedReactor::new(key(), 1, vec![0xFF, 0xFF, 0xFF]);
+        assert!(matches!(
+            broken.apply_changes(&[], 1),
+            Err(InstallError::Malformed(_))
+        ));
+    }
 }

@@ -15,15 +15,37 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use roost_storage::{commit_contexts, CommitError, ConflictKind, Guard, TxContext, TxError};
+use roost_storage::{
+    commit_contexts, commit_contexts_sequenced, CommitError, CommitInfo, ConflictKind, Guard,
+    TxContext, TxError,
+};
 use thiserror::Error;
 use tokio::sync::Notify;
 
-use crate::ctx::ReactorCtx;
+use crate::ctx::{ReactorCtx, REACTOR_PREFIX_BYTES};
 use crate::database::{DbShared, ReactorId};
 use crate::error::{DirectoryError, SchemaError};
 use crate::executor::with_local;
 use crate::placement::{AcquireError, ReactorKey};
+use crate::replication::{ReactorChanges, Replication, ReplicationError, RowChange, Sequenced};
+
+/// What a sequenced commit tells the placement once the contexts are
+/// unlocked.
+enum Report {
+    /// Committed with this number: its captured rows, by reactor handle.
+    Committed(u64, Vec<(ReactorId, RowChange)>),
+    /// Took this number, then failed validation.
+    Aborted(u64),
+    /// Read-only: the numbers handed out when it had validated.
+    ReadBarrier(u64),
+    Nothing,
+}
+
+fn conflict(e: CommitError) -> ReactorError {
+    match e {
+        CommitError::Conflict(kind) => ReactorError::Tx(TxError::Conflict(kind)),
+    }
+}
 
 /// Which half of a relocation a root transaction is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +79,11 @@ pub enum ReactorError {
     },
     #[error("the database is shutting down")]
     Shutdown,
+    /// The transaction committed on this node, but the placement could not
+    /// replicate its writes (see [`ReplicationError`]). Not retried: the
+    /// commit already happened.
+    #[error("the transaction committed on this node, but its replication failed: {0}")]
+    Replication(ReplicationError),
     /// The transaction entered a reactor that lives elsewhere, and the
     /// placement could not bring it here.
     #[error("reactor `{reactor}` is not here and could not be acquired: {cause}")]
@@ -185,8 +212,9 @@ impl RootTxn {
     }
 
     /// Commits (or, after an error, aborts) every context, then releases them
-    /// on their executors.
-    fn finish(&self, body: Result<(), ReactorError>) -> Result<(), ReactorError> {
+    /// on their executors. On commit, returns what the caller waits for
+    /// before it learns of it (a replicating placement's answer).
+    fn finish(&self, body: Result<(), ReactorError>) -> Result<Option<Replication>, ReactorError> {
         let (mut members, error) = {
             let mut state = self.state();
             (std::mem::take(&mut state.members), state.error.take())
@@ -204,6 +232,10 @@ impl RootTxn {
         }
         drop(members);
         let guard = Guard::new();
+        // What to tell a replicating placement once the contexts are
+        // unlocked: a write commit's number and outcome, or a read-only
+        // commit's barrier.
+        let mut report = None;
         let outcome = {
             let mut locked: Vec<MutexGuard<'_, TxContext>> = contexts
                 .iter()
@@ -220,17 +252,124 @@ impl RootTxn {
                     Err(e)
                 }
                 Ok(()) if refs.is_empty() => Ok(()),
+                // Relocations take no number: moving rows between nodes is
+                // the placement's own business, not a change to replicate.
+                Ok(()) if self.relocating.is_none() && self.db.placement.replicates() => {
+                    // SAFETY: as above; all descendants have finished.
+                    let (result, sequenced) = unsafe { self.commit_sequenced(&mut refs, &guard) };
+                    report = Some(sequenced);
+                    result.map(|_| ()).map_err(conflict)
+                }
                 // SAFETY: as above; all descendants have finished.
                 Ok(()) => unsafe { commit_contexts(&mut refs, &guard) }
                     .map(|_| ())
-                    .map_err(|e| match e {
-                        CommitError::Conflict(kind) => ReactorError::Tx(TxError::Conflict(kind)),
-                    }),
+                    .map_err(conflict),
             }
         };
         drop(contexts);
+        // Right after the outcome is known, with no context locked.
+        let replication = report.and_then(|report| self.report(report));
         self.release(&participated);
-        outcome
+        outcome.map(|()| replication)
+    }
+
+    /// Commits `contexts` with a sequence number (if it writes), capturing
+    /// its changed rows. Returns the outcome, and what to report.
+    ///
+    /// # Safety
+    /// As `commit_contexts`.
+    unsafe fn commit_sequenced(
+        &self,
+        contexts: &mut [&mut TxContext],
+        guard: &Guard,
+    ) -> (Result<CommitInfo, CommitError>, Report) {
+        let db = &*self.db;
+        let mut rows: Vec<(ReactorId, RowChange)> = Vec::new();
+        // SAFETY: the caller's.
+        let (seq, result) = unsafe {
+            commit_contexts_sequenced(
+                contexts,
+                guard,
+                &db.sequencer,
+                &mut |relation, key, value| {
+                    let reactor = ReactorId(u32::from_be_bytes(
+                        key[..REACTOR_PREFIX_BYTES]
+                            .try_into()
+                            .expect("every key starts with its reactor"),
+                    ));
+                    let index = db.schema_relation(relation);
+                    rows.push((
+                        reactor,
+                        RowChange {
+                            relation: db.schema.relations[index].name().to_owned(),
+                            key: key[REACTOR_PREFIX_BYTES..].to_vec(),
+                            value: value.map(<[u8]>::to_vec),
+                        },
+                    ))
+                },
+            )
+        };
+        let report = match (seq, &result) {
+            (Some(seq), Ok(_)) => Report::Committed(seq, rows),
+            (Some(seq), Err(_)) => Report::Aborted(seq),
+            // Read-only: every writer it may have read took its number
+            // before this validation ended.
+            (None, Ok(info)) if info.read_only => {
+                Report::ReadBarrier(db.sequencer.load(Ordering::SeqCst))
+            }
+            // A writer that could not lock: it took no number.
+            (None, _) => Report::Nothing,
+        };
+        (result, report)
+    }
+
+    /// Captured rows, per reactor (by key), each reactor's sorted by
+    /// relation name, then key.
+    fn group(&self, mut rows: Vec<(ReactorId, RowChange)>) -> Vec<ReactorChanges> {
+        debug_assert!(!rows.is_empty(), "a commit with writes changed rows");
+        rows.sort_unstable_by(|(ra, a), (rb, b)| {
+            (ra, &a.relation, &a.key).cmp(&(rb, &b.relation, &b.key))
+        });
+        let mut changes: Vec<ReactorChanges> = Vec::new();
+        let mut current = None;
+        for (reactor, row) in rows {
+            if current != Some(reactor) {
+                current = Some(reactor);
+                changes.push(ReactorChanges {
+                    reactor: self
+                        .db
+                        .key_of(reactor)
+                        .expect("a reactor written here has a key"),
+                    rows: Vec::new(),
+                });
+            }
+            changes.last_mut().expect("pushed above").rows.push(row);
+        }
+        changes.sort_unstable_by(|a, b| a.reactor.cmp(&b.reactor));
+        changes
+    }
+
+    /// Tells the placement a sequenced commit's outcome (its rows grouped
+    /// per reactor), or a read-only commit's barrier; returns what the
+    /// caller waits for. Runs with no context locked.
+    fn report(&self, report: Report) -> Option<Replication> {
+        let placement = &self.db.placement;
+        let (seq, outcome) = match report {
+            Report::Committed(seq, rows) => (seq, Sequenced::Committed(self.group(rows))),
+            Report::Aborted(seq) => (seq, Sequenced::Aborted),
+            Report::ReadBarrier(upto) => return placement.read_barrier(upto),
+            Report::Nothing => return None,
+        };
+        debug_assert!(
+            seq >= 1 && seq <= self.db.sequencer.load(Ordering::SeqCst),
+            "numbers are dense from 1"
+        );
+        #[cfg(debug_assertions)]
+        self.db.sequenced_reported.fetch_add(1, Ordering::Relaxed);
+        let committed = matches!(outcome, Sequenced::Committed(_));
+        let replication = placement.sequenced(seq, outcome);
+        // An abort's caller waits for nothing.
+        replication.filter(|_| committed)
     }
 
     /// Releases the contexts on `executors` (those that hold one).
@@ -324,7 +463,14 @@ where
         }
         last_away = None;
         match outcome {
-            Ok(()) => return Ok(value.expect("a committed body produced a value")),
+            Ok(replication) => {
+                // Committed here: the caller learns of it once the placement
+                // says the writes are replicated (still holding the permit).
+                if let Some(replication) = replication {
+                    replication.await.map_err(ReactorError::Replication)?;
+                }
+                return Ok(value.expect("a committed body produced a value"));
+            }
             Err(ReactorError::Tx(TxError::Conflict(kind))) => last = kind,
             Err(e) => {
                 debug_assert!(!e.is_conflict());
@@ -375,5 +521,6 @@ mod tests {
     fn conflicts_are_retryable() {
         assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).is_conflict());
         assert!(!ReactorError::user_abort("x").is_conflict());
+        assert!(!ReactorError::Replication(ReplicationError::OutcomeUnknown).is_conflict());
     }
 }

@@ -5,8 +5,11 @@
 //! one context per container it touches, driven by that container's executor,
 //! and committed together by the root's coordinator with
 //! [`commit_contexts`] (Silo's commit over all contexts at once: the in-process
-//! two-phase commit). A `TxContext` therefore owns its buffers, keeps the
-//! relations it touched alive, and takes the epoch guard as an argument.
+//! two-phase commit), or with [`commit_contexts_sequenced`], which also
+//! places every commit with writes in one serial order and reports its
+//! writes (what a replicating placement ships to followers). A `TxContext`
+//! therefore owns its buffers, keeps the relations it touched alive, and
+//! takes the epoch guard as an argument.
 //!
 //! # Safety
 //!
@@ -22,8 +25,12 @@ use std::sync::Arc;
 use crate::engine::{Engine, Worker};
 use crate::error::{CommitError, TxError};
 use crate::relation::{KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
+use crate::sync::AtomicU64;
 use crate::sync::Guard;
-use crate::txn::{abort_part, commit_parts, finish_part, CommitInfo, TxOps};
+use crate::txn::{
+    abort_part, capture_writes, commit_parts, finish_part, CaptureWrite, CommitInfo, NoSequence,
+    Sequencer, TxOps,
+};
 
 /// One transaction's state in one container.
 pub struct TxContext {
@@ -190,6 +197,63 @@ pub unsafe fn commit_contexts(
     contexts: &mut [&mut TxContext],
     guard: &Guard,
 ) -> Result<CommitInfo, CommitError> {
+    check_one_engine(contexts);
+    let result = {
+        let mut workers: Vec<&mut Worker> = contexts.iter_mut().map(|c| &mut c.worker).collect();
+        commit_parts(&mut workers, guard, &mut NoSequence)
+    };
+    finish_contexts(contexts, guard, &result);
+    result
+}
+
+/// [`commit_contexts`], placing every commit with writes in one serial
+/// order: a transaction with writes takes the number
+/// `sequencer.fetch_add(1) + 1` (the first is 1) once its write sets are
+/// locked and before it validates, at Silo's serialization point, so for
+/// any two conflicting transactions that both commit, the one with the
+/// smaller number comes first in a serial order (a follower applying
+/// committed transactions in number order reaches the same state). Returns
+/// the number, if one was taken (none for a read-only transaction, nor for
+/// one that failed to lock), with the outcome: a number taken by a
+/// transaction that then failed validation belongs to that abort (numbers
+/// are dense: the caller accounts for each, committed or aborted).
+///
+/// On commit, before the contexts are cleared, `capture` receives every
+/// write: its relation, the full key, and the value installed (`None`:
+/// deleted). Each key of each relation appears once.
+///
+/// # Safety
+/// As [`commit_contexts`].
+pub unsafe fn commit_contexts_sequenced(
+    contexts: &mut [&mut TxContext],
+    guard: &Guard,
+    sequencer: &AtomicU64,
+    capture: &mut CaptureWrite<'_>,
+) -> (Option<u64>, Result<CommitInfo, CommitError>) {
+    check_one_engine(contexts);
+    let mut sequence = Sequencer {
+        counter: sequencer,
+        taken: None,
+    };
+    let result = {
+        let mut workers: Vec<&mut Worker> = contexts.iter_mut().map(|c| &mut c.worker).collect();
+        commit_parts(&mut workers, guard, &mut sequence)
+    };
+    if let Ok(info) = &result {
+        debug_assert_eq!(
+            sequence.taken.is_some(),
+            !info.read_only,
+            "a commit with writes took a number, a read-only one none"
+        );
+        for context in contexts.iter() {
+            capture_writes(&context.worker.buffers, capture);
+        }
+    }
+    finish_contexts(contexts, guard, &result);
+    (sequence.taken, result)
+}
+
+fn check_one_engine(contexts: &[&mut TxContext]) {
     assert!(!contexts.is_empty(), "commit of no context");
     let engine = Arc::as_ptr(&contexts[0].worker.engine);
     assert!(
@@ -198,13 +262,15 @@ pub unsafe fn commit_contexts(
             .all(|c| Arc::as_ptr(&c.worker.engine) == engine),
         "contexts of one transaction share one engine (one global epoch)"
     );
-    let result = {
-        let mut workers: Vec<&mut Worker> = contexts.iter_mut().map(|c| &mut c.worker).collect();
-        commit_parts(&mut workers, guard)
-    };
+}
+
+fn finish_contexts(
+    contexts: &mut [&mut TxContext],
+    guard: &Guard,
+    result: &Result<CommitInfo, CommitError>,
+) {
     for context in contexts.iter_mut() {
-        finish_part(&mut context.worker, guard, &result);
+        finish_part(&mut context.worker, guard, result);
         context.keep_alive.clear();
     }
-    result
 }

@@ -32,6 +32,14 @@ pub struct PlantedBugs {
     /// Never free a deleted record (unlinked but not retired): the leak the
     /// reclamation test must catch.
     pub leak_deleted_records: bool,
+    /// Take a sequenced commit's number
+    /// ([`commit_contexts_sequenced`](crate::commit_contexts_sequenced))
+    /// after validation instead of at the serialization point before it:
+    /// numbers then no longer order
+    /// anti-dependencies (a transaction that read `x` may get a larger
+    /// number than one that overwrote `x` after it validated), which the
+    /// reactor layer's replication test must catch.
+    pub sequence_after_validation: bool,
     /// Under loom only: leave out the fence between locking the write set
     /// and validating the read set, so two crossing committers may each
     /// miss the other's lock (the write skew `tests/loom_commit.rs` must

@@ -10,7 +10,9 @@
 //! - [`Table`]: a typed layer (keys via [`KeyCodec`], values via serde);
 //! - [`Worker::run`]: the retry helper with bounded backoff;
 //! - [`TxContext`], [`commit_contexts`]: per-container contexts of one
-//!   transaction, committed together (the reactor layer's two-phase commit).
+//!   transaction, committed together (the reactor layer's two-phase commit);
+//!   [`commit_contexts_sequenced`] also numbers commits with writes in a
+//!   serial order and reports what they wrote (for replication).
 //!
 //! Under `--cfg loom` the whole engine compiles against loom's atomics (the
 //! `sync` shim): the B+-tree with small nodes, records, relations,
@@ -36,7 +38,7 @@ mod typed;
 /// Under loom, entries per B+-tree leaf (small, so models split and merge).
 #[cfg(loom)]
 pub use btree::LEAF_CAPACITY;
-pub use context::{commit_contexts, TxContext};
+pub use context::{commit_contexts, commit_contexts_sequenced, TxContext};
 pub use engine::{Engine, EngineConfig, PlantedBugs, RetryPolicy, Worker, WorkerStats};
 pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, TxError};
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
@@ -44,5 +46,5 @@ pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection, PARTITION_PREF
 #[cfg(loom)]
 pub use sync::loom_iteration;
 pub use sync::Guard;
-pub use txn::{CommitInfo, Transaction, MAX_VALUE_BYTES};
+pub use txn::{CaptureWrite, CommitInfo, Transaction, MAX_VALUE_BYTES};
 pub use typed::Table;

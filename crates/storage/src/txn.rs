@@ -32,7 +32,7 @@ use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
 use crate::relation::{IndexChange, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
-use crate::sync::Guard;
+use crate::sync::{AtomicU64, Guard, Ordering};
 use crate::tid::{commit_fence, Tid, ABSENT_BIT, LATEST_BIT, SEQUENCE_SHIFT};
 use crate::{PlantedBugs, Worker};
 
@@ -285,6 +285,11 @@ fn note_index_change(nodes: &mut [NodeEntry], versions: &mut [VersionEntry], cha
         }
     }
 }
+
+/// Receives one write of a sequenced commit
+/// ([`commit_contexts_sequenced`](crate::commit_contexts_sequenced)): the
+/// relation, the full key, and the value installed (`None`: deleted).
+pub type CaptureWrite<'a> = dyn FnMut(&Relation, &[u8], Option<&[u8]>) + 'a;
 
 /// What a successful commit produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -809,7 +814,7 @@ impl<'w, 'r> Transaction<'w, 'r> {
     /// aborted and its effects undone.
     pub fn commit(mut self) -> Result<CommitInfo, CommitError> {
         self.finished = true;
-        let result = commit_parts(&mut [&mut *self.worker], &self.guard);
+        let result = commit_parts(&mut [&mut *self.worker], &self.guard, &mut NoSequence);
         finish_part(self.worker, &self.guard, &result);
         result
     }
@@ -858,15 +863,59 @@ pub(crate) fn abort_part(worker: &mut Worker, guard: &Guard) {
     worker.stats.aborts += 1;
 }
 
+/// Where a commit with writes takes its place in the database's serial
+/// order: [`commit_parts`] calls [`take`](Self::take) once, at Silo's
+/// serialization point (write set locked and fenced, nothing validated
+/// yet). Generic, so the plain commit ([`NoSequence`]) compiles to exactly
+/// the code it had before.
+pub(crate) trait SequencePoint {
+    fn take(&mut self);
+}
+
+/// No sequencing: the plain commit.
+pub(crate) struct NoSequence;
+
+impl SequencePoint for NoSequence {
+    #[inline(always)]
+    fn take(&mut self) {}
+}
+
+/// Takes the next number of a database-wide counter (the first is 1).
+pub(crate) struct Sequencer<'a> {
+    pub(crate) counter: &'a AtomicU64,
+    pub(crate) taken: Option<u64>,
+}
+
+impl SequencePoint for Sequencer<'_> {
+    #[inline]
+    fn take(&mut self) {
+        debug_assert!(self.taken.is_none(), "one number per commit");
+        // AcqRel: a committer that takes its number after this one's
+        // synchronizes with it, so whatever this one locked before its
+        // number is seen locked by the other's validation (the
+        // anti-dependency case of the serial order).
+        let seq = self.counter.fetch_add(1, Ordering::AcqRel) + 1;
+        self.taken = Some(seq);
+    }
+}
+
 /// Silo's commit over one or more parts (one part per container a transaction
 /// touched): the write sets of all parts are locked in one global address
 /// order before any part is validated, so the parts commit as one
 /// serializable transaction. This is the in-process two-phase commit:
 /// phase one locks and validates everywhere, phase two installs everywhere
 /// with one TID, or unlocks everywhere.
-pub(crate) fn commit_parts(
+///
+/// A transaction with writes whose locks it got calls `sequence.take()`
+/// between the fence and validation: Silo's serialization point, so the
+/// numbers taken there order every pair of conflicting committed
+/// transactions as a serial order does (taken after validation they would
+/// not: a writer could lock what this one validated, and take its number
+/// first). A transaction that then fails validation keeps its number.
+pub(crate) fn commit_parts<S: SequencePoint>(
     parts: &mut [&mut Worker],
     guard: &Guard,
+    sequence: &mut S,
 ) -> Result<CommitInfo, CommitError> {
     assert!(!parts.is_empty(), "a commit needs at least one part");
     let planted = parts[0].planted;
@@ -894,6 +943,10 @@ pub(crate) fn commit_parts(
         commit_fence();
     }
     let epoch = parts[0].engine.epoch.current();
+    // The serialization point: locked, fenced, not yet validated.
+    if !planted.sequence_after_validation {
+        sequence.take();
+    }
     // Phase 2: validate every part.
     for w in parts.iter() {
         if let Err(e) = validate(&w.buffers, guard, planted) {
@@ -905,6 +958,11 @@ pub(crate) fn commit_parts(
         for r in &w.buffers.reads {
             max_version = max_version.max(r.observed.version());
         }
+    }
+    if planted.sequence_after_validation {
+        // The planted bug: the number taken too late (a writer of
+        // something this one validated may take its number first).
+        sequence.take();
     }
     // Phase 3: one TID above everything observed, in the current epoch.
     let candidate = max_version + (1 << SEQUENCE_SHIFT);
@@ -1140,6 +1198,21 @@ fn install(bufs: &TxBuffers, guard: &Guard, tid: Tid, planted: PlantedBugs) {
                 }
             }
         }
+    }
+}
+
+/// Passes every write of a committed part to `capture`: the relation, the
+/// full key, and the value installed (`None`: deleted). A placeholder this
+/// transaction inserted reports the value it installed; a delete, even of a
+/// key this transaction had inserted, a deletion. Call after install and
+/// before the buffers are cleared.
+pub(crate) fn capture_writes(bufs: &TxBuffers, capture: &mut CaptureWrite<'_>) {
+    for w in &bufs.writes {
+        let value = match w.op {
+            WriteOp::Put => Some(bufs.bytes(w.value)),
+            WriteOp::Delete => None,
+        };
+        capture(relation_ref(w.relation), bufs.bytes(w.key), value);
     }
 }
 

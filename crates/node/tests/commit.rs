@@ -1,0 +1,297 @@
+//! Zeus's reliable commit in three nodes in one process: a write is
+//! answered only once every reader of the reactors it wrote acknowledged
+//! it, the readers' copies follow the owner's writes row by row, and a
+//! reader takes over the reactor with every acknowledged write when the
+//! owner leaves.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use roost_cluster::config::ClusterConfig;
+use roost_cluster::runtime::admin_get;
+use roost_node::{Node, NodeReactor};
+use roost_ownership::{Inspection, OwnershipCmd, OwnershipOut, ReqId};
+
+const NODES: u32 = 3;
+/// One keyspace reactor: every key is on it.
+const REACTORS: usize = 1;
+
+fn start_cluster() -> Vec<Node> {
+    let cluster = ClusterConfig::loopback(NODES).unwrap();
+    Node::start_in_process(&cluster, REACTORS).unwrap()
+}
+
+fn inspect(node: &Node) -> Inspection<NodeReactor> {
+    let handle = node.ownership().unwrap();
+    let req = ReqId(handle.next_request_id());
+    match node.block_on(handle.request(OwnershipCmd::Inspect { req })) {
+        Ok(OwnershipOut::Inspected { report, .. }) => report,
+        other => panic!("inspect answered {other:?}"),
+    }
+}
+
+fn wait_created(nodes: &[Node]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != REACTORS {
+        assert!(Instant::now() < deadline, "the reactors were not created");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn client(node: &Node) -> TcpStream {
+    let s = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+fn send(stream: &mut TcpStream, args: &[&str]) {
+    let mut frame = format!("*{}\r\n", args.len());
+    for arg in args {
+        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(frame.as_bytes()).unwrap();
+}
+
+fn line(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed after {got:?}");
+        got.push(byte[0]);
+    }
+    String::from_utf8(got).unwrap()
+}
+
+/// One command, retried while it answers an error (a reactor moving).
+fn command_ok(stream: &mut TcpStream, args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        send(stream, args);
+        let head = line(stream);
+        if !head.starts_with('-') {
+            return head;
+        }
+        assert!(Instant::now() < deadline, "{args:?} kept failing: {head}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// GET's value (`None`: nil), retried while it answers an error.
+fn get(stream: &mut TcpStream, key: &str) -> Option<String> {
+    let head = command_ok(stream, &["GET", key]);
+    if head.starts_with("$-1") {
+        return None;
+    }
+    assert!(head.starts_with('$'), "GET {key}: {head}");
+    Some(line(stream).trim_end().to_owned())
+}
+
+fn metric(node: &Node, name: &str) -> u64 {
+    let (status, body) = node
+        .block_on(admin_get(
+            node.admin_addr(),
+            "/metrics",
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+fn keyspace_reactor() -> NodeReactor {
+    format!("{}", roost_resp::keyspace_reactor(0).unwrap())
+        .parse()
+        .unwrap()
+}
+
+/// The keyspace reactor's readers as `owner` (its valid owner) sees them.
+fn readers(owner: &Node) -> Vec<u32> {
+    let handle = owner.ownership().unwrap();
+    let req = ReqId(handle.next_request_id());
+    let cmd = OwnershipCmd::Describe {
+        key: keyspace_reactor(),
+        req,
+    };
+    match owner.block_on(handle.request(cmd)) {
+        Ok(OwnershipOut::Described {
+            meta: Some(meta), ..
+        }) => meta.o_replicas.readers.iter().map(|n| n.0).collect(),
+        other => panic!("describe answered {other:?}"),
+    }
+}
+
+/// Waits until the owner's reactor has `count` readers.
+fn wait_readers(owner: &Node, count: usize) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = readers(owner);
+        if now.len() == count {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "readers {now:?}, wanted {count}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn admin(node: &Node, path: &str) -> (u16, String) {
+    node.block_on(admin_get(node.admin_addr(), path, Duration::from_secs(5)))
+        .unwrap()
+}
+
+#[test]
+fn a_reader_follows_the_owners_writes_and_takes_over_with_every_acknowledged_one() {
+    let mut nodes = start_cluster();
+    wait_created(&nodes);
+    let mut writer = client(&nodes[0]);
+    // The reactor comes to node 0 with the first write; the replication
+    // degree (3) makes the two others its readers.
+    assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
+    assert_eq!(wait_readers(&nodes[0], 2), vec![1, 2]);
+    let committed_before = metric(&nodes[0], "roost_commit_committed_total");
+    let applied_before = metric(&nodes[1], "roost_commit_follower_applies_total");
+    // Each write is answered after node 1 acknowledged it.
+    for i in 2..=20 {
+        let value = format!("v{i}");
+        assert_eq!(command_ok(&mut writer, &["SET", "k", &value]), "+OK\r\n");
+        assert_eq!(
+            command_ok(&mut writer, &["RPUSH", "list", &value]),
+            format!(":{}\r\n", i - 1)
+        );
+    }
+    assert!(metric(&nodes[0], "roost_commit_committed_total") >= committed_before + 38);
+    assert!(
+        metric(&nodes[1], "roost_commit_follower_applies_total") >= applied_before + 38,
+        "the reader applied the writes"
+    );
+    assert_eq!(metric(&nodes[1], "roost_commit_bad_applies_total"), 0);
+    // The owner leaves; the reader's copy is the reactor now.
+    drop(writer);
+    nodes.remove(0).stop();
+    let mut reader = client(&nodes[0]);
+    assert_eq!(get(&mut reader, "k").as_deref(), Some("v20"));
+    send(&mut reader, &["LLEN", "list"]);
+    assert_eq!(line(&mut reader), ":19\r\n");
+    // And it takes writes on from there.
+    assert_eq!(command_ok(&mut reader, &["SET", "k", "v21"]), "+OK\r\n");
+    let mut other = client(&nodes[1]);
+    assert_eq!(get(&mut other, "k").as_deref(), Some("v21"));
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[test]
+fn a_write_is_not_answered_while_a_reader_cannot_acknowledge_it() {
+    let nodes = start_cluster();
+    wait_created(&nodes);
+    let mut writer = client(&nodes[0]);
+    assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
+    wait_readers(&nodes[0], 2);
+    // Node 0 cannot reach node 1: the R-INV (and its re-sends) are lost.
+    let cut = format!("/chaos?partition={}", 1);
+    let (status, _) = nodes[0]
+        .block_on(admin_get(
+            nodes[0].admin_addr(),
+            &cut,
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(status, 200);
+    send(&mut writer, &["SET", "k", "v2"]);
+    writer
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let early = writer.read(&mut byte);
+    assert!(
+        early.is_err(),
+        "a write was answered before its reader acknowledged it: {early:?}"
+    );
+    // Healed: the re-sent R-INV is acknowledged and the write answered.
+    let (status, _) = nodes[0]
+        .block_on(admin_get(
+            nodes[0].admin_addr(),
+            "/chaos/heal",
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(status, 200);
+    writer
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n") {
+        match writer.read(&mut byte) {
+            Ok(1) => got.push(byte[0]),
+            other => {
+                for n in &nodes {
+                    let (_, m) = n
+                        .block_on(admin_get(
+                            n.admin_addr(),
+                            "/metrics",
+                            Duration::from_secs(5),
+                        ))
+                        .unwrap();
+                    let (_, st) = n
+                        .block_on(admin_get(n.admin_addr(), "/status", Duration::from_secs(5)))
+                        .unwrap();
+                    eprintln!(
+                        "node {} status {st}\n{}",
+                        n.id(),
+                        m.lines()
+                            .filter(|l| l.starts_with("roost_commit")
+                                || l.starts_with("roost_epoch")
+                                || l.contains("drop"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    );
+                }
+                panic!("no reply after heal: {other:?} {got:?}");
+            }
+        }
+    }
+    assert_eq!(got, b"+OK\r\n");
+    let mut reader = client(&nodes[2]);
+    assert_eq!(get(&mut reader, "k").as_deref(), Some("v2"));
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[test]
+fn the_replication_degree_is_kept_and_changes_at_run_time() {
+    let nodes = start_cluster();
+    wait_created(&nodes);
+    let mut writer = client(&nodes[0]);
+    assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
+    assert_eq!(wait_readers(&nodes[0], 2).len(), 2);
+    for (degree, readers) in [(2, 1), (1, 0), (3, 2)] {
+        for node in &nodes {
+            let (status, body) = admin(node, &format!("/replication/degree?degree={degree}"));
+            assert_eq!(status, 200, "{body}");
+        }
+        wait_readers(&nodes[0], readers);
+        // Writes go on, answered once the readers there are acknowledged.
+        let value = format!("d{degree}");
+        assert_eq!(command_ok(&mut writer, &["SET", "k", &value]), "+OK\r\n");
+    }
+    // A degree per reactor type overrides the default.
+    for node in &nodes {
+        let (status, body) = admin(node, "/replication/degree?degree=2&type=keyspace");
+        assert_eq!(status, 200, "{body}");
+    }
+    wait_readers(&nodes[0], 1);
+    // Bad settings are refused with a reason, and change nothing.
+    for bad in ["degree=0", "degree=x", "degree=-1", ""] {
+        let (status, body) = admin(&nodes[0], &format!("/replication/degree?{bad}"));
+        assert_ne!(status, 200, "{bad}: {body}");
+        assert!(body.contains("degree"), "{bad}: {body}");
+    }
+    assert_eq!(readers(&nodes[0]).len(), 1);
+    for node in nodes {
+        node.stop();
+    }
+}

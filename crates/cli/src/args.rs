@@ -10,7 +10,8 @@ use roost_bench::engine::{self, EngineBenchConfig};
 use roost_bench::smartmart::{self, SmartMartBenchConfig};
 
 use crate::{
-    bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, resp, sim, sites,
+    bench_commit, bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, resp,
+    sim, sites,
 };
 
 /// Roost: an in-memory transactional database.
@@ -89,6 +90,10 @@ pub enum Benchmark {
     /// the transport round trip (idle and under load), and the Voter
     /// migration of every reactor from node to node.
     Ownership(bench_ownership::OwnershipBenchArgs),
+    /// Zeus's reliable commit across three nodes: write throughput with
+    /// replication degree 1, 2 and 3, and pipelined against waiting for
+    /// each reliable commit on one reactor.
+    Commit(bench_commit::CommitBenchArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

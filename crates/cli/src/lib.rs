@@ -3,6 +3,7 @@
 //! exit code).
 
 pub mod args;
+pub mod bench_commit;
 pub mod bench_escrow;
 pub mod bench_ownership;
 pub mod bench_resp;

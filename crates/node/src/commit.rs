@@ -42,7 +42,7 @@ use roost_commit::{
     CommitMsg, CommitOut, ObjectState, ObjectStore as CommitObjectStore, ReliableCommit,
     Transaction, TxId, Write, RETRANSMIT_TIMER,
 };
-use roost_ownership::{Access, OwnershipCmd, OwnershipMsg, OwnershipOut, ReqId};
+use roost_ownership::{Access, OState, OwnershipCmd, OwnershipMsg, OwnershipOut, ReqId};
 use roost_reactor::{ExportedReactor, ReactorChanges, ReactorKey, ReplicationError, RowChange};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -90,6 +90,13 @@ pub enum ZeusCmd {
         reactor_type: Option<String>,
         degree: usize,
     },
+    /// Let at most `depth` of this node's transactions be in reliable
+    /// commit at once (1: each waits for the one before; the benchmark's
+    /// baseline against pipelining).
+    SetPipelineDepth {
+        req: ReqId,
+        depth: usize,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -106,8 +113,9 @@ pub enum ZeusOut {
         req: ReqId,
         error: ReplicationError,
     },
-    /// The answer to [`ZeusCmd::SetDegree`].
-    DegreeSet {
+    /// The answer to [`ZeusCmd::SetDegree`] and
+    /// [`ZeusCmd::SetPipelineDepth`].
+    Configured {
         req: ReqId,
         result: Result<(), DegreeError>,
     },
@@ -125,6 +133,9 @@ pub struct Zeus {
     /// The transaction being handed to the protocol (named by its
     /// `Started` output).
     starting: Option<InFlight>,
+    /// Each written reactor's readers in its last valid metadata here (one
+    /// entry per reactor this node wrote as owner).
+    followers_of: HashMap<NodeReactor, Vec<NodeId>>,
     replicas: ReplicaManager,
 }
 
@@ -148,6 +159,7 @@ impl Zeus {
             shared,
             in_flight: BTreeMap::new(),
             starting: None,
+            followers_of: HashMap::new(),
             replicas: ReplicaManager::new(replication),
         })
     }
@@ -214,39 +226,42 @@ impl Zeus {
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
         let reactors: Vec<ReactorKey> = changes.iter().map(|c| c.reactor.clone()).collect();
-        // Every reactor the transaction wrote is still owned here: one with
-        // a numbered, unanswered commit does not leave (`has_pending_commit`
-        // freezes it before it looks). Should one have left, its new owner's
-        // versions go on without these changes: replicating them from here
-        // would give two writes one version, so the outcome is unknown.
-        let (changes, gone): (Vec<ReactorChanges>, Vec<ReactorChanges>) = changes
-            .into_iter()
-            .partition(|c| self.shared.owns(&c.reactor));
-        if !gone.is_empty() {
-            // The freeze in `has_pending_commit` rules this out: a reactor
-            // with a numbered commit does not leave before it is answered.
-            self.shared.commit.count_exported_first(gone.len());
-            tracing::error!(
-                seq,
-                reactors = gone.len(),
-                "a reactor left before its reliable commit started"
-            );
-            debug_assert!(false, "a reactor left before its reliable commit started");
-        }
-        if changes.is_empty() {
-            self.shared.commit.finished(seq, &reactors, false);
-            fx.output(ZeusOut::CommitFailed {
-                req,
-                error: ReplicationError::OutcomeUnknown,
-            });
-            return;
-        }
+        // The transaction wrote reactors this node owned when it committed,
+        // and ownership cannot have moved since: the owner refuses every
+        // ownership request while a numbered commit on the reactor is
+        // unanswered (`has_pending_commit`, which freezes the reactor
+        // before it looks). A refused request still leaves the reactor
+        // Invalid here, its rows exported to the held copy, until the
+        // driver releases it: the commit goes on (the copy gets the same
+        // changes, and is installed back). Its followers are the readers of
+        // the last valid metadata: while an arbitration is pending the
+        // metadata names the request's vector, which may leave out a reader
+        // that still holds the reactor (a remove-reader), so both count.
         let mut followers: Vec<NodeId> = Vec::new();
         let mut writes = Vec::with_capacity(changes.len());
         for change in &changes {
             let node_key = NodeReactor(change.reactor.clone());
-            if let Some(meta) = self.ownership.meta(&node_key) {
-                followers.extend(meta.o_replicas.readers.iter().copied());
+            let meta = self.ownership.meta(&node_key);
+            match meta {
+                Some(meta) if meta.o_state == OState::Valid => {
+                    if meta.o_replicas.owner != Some(ctx.me) {
+                        // Ruled out above; counted, and the readers the
+                        // metadata names still get the changes.
+                        self.shared.commit.count_exported_first(1);
+                        tracing::error!(seq, reactor = %node_key, "a reactor with a pending commit changed owner");
+                    }
+                    let readers: Vec<NodeId> = meta.o_replicas.readers.iter().copied().collect();
+                    followers.extend(readers.iter().copied());
+                    self.followers_of.insert(node_key, readers);
+                }
+                other => {
+                    if let Some(meta) = other {
+                        followers.extend(meta.o_replicas.readers.iter().copied());
+                    }
+                    if let Some(last) = self.followers_of.get(&node_key) {
+                        followers.extend(last.iter().copied());
+                    }
+                }
             }
             let key = reactor_key_bytes(&change.reactor);
             let version = self.commit.store().version(&key).unwrap_or(0) + 1;
@@ -414,7 +429,14 @@ impl Protocol for Zeus {
                 degree,
             }) => {
                 let result = self.set_degree(reactor_type, degree);
-                fx.output(ZeusOut::DegreeSet { req, result });
+                fx.output(ZeusOut::Configured { req, result });
+            }
+            Input::Command(ZeusCmd::SetPipelineDepth { req, depth }) => {
+                self.shared.commit.set_pipeline_depth(depth);
+                fx.output(ZeusOut::Configured {
+                    req,
+                    result: Ok(()),
+                });
             }
             Input::Timer(timer) => self.drive_ownership(ctx, Input::Timer(timer), fx),
             Input::ViewChange => {
@@ -443,6 +465,24 @@ impl Served for Zeus {
         query: &BTreeMap<String, String>,
         request: RequestId,
     ) -> Option<Result<ZeusCmd, String>> {
+        if path == "/commit/pipeline" {
+            return Some((|| {
+                let text = query
+                    .get("depth")
+                    .ok_or("pipeline needs depth=<transactions>")?;
+                let depth: usize = text
+                    .parse()
+                    .ok()
+                    .filter(|d| (1..=MAX_COMMITS_IN_FLIGHT).contains(d))
+                    .ok_or_else(|| {
+                        format!("depth must be 1 to {MAX_COMMITS_IN_FLIGHT}, not {text:?}")
+                    })?;
+                Ok(ZeusCmd::SetPipelineDepth {
+                    req: ReqId(request),
+                    depth,
+                })
+            })());
+        }
         if path == "/replication/degree" {
             return Some((|| {
                 let text = query.get("degree").ok_or("degree needs degree=<copies>")?;
@@ -465,7 +505,9 @@ impl Served for Zeus {
     fn request_id(cmd: &ZeusCmd) -> RequestId {
         match cmd {
             ZeusCmd::Ownership(cmd) => NodeOwnership::request_id(cmd),
-            ZeusCmd::Commit { req, .. } | ZeusCmd::SetDegree { req, .. } => req.0,
+            ZeusCmd::Commit { req, .. }
+            | ZeusCmd::SetDegree { req, .. }
+            | ZeusCmd::SetPipelineDepth { req, .. } => req.0,
         }
     }
 
@@ -474,7 +516,7 @@ impl Served for Zeus {
             ZeusOut::Ownership(out) => NodeOwnership::answers(out),
             ZeusOut::Committed { req, .. }
             | ZeusOut::CommitFailed { req, .. }
-            | ZeusOut::DegreeSet { req, .. } => Some(req.0),
+            | ZeusOut::Configured { req, .. } => Some(req.0),
         }
     }
 
@@ -487,8 +529,8 @@ impl Served for Zeus {
             ZeusOut::CommitFailed { req, error } => {
                 json!({"commit_failed": {"req": req.0, "error": error.to_string()}})
             }
-            ZeusOut::DegreeSet { req, result } => match result {
-                Ok(()) => json!({"degree_set": {"req": req.0}}),
+            ZeusOut::Configured { req, result } => match result {
+                Ok(()) => json!({"configured": {"req": req.0}}),
                 Err(error) => json!({"error": error.to_string()}),
             },
         }
@@ -578,8 +620,11 @@ impl CommitObjectStore for CommitStore {
         let node_key = NodeReactor(reactor.clone());
         let mut held = self.shared.held.lock().expect("held lock");
         let Some(copy) = held.get_mut(&node_key) else {
-            self.shared.commit.count_bad_apply();
-            tracing::error!(%reactor, "an R-INV for a reactor this follower holds no copy of");
+            // Named a follower by an owner whose metadata is behind (a
+            // restarted node, or a reader whose add-reader was refused):
+            // there is no copy to keep current here.
+            self.shared.commit.count_without_copy();
+            tracing::debug!(%reactor, "an R-INV for a reactor this follower holds no copy of");
             return;
         };
         let applied = ExportedReactor::decode(&copy.rows).and_then(|exported| {
@@ -632,6 +677,9 @@ pub(crate) struct CommitShared {
     intake_ready: tokio::sync::Notify,
     /// A released transaction was answered (room in the pipeline).
     room: tokio::sync::Notify,
+    /// Transactions in reliable commit at once, at most (0: the default,
+    /// [`MAX_COMMITS_IN_FLIGHT`]).
+    pipeline_depth: std::sync::atomic::AtomicUsize,
     /// Every intake number up to this one is reliably committed or
     /// aborted (the read barrier's fast path).
     durable_upto: AtomicU64,
@@ -649,6 +697,7 @@ struct CommitCounters {
     bad_applies: AtomicU64,
     exported_first: AtomicU64,
     bad_asks: AtomicU64,
+    without_copy: AtomicU64,
 }
 
 /// Orders the numbered commits: they arrive from every executor in any
@@ -775,6 +824,10 @@ impl CommitShared {
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn count_without_copy(&self) {
+        self.counters.without_copy.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn count_bad_ask(&self) {
         self.counters.bad_asks.fetch_add(1, Ordering::Relaxed);
     }
@@ -879,6 +932,19 @@ impl CommitShared {
         self.room.notify_one();
     }
 
+    fn set_pipeline_depth(&self, depth: usize) {
+        debug_assert!((1..=MAX_COMMITS_IN_FLIGHT).contains(&depth));
+        self.pipeline_depth.store(depth, Ordering::Relaxed);
+        self.room.notify_one();
+    }
+
+    fn pipeline_depth(&self) -> usize {
+        match self.pipeline_depth.load(Ordering::Relaxed) {
+            0 => MAX_COMMITS_IN_FLIGHT,
+            depth => depth.min(MAX_COMMITS_IN_FLIGHT),
+        }
+    }
+
     /// Released to the driver and not answered yet.
     fn in_flight(&self) -> usize {
         self.intake.lock().expect("intake lock").submitted.len()
@@ -946,9 +1012,14 @@ impl CommitShared {
                 c.applied.load(Ordering::Relaxed),
             ),
             (
-                "roost_commit_exported_first_total",
-                "Reactor writes that left with an export before their reliable commit started.",
+                "roost_commit_owner_changed_first_total",
+                "Reactor writes whose reactor changed owner before their reliable commit started (never expected).",
                 c.exported_first.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_commit_follower_without_copy_total",
+                "R-INV writes for reactors this node holds no copy of (its owner's metadata was behind).",
+                c.without_copy.load(Ordering::Relaxed),
             ),
             (
                 "roost_replication_bad_asks_total",
@@ -1036,7 +1107,7 @@ pub(crate) async fn forward_intake(shared: Arc<Shared>, handle: ProtocolHandle<Z
                 shared.commit.released(seq, false);
                 continue;
             };
-            while shared.commit.in_flight() >= MAX_COMMITS_IN_FLIGHT {
+            while shared.commit.in_flight() >= shared.commit.pipeline_depth() {
                 shared.commit.room.notified().await;
             }
             let Arrived { changes, reply } = arrived;

@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use roost_cluster::runtime::{Answer, ProtocolHandle, RequestError, RequestId, Served};
+use roost_cluster::runtime::{ProtocolHandle, RequestError, RequestId, Served};
 use roost_cluster::{Context, Effects, Input, NodeId, Protocol};
 use roost_commit::{
     CommitMsg, CommitOut, ObjectState, ObjectStore as CommitObjectStore, ReliableCommit,
@@ -76,12 +76,16 @@ pub enum ZeusMsg {
 #[derive(Debug, Clone)]
 pub enum ZeusCmd {
     Ownership(OwnershipCmd<NodeReactor>),
-    /// Reliably commit a transaction the database committed here, with
-    /// its intake number `seq`.
+    /// Reliably commit transactions the database committed here: a group
+    /// of consecutive intake numbers up to `seq` (its last), their changes
+    /// merged per reactor in number order.
     Commit {
         req: ReqId,
         seq: u64,
         changes: Vec<ReactorChanges>,
+        /// Every member transaction's reactors (one per member that wrote
+        /// it): what the pending-commit counts give back when answered.
+        members: Vec<ReactorKey>,
     },
     /// Set the replication degree of reactors of `reactor_type` (`None`:
     /// the default) on this node's owned reactors.
@@ -223,9 +227,10 @@ impl Zeus {
         req: ReqId,
         seq: u64,
         changes: Vec<ReactorChanges>,
+        reactors: Vec<ReactorKey>,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
-        let reactors: Vec<ReactorKey> = changes.iter().map(|c| c.reactor.clone()).collect();
+        debug_assert!(changes.iter().all(|c| reactors.contains(&c.reactor)));
         // The transaction wrote reactors this node owned when it committed,
         // and ownership cannot have moved since: the owner refuses every
         // ownership request while a numbered commit on the reactor is
@@ -449,9 +454,12 @@ impl Protocol for Zeus {
             Input::Command(ZeusCmd::Ownership(cmd)) => {
                 self.drive_ownership(ctx, Input::Command(cmd), fx)
             }
-            Input::Command(ZeusCmd::Commit { req, seq, changes }) => {
-                self.start_commit(ctx, req, seq, changes, fx)
-            }
+            Input::Command(ZeusCmd::Commit {
+                req,
+                seq,
+                changes,
+                members,
+            }) => self.start_commit(ctx, req, seq, changes, members, fx),
         }
         self.shared.commit.set_recovering(self.commit.recovering());
         self.replicas.arm(ctx, fx);
@@ -707,8 +715,9 @@ pub(crate) struct Intake {
     /// The next number to release.
     next: u64,
     arrived: BTreeMap<u64, Option<Arrived>>,
-    /// Released to the driver and not answered yet, in order.
-    submitted: VecDeque<u64>,
+    /// Groups released to the driver and not answered yet, in order: their
+    /// first and last numbers.
+    submitted: VecDeque<(u64, u64)>,
     /// Every number up to this one was released.
     released_upto: u64,
     /// Read-only transactions waiting for `durable_upto` to reach a number.
@@ -717,7 +726,7 @@ pub(crate) struct Intake {
 
 pub(crate) struct Arrived {
     changes: Vec<ReactorChanges>,
-    reply: tokio::sync::oneshot::Sender<Result<Answer<Zeus>, ReplicationError>>,
+    reply: tokio::sync::oneshot::Sender<Result<(), ReplicationError>>,
 }
 
 impl CommitShared {
@@ -884,14 +893,14 @@ impl CommitShared {
         ready
     }
 
-    /// `seq` leaves the intake: aborted (`submitted == false`) or handed to
-    /// the driver.
-    fn released(&self, seq: u64, submitted: bool) {
+    /// Numbers `first..=last` leave the intake: aborted ones only
+    /// (`submitted == false`), or a group handed to the driver.
+    fn released(&self, first: u64, last: u64, submitted: bool) {
         let mut intake = self.intake.lock().expect("intake lock");
-        debug_assert!(seq > intake.released_upto);
-        intake.released_upto = seq;
+        debug_assert!(first == intake.released_upto + 1 && last >= first);
+        intake.released_upto = last;
         if submitted {
-            intake.submitted.push_back(seq);
+            intake.submitted.push_back((first, last));
         }
         self.advance(&mut intake);
     }
@@ -918,7 +927,7 @@ impl CommitShared {
         let mut intake = self.intake.lock().expect("intake lock");
         // The driver answers in pipeline order; a command the runtime
         // turned away (busy) is taken out wherever it is.
-        match intake.submitted.iter().position(|s| *s == seq) {
+        match intake.submitted.iter().position(|s| s.1 == seq) {
             Some(0) => {
                 intake.submitted.pop_front();
             }
@@ -954,7 +963,7 @@ impl CommitShared {
         let durable = intake
             .submitted
             .front()
-            .map_or(intake.released_upto, |s| s - 1);
+            .map_or(intake.released_upto, |s| s.0 - 1);
         self.durable_upto.store(durable, Ordering::Release);
         while let Some(entry) = intake.barriers.first_entry() {
             if *entry.key() > durable {
@@ -1046,27 +1055,9 @@ pub(crate) fn replication_of(
     seq: u64,
     changes: Vec<ReactorChanges>,
 ) -> roost_reactor::Replication {
-    let reactors: Vec<ReactorKey> = changes.iter().map(|c| c.reactor.clone()).collect();
     let (arrived, rx) = Arrived::new(changes);
     shared.commit.arrive(seq, Some(arrived));
-    let shared = Arc::clone(shared);
-    Box::pin(async move {
-        let answer = rx.await.map_err(|_| ReplicationError::Shutdown)??;
-        match answer.wait().await {
-            Ok(ZeusOut::Committed { .. }) => Ok(()),
-            Ok(ZeusOut::CommitFailed { error, .. }) => Err(error),
-            Ok(other) => {
-                tracing::error!(?other, "a commit answered by another output");
-                Err(ReplicationError::OutcomeUnknown)
-            }
-            Err(RequestError::Busy) => {
-                // Turned away before the protocol saw it: nothing was sent.
-                shared.commit.finished(seq, &reactors, false);
-                Err(ReplicationError::Refused)
-            }
-            Err(RequestError::Stopped) => Err(ReplicationError::Shutdown),
-        }
-    })
+    Box::pin(async move { rx.await.map_err(|_| ReplicationError::Shutdown)? })
 }
 
 /// What a read-only transaction's caller waits for (`None`: nothing).
@@ -1085,44 +1076,151 @@ impl Arrived {
         changes: Vec<ReactorChanges>,
     ) -> (
         Arrived,
-        tokio::sync::oneshot::Receiver<Result<Answer<Zeus>, ReplicationError>>,
+        tokio::sync::oneshot::Receiver<Result<(), ReplicationError>>,
     ) {
         let (reply, rx) = tokio::sync::oneshot::channel();
         (Arrived { changes, reply }, rx)
     }
 }
 
+/// A group of consecutive transactions committed reliably as one: the
+/// followers apply it at once, so they only ever hold a prefix of the
+/// node's serial order (the seed's pipelining, with many transactions per
+/// R-INV). A pipeline depth of 1 (the benchmark's baseline) forms no groups.
+struct Group {
+    first: u64,
+    last: u64,
+    changes: BTreeMap<ReactorKey, Vec<RowChange>>,
+    /// Every member's reactors (a reactor once per member that wrote it).
+    reactors: Vec<ReactorKey>,
+    replies: Vec<tokio::sync::oneshot::Sender<Result<(), ReplicationError>>>,
+}
+
+impl Group {
+    fn new(first: u64) -> Group {
+        Group {
+            first,
+            last: first - 1,
+            changes: BTreeMap::new(),
+            reactors: Vec::new(),
+            replies: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, seq: u64, arrived: Option<Arrived>) {
+        debug_assert_eq!(seq, self.last + 1, "consecutive numbers");
+        self.last = seq;
+        let Some(Arrived { changes, reply }) = arrived else {
+            return;
+        };
+        for change in changes {
+            self.reactors.push(change.reactor.clone());
+            self.changes
+                .entry(change.reactor)
+                .or_default()
+                .extend(change.rows);
+        }
+        self.replies.push(reply);
+    }
+
+    /// The merged changes: per reactor, the last change of each row.
+    fn changes(&mut self) -> Vec<ReactorChanges> {
+        std::mem::take(&mut self.changes)
+            .into_iter()
+            .map(|(reactor, rows)| {
+                let mut seen = std::collections::HashSet::new();
+                let mut last: Vec<RowChange> = rows
+                    .into_iter()
+                    .rev()
+                    .filter(|r| seen.insert((r.relation.clone(), r.key.clone())))
+                    .collect();
+                last.reverse();
+                ReactorChanges {
+                    reactor,
+                    rows: last,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Transactions one group holds at most.
+pub const MAX_GROUP: usize = 256;
+
 /// Moves released transactions from the intake to the driver, in number
-/// order, without waiting for their answers (pipelining). Runs on the
-/// node's runtime until the driver stops.
+/// order and in groups, without waiting for their answers (pipelining).
+/// Runs on the node's runtime until the driver stops.
 pub(crate) async fn forward_intake(shared: Arc<Shared>, handle: ProtocolHandle<Zeus>) {
+    let mut ready: VecDeque<(u64, Option<Arrived>)> = VecDeque::new();
     loop {
-        let ready = shared.commit.take_ready();
+        if ready.is_empty() {
+            ready.extend(shared.commit.take_ready());
+        }
         if ready.is_empty() {
             shared.commit.intake_ready.notified().await;
             continue;
         }
-        for (seq, arrived) in ready {
-            let Some(arrived) = arrived else {
-                shared.commit.released(seq, false);
-                continue;
-            };
-            while shared.commit.in_flight() >= shared.commit.pipeline_depth() {
-                shared.commit.room.notified().await;
-            }
-            let Arrived { changes, reply } = arrived;
-            let reactors: Vec<ReactorKey> = changes.iter().map(|c| c.reactor.clone()).collect();
-            shared.commit.released(seq, true);
-            let req = ReqId(handle.next_request_id());
-            match handle.submit(ZeusCmd::Commit { req, seq, changes }).await {
-                Ok(answer) => {
-                    let _ = reply.send(Ok(answer));
-                }
-                Err(_) => {
-                    shared.commit.finished(seq, &reactors, false);
-                    let _ = reply.send(Err(ReplicationError::Shutdown));
-                }
-            }
+        while shared.commit.in_flight() >= shared.commit.pipeline_depth() {
+            shared.commit.room.notified().await;
         }
+        // What has arrived since joins the group too.
+        ready.extend(shared.commit.take_ready());
+        let max_members = if shared.commit.pipeline_depth() == 1 {
+            1
+        } else {
+            MAX_GROUP
+        };
+        let mut group = Group::new(ready.front().map_or(1, |r| r.0));
+        while let Some((seq, arrived)) = ready.pop_front() {
+            let member = arrived.is_some();
+            if member && group.replies.len() == max_members {
+                ready.push_front((seq, arrived));
+                break;
+            }
+            group.add(seq, arrived);
+        }
+        if group.replies.is_empty() {
+            shared.commit.released(group.first, group.last, false);
+            continue;
+        }
+        let (first, last) = (group.first, group.last);
+        let changes = group.changes();
+        let reactors = group.reactors;
+        shared.commit.released(first, last, true);
+        let req = ReqId(handle.next_request_id());
+        let submitted = handle
+            .submit(ZeusCmd::Commit {
+                req,
+                seq: last,
+                changes,
+                members: reactors.clone(),
+            })
+            .await;
+        let replies = group.replies;
+        let shared = Arc::clone(&shared);
+        let answer = async move {
+            let outcome = match submitted {
+                Ok(answer) => answer.wait().await,
+                Err(error) => Err(error),
+            };
+            let result = match outcome {
+                Ok(ZeusOut::Committed { .. }) => Ok(()),
+                Ok(ZeusOut::CommitFailed { error, .. }) => Err(error),
+                Ok(other) => {
+                    tracing::error!(?other, "a commit answered by another output");
+                    Err(ReplicationError::OutcomeUnknown)
+                }
+                Err(RequestError::Busy) => {
+                    // Turned away before the protocol saw it: nothing sent.
+                    shared.commit.finished(last, &reactors, false);
+                    Err(ReplicationError::Refused)
+                }
+                Err(RequestError::Stopped) => Err(ReplicationError::Shutdown),
+            };
+            for reply in replies {
+                let _ = reply.send(result);
+            }
+        };
+        tokio::spawn(answer);
     }
 }

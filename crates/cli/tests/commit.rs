@@ -101,8 +101,12 @@ fn owner_and_readers(cluster: &LocalCluster, reactor: &str) -> Option<(u32, BTre
 
 /// Every counter's reactor has an owner and two readers.
 fn replicated(cluster: &LocalCluster) -> bool {
-    keys()
-        .iter()
+    replicated_keys(cluster, &keys())
+}
+
+/// Every reactor of `keys` has an owner and two readers.
+fn replicated_keys(cluster: &LocalCluster, keys: &[String]) -> bool {
+    keys.iter()
         .map(|k| reactor_of(k))
         .collect::<BTreeSet<_>>()
         .iter()
@@ -412,4 +416,171 @@ fn an_owner_that_answers_before_its_reliable_commit_loses_an_acknowledged_write_
     let loss = owner_dies_after_an_increment_its_readers_never_got(true)
         .expect_err("the planted early answer loses an acknowledged increment");
     assert!(loss.contains("acknowledged increments lost"), "{loss}");
+}
+
+const ACCOUNTS: usize = 8;
+const INITIAL_BALANCE: i64 = 1_000;
+
+fn accounts() -> Vec<String> {
+    (0..ACCOUNTS).map(|i| format!("account-{i}")).collect()
+}
+
+/// One transfer as MULTI/DECRBY/INCRBY/EXEC: `Ok(true)` committed,
+/// `Ok(false)` an error answer (outcome unknown), `Err` no answer.
+fn transfer(client: &mut Client, from: &str, to: &str, amount: i64) -> std::io::Result<bool> {
+    let amount = amount.to_string();
+    let mut frame = String::new();
+    for args in [
+        vec!["MULTI"],
+        vec!["DECRBY", from, &amount],
+        vec!["INCRBY", to, &amount],
+        vec!["EXEC"],
+    ] {
+        frame.push_str(&format!("*{}\r\n", args.len()));
+        for arg in args {
+            frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+    }
+    client.stream.write_all(frame.as_bytes())?;
+    let mut ok = true;
+    for _ in 0..3 {
+        // +OK, +QUEUED, +QUEUED (or errors).
+        ok &= client.line()?.starts_with('+');
+    }
+    let head = client.line()?;
+    if let Some(n) = head.strip_prefix('*') {
+        for _ in 0..n.parse::<usize>().unwrap_or(0) {
+            client.line()?;
+        }
+        return Ok(ok && n == "2");
+    }
+    Ok(false)
+}
+
+fn bank_client(
+    addrs: Vec<SocketAddr>,
+    home: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let accounts = accounts();
+        let (mut committed, mut unknown) = (0, 0);
+        let mut x = seed | 1;
+        let mut conn: Option<Client> = None;
+        let mut next_node = home;
+        while !stop.load(Ordering::Relaxed) {
+            let Some(c) = conn.as_mut() else {
+                let addr = addrs[next_node % addrs.len()];
+                next_node += 1;
+                conn = Client::connect(addr, Duration::from_secs(10)).ok();
+                if conn.is_none() {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                continue;
+            };
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let from = (x % ACCOUNTS as u64) as usize;
+            let to = (from + 1 + (x >> 8) as usize % (ACCOUNTS - 1)) % ACCOUNTS;
+            match transfer(c, &accounts[from], &accounts[to], (x >> 20) as i64 % 50 + 1) {
+                Ok(true) => committed += 1,
+                Ok(false) => unknown += 1,
+                Err(_) => {
+                    unknown += 1;
+                    conn = None;
+                    next_node = home;
+                }
+            }
+        }
+        (committed, unknown)
+    })
+}
+
+/// Transfers between accounts in different reactors (MULTI/EXEC, one
+/// transaction over two reactors, replicated as one) while owners are
+/// SIGKILLed: the total never changes, on any node.
+#[test]
+fn bank_transfers_keep_the_total_while_owners_are_sigkilled() {
+    let mut cluster = start("bank", &[]);
+    wait_for(
+        "the reactors to be created",
+        Duration::from_secs(60),
+        || {
+            (0..NODES)
+                .map(|n| owned_total(&cluster, n))
+                .sum::<Option<u64>>()
+                == Some(REACTORS as u64)
+        },
+    );
+    let mut setup =
+        Client::connect(cluster.resp_addr(0).unwrap(), Duration::from_secs(30)).unwrap();
+    for account in accounts() {
+        wait_for("an account opened", Duration::from_secs(30), || {
+            setup
+                .send(&["SET", &account, &INITIAL_BALANCE.to_string()])
+                .is_ok_and(|r| r == "+OK")
+        });
+    }
+    wait_for(
+        "every account on three nodes",
+        Duration::from_secs(60),
+        || replicated_keys(&cluster, &accounts()),
+    );
+    let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..NODES as usize)
+        .map(|home| bank_client(addrs.clone(), home, 77 + home as u64, Arc::clone(&stop)))
+        .collect();
+    for round in 0..2 {
+        std::thread::sleep(Duration::from_secs(2));
+        let victim = (round + 1) % NODES;
+        cluster.kill(victim).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        cluster.start_node(victim).unwrap();
+        wait_for(
+            "the restarted node to answer",
+            Duration::from_secs(30),
+            || owned_total(&cluster, victim).is_some(),
+        );
+        wait_for("three copies again", Duration::from_secs(60), || {
+            replicated_keys(&cluster, &accounts())
+        });
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let (mut committed, mut unknown) = (0, 0);
+    for c in clients {
+        let (k, u) = c.join().expect("a bank client");
+        committed += k;
+        unknown += u;
+    }
+    assert!(committed > 100, "few transfers went through: {committed}");
+    for node in 0..NODES {
+        let mut reader =
+            Client::connect(cluster.resp_addr(node).unwrap(), Duration::from_secs(30)).unwrap();
+        let mut total = 0;
+        for account in accounts() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            total += loop {
+                match reader.get(&account) {
+                    Ok(v) => break v,
+                    Err(e) => {
+                        assert!(
+                            Instant::now() < deadline,
+                            "GET {account} on node {node}: {e}"
+                        );
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            };
+        }
+        assert_eq!(
+            total,
+            INITIAL_BALANCE * ACCOUNTS as i64,
+            "the total read on node {node} ({committed} transfers committed, {unknown} unknown)"
+        );
+    }
+    eprintln!("{committed} transfers committed, {unknown} unknown, total conserved on every node");
 }

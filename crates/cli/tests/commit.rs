@@ -9,8 +9,8 @@
 //! same check says so.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use roost_cluster::local_cluster::{admin_request, LocalCluster, LocalClusterConfig};
 use serde_json::Value;
+
+mod resp_client;
+
+use resp_client::{frame, Client};
 
 const NODES: u32 = 3;
 /// The keyspace's reactors (`roost node`'s default).
@@ -113,62 +117,6 @@ fn replicated_keys(cluster: &LocalCluster, keys: &[String]) -> bool {
         .all(|r| owner_and_readers(cluster, r).is_some_and(|(_, readers)| readers.len() == 2))
 }
 
-/// A RESP connection with just enough of the protocol for INCR and GET.
-struct Client {
-    reader: BufReader<TcpStream>,
-    stream: TcpStream,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(timeout))?;
-        Ok(Client {
-            reader: BufReader::new(stream.try_clone()?),
-            stream,
-        })
-    }
-
-    fn line(&mut self) -> std::io::Result<String> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(line.trim_end().to_owned())
-    }
-
-    fn send(&mut self, args: &[&str]) -> std::io::Result<String> {
-        let mut frame = format!("*{}\r\n", args.len());
-        for arg in args {
-            frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        self.stream.write_all(frame.as_bytes())?;
-        self.line()
-    }
-
-    /// `Ok(Some(n))`: acknowledged; `Ok(None)`: an error answer (the
-    /// outcome is unknown: the reliable commit may have failed after the
-    /// local commit); `Err`: no answer.
-    fn incr(&mut self, key: &str) -> std::io::Result<Option<i64>> {
-        let reply = self.send(&["INCR", key])?;
-        Ok(reply
-            .strip_prefix(':')
-            .map(|n| n.parse().expect("an integer")))
-    }
-
-    fn get(&mut self, key: &str) -> std::io::Result<i64> {
-        let head = self.send(&["GET", key])?;
-        if head == "$-1" {
-            return Ok(0);
-        }
-        if head.starts_with('-') {
-            return Err(std::io::Error::other(head));
-        }
-        assert!(head.starts_with('$'), "GET {key}: {head}");
-        Ok(self.line()?.parse().expect("an integer"))
-    }
-}
-
 /// What the clients saw, per key.
 #[derive(Default, Debug)]
 struct Tally {
@@ -252,7 +200,7 @@ fn check_no_loss(cluster: &LocalCluster, nodes: &[u32], tally: &Tally) -> Result
             let deadline = Instant::now() + Duration::from_secs(30);
             let got = loop {
                 match reader.get(&key) {
-                    Ok(value) => break value,
+                    Ok(value) => break value.unwrap_or(0),
                     Err(e) => {
                         if Instant::now() >= deadline {
                             return Err(format!("GET {key} on node {node} kept failing: {e}"));
@@ -429,19 +377,16 @@ fn accounts() -> Vec<String> {
 /// `Ok(false)` an error answer (outcome unknown), `Err` no answer.
 fn transfer(client: &mut Client, from: &str, to: &str, amount: i64) -> std::io::Result<bool> {
     let amount = amount.to_string();
-    let mut frame = String::new();
+    let mut batch = Vec::new();
     for args in [
         vec!["MULTI"],
         vec!["DECRBY", from, &amount],
         vec!["INCRBY", to, &amount],
         vec!["EXEC"],
     ] {
-        frame.push_str(&format!("*{}\r\n", args.len()));
-        for arg in args {
-            frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
+        batch.extend(frame(&args));
     }
-    client.stream.write_all(frame.as_bytes())?;
+    client.stream.write_all(&batch)?;
     let mut ok = true;
     for _ in 0..3 {
         // +OK, +QUEUED, +QUEUED (or errors).
@@ -565,7 +510,7 @@ fn bank_transfers_keep_the_total_while_owners_are_sigkilled() {
             let deadline = Instant::now() + Duration::from_secs(30);
             total += loop {
                 match reader.get(&account) {
-                    Ok(v) => break v,
+                    Ok(v) => break v.unwrap_or(0),
                     Err(e) => {
                         assert!(
                             Instant::now() < deadline,

@@ -6,8 +6,7 @@
 //! equals the number of increments its clients saw acknowledged.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +15,10 @@ use std::time::{Duration, Instant};
 
 use roost_cluster::local_cluster::{admin_request, LocalCluster, LocalClusterConfig};
 use serde_json::Value;
+
+mod resp_client;
+
+use resp_client::Client;
 
 const NODES: u32 = 3;
 /// The keyspace's reactors (`roost node`'s default).
@@ -117,62 +120,6 @@ fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// A RESP connection with just enough of the protocol for INCR and GET.
-struct Client {
-    reader: BufReader<TcpStream>,
-    stream: TcpStream,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> std::io::Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-        Ok(Client {
-            reader: BufReader::new(stream.try_clone()?),
-            stream,
-        })
-    }
-
-    fn line(&mut self) -> std::io::Result<String> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        Ok(line.trim_end().to_owned())
-    }
-
-    fn send(&mut self, args: &[&str]) -> std::io::Result<String> {
-        let mut frame = format!("*{}\r\n", args.len());
-        for arg in args {
-            frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        self.stream.write_all(frame.as_bytes())?;
-        self.line()
-    }
-
-    /// `Ok(Some(n))`: acknowledged; `Ok(None)`: refused (nothing changed).
-    fn incr(&mut self, key: &str) -> std::io::Result<Option<i64>> {
-        let reply = self.send(&["INCR", key])?;
-        Ok(reply
-            .strip_prefix(':')
-            .map(|n| n.parse().expect("an integer")))
-    }
-
-    fn get(&mut self, key: &str) -> std::io::Result<Option<i64>> {
-        let head = self.send(&["GET", key])?;
-        if head == "$-1" {
-            return Ok(None);
-        }
-        if head.starts_with('-') {
-            // A refused read (the reactor moved away while it ran, its
-            // retries ran out): it changed nothing; the caller asks again.
-            return Err(std::io::Error::other(head));
-        }
-        assert!(head.starts_with('$'), "GET {key}: {head}");
-        Ok(Some(self.line()?.parse().expect("an integer")))
-    }
-}
-
 /// What one client saw.
 #[derive(Default, Debug)]
 struct Tally {
@@ -188,7 +135,7 @@ fn client(addr: SocketAddr, seed: u64, stop: Arc<AtomicBool>) -> JoinHandle<Tall
     std::thread::spawn(move || {
         let keys = keys();
         let mut tally = Tally::default();
-        let mut client = Client::connect(addr).expect("connect to a live node");
+        let mut client = Client::connect(addr, CLIENT_TIMEOUT).expect("connect to a live node");
         let mut x = seed | 1;
         while !stop.load(Ordering::Relaxed) {
             x ^= x << 13;
@@ -278,7 +225,7 @@ fn reactors_keep_moving_between_three_processes_through_a_non_owners_sigkill() {
 
     // The victim's clients have stopped; the others take every counter
     // reactor from it, so it owns none of them when it dies.
-    let mut survivor = Client::connect(cluster.resp_addr(0).unwrap()).unwrap();
+    let mut survivor = Client::connect(cluster.resp_addr(0).unwrap(), CLIENT_TIMEOUT).unwrap();
     for key in keys() {
         wait_for("an acknowledged increment", Duration::from_secs(30), || {
             survivor.incr(&key).unwrap().is_some()
@@ -318,7 +265,7 @@ fn reactors_keep_moving_between_three_processes_through_a_non_owners_sigkill() {
 
     // Every counter equals its acknowledged increments, read on every node.
     for node in 0..NODES {
-        let mut reader = Client::connect(cluster.resp_addr(node).unwrap()).unwrap();
+        let mut reader = Client::connect(cluster.resp_addr(node).unwrap(), CLIENT_TIMEOUT).unwrap();
         for key in keys() {
             let expected = total.acked.get(&key).copied().unwrap_or(0) as i64;
             let deadline = Instant::now() + Duration::from_secs(30);

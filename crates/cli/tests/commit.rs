@@ -141,23 +141,25 @@ impl Tally {
     }
 }
 
-/// A client incrementing random counters on `home` (another live node
-/// while it is down) until `stop`.
-fn client(
-    cluster_addrs: Vec<SocketAddr>,
+/// Runs `op` with a pseudo-random number until `stop`, on a connection to
+/// node `home` (to the next live node while it is down; back home after a
+/// broken connection). `op` answers `Ok(true)` acknowledged, `Ok(false)` an
+/// error answer, `Err` no answer (the connection is dropped).
+fn drive<T: Send + 'static>(
+    addrs: Vec<SocketAddr>,
     home: usize,
     seed: u64,
     stop: Arc<AtomicBool>,
-) -> JoinHandle<Tally> {
+    mut state: T,
+    mut op: impl FnMut(&mut T, &mut Client, u64) -> std::io::Result<bool> + Send + 'static,
+) -> JoinHandle<T> {
     std::thread::spawn(move || {
-        let keys = keys();
-        let mut tally = Tally::default();
         let mut x = seed | 1;
         let mut conn: Option<Client> = None;
         let mut next_node = home;
         while !stop.load(Ordering::Relaxed) {
             let Some(c) = conn.as_mut() else {
-                let addr = cluster_addrs[next_node % cluster_addrs.len()];
+                let addr = addrs[next_node % addrs.len()];
                 next_node += 1;
                 conn = Client::connect(addr, Duration::from_secs(10)).ok();
                 if conn.is_none() {
@@ -168,22 +170,45 @@ fn client(
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let key = &keys[(x % KEYS as u64) as usize];
-            match c.incr(key) {
-                Ok(Some(_)) => *tally.acked.entry(key.clone()).or_insert(0) += 1,
-                Ok(None) => {
-                    *tally.unknown.entry(key.clone()).or_insert(0) += 1;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
+            match op(&mut state, c, x) {
+                Ok(true) => {}
+                Ok(false) => std::thread::sleep(Duration::from_millis(5)),
                 Err(_) => {
-                    *tally.unknown.entry(key.clone()).or_insert(0) += 1;
                     conn = None;
                     next_node = home;
                 }
             }
         }
-        tally
+        state
     })
+}
+
+/// A client incrementing random counters (see [`drive`]).
+fn client(
+    addrs: Vec<SocketAddr>,
+    home: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<Tally> {
+    let keys = keys();
+    drive(
+        addrs,
+        home,
+        seed,
+        stop,
+        Tally::default(),
+        move |tally, c, x| {
+            let key = &keys[(x % KEYS as u64) as usize];
+            let outcome = c.incr(key);
+            let counts = if matches!(outcome, Ok(Some(_))) {
+                &mut tally.acked
+            } else {
+                &mut tally.unknown
+            };
+            *counts.entry(key.clone()).or_insert(0) += 1;
+            outcome.map(|n| n.is_some())
+        },
+    )
 }
 
 /// Reads every counter on every node and checks it against what the
@@ -402,45 +427,33 @@ fn transfer(client: &mut Client, from: &str, to: &str, amount: i64) -> std::io::
     Ok(false)
 }
 
+/// A client transferring between random accounts (see [`drive`]):
+/// transfers committed and unknown.
 fn bank_client(
     addrs: Vec<SocketAddr>,
     home: usize,
     seed: u64,
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<(u64, u64)> {
-    std::thread::spawn(move || {
-        let accounts = accounts();
-        let (mut committed, mut unknown) = (0, 0);
-        let mut x = seed | 1;
-        let mut conn: Option<Client> = None;
-        let mut next_node = home;
-        while !stop.load(Ordering::Relaxed) {
-            let Some(c) = conn.as_mut() else {
-                let addr = addrs[next_node % addrs.len()];
-                next_node += 1;
-                conn = Client::connect(addr, Duration::from_secs(10)).ok();
-                if conn.is_none() {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                continue;
-            };
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+    let accounts = accounts();
+    drive(
+        addrs,
+        home,
+        seed,
+        stop,
+        (0, 0),
+        move |(committed, unknown), c, x| {
             let from = (x % ACCOUNTS as u64) as usize;
             let to = (from + 1 + (x >> 8) as usize % (ACCOUNTS - 1)) % ACCOUNTS;
-            match transfer(c, &accounts[from], &accounts[to], (x >> 20) as i64 % 50 + 1) {
-                Ok(true) => committed += 1,
-                Ok(false) => unknown += 1,
-                Err(_) => {
-                    unknown += 1;
-                    conn = None;
-                    next_node = home;
-                }
+            let outcome = transfer(c, &accounts[from], &accounts[to], (x >> 20) as i64 % 50 + 1);
+            if matches!(outcome, Ok(true)) {
+                *committed += 1;
+            } else {
+                *unknown += 1;
             }
-        }
-        (committed, unknown)
-    })
+            outcome
+        },
+    )
 }
 
 /// Transfers between accounts in different reactors (MULTI/EXEC, one

@@ -48,6 +48,9 @@ pub enum SimBug {
     CommitBeforeAcks,
     /// Reliable commit: a follower applies R-INVs out of pipeline order.
     OutOfOrder,
+    /// Reliable commit: on an R-VAL, a follower marks an object Valid even
+    /// when a later R-INV, still pending, moved its version on.
+    StaleRval,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -166,7 +169,7 @@ impl SimArgs {
                         | SimBug::NeverReplays => {
                             bail!("--planted {} is an ownership bug", Self::name(*bug))
                         }
-                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder => {
+                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder | SimBug::StaleRval => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
                     }
@@ -186,7 +189,7 @@ impl SimArgs {
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }
-                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder => {
+                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder | SimBug::StaleRval => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
                     }
@@ -200,6 +203,7 @@ impl SimArgs {
                         SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
                         SimBug::CommitBeforeAcks => scenario.bugs.committed_before_all_acks = true,
                         SimBug::OutOfOrder => scenario.bugs.follower_ignores_pipeline_order = true,
+                        SimBug::StaleRval => scenario.bugs.follower_validates_stale_rval = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }

@@ -138,7 +138,7 @@ fn roost_sim_runs_the_reliable_commit_and_finds_its_planted_bugs() {
         String::from_utf8_lossy(&ok.stderr)
     );
     assert!(stdout.contains("no violations"), "{stdout}");
-    for bug in ["commit-before-acks", "out-of-order"] {
+    for bug in ["commit-before-acks", "out-of-order", "stale-rval"] {
         let bad = roost_sim(&["--protocol", "commit", "--seeds", "500", "--planted", bug]);
         let stderr = String::from_utf8_lossy(&bad.stderr);
         assert!(!bad.status.success(), "{bug} was not found: {stderr}");

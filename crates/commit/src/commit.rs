@@ -2,6 +2,7 @@
 //! roles of one node.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 
 use roost_cluster::{Context, Effects, EpochId, Incarnation, Input, NodeId, Protocol, TimerId};
 
@@ -55,7 +56,7 @@ pub type Fx = Effects<CommitMsg, CommitOut>;
 
 /// An R-INV this node is driving (its own, or a failed coordinator's it
 /// replays), with the followers that acknowledged it in this epoch.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 struct Driving {
     inv: RInv,
     acked: BTreeSet<NodeId>,
@@ -68,7 +69,7 @@ impl Driving {
 }
 
 /// An applied R-INV a follower keeps until its R-VAL.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Hash)]
 struct Stored {
     inv: RInv,
     /// The coordinator's incarnation when it was applied (0: applied from
@@ -78,7 +79,7 @@ struct Stored {
 }
 
 /// A follower's view of one coordinator's pipeline.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Hash)]
 struct Pipeline {
     /// The coordinator's incarnation the held R-INVs came from (held ones
     /// of an incarnation that is gone are dropped).
@@ -94,7 +95,11 @@ struct Pipeline {
 
 /// One node's reliable commit (Zeus §5): sans-IO, driven by
 /// [`Protocol::on_input`] or the direct methods.
-#[derive(Debug)]
+///
+/// `Clone` and `Hash` serve model checkers: the hash covers the protocol
+/// state and the store, not the configuration, the planted bugs or the
+/// counters (two states that differ only in their counters are one).
+#[derive(Debug, Clone)]
 pub struct ReliableCommit<S> {
     me: NodeId,
     config: CommitConfig,
@@ -329,7 +334,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
                 "commits in pipeline order"
             );
             for w in &d.inv.writes {
-                self.store.validate(&w.key, w.version);
+                self.validate(&w.key, w.version);
             }
             self.validated_upto = tx_id.local;
             self.stats.committed += 1;
@@ -356,7 +361,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
             .is_none_or(|(l, _)| *l == self.validated_upto + 1));
     }
 
-    fn on_ack(&mut self, ctx: &Context<'_>, from: NodeId, ack: RAck, fx: &mut Fx) {
+    fn on_ack(&mut self, from: NodeId, ack: RAck, fx: &mut Fx) {
         debug_assert!(from != self.me, "no ack from oneself");
         let tx_id = ack.tx_id;
         if tx_id.node == self.me {
@@ -390,8 +395,8 @@ impl<S: ObjectStore> ReliableCommit<S> {
             }
             self.try_commit(fx);
         } else {
-            // A replay's acks are its own: the replayed slots of a failed
-            // pipeline are independent of each other.
+            // A replay's acks are its own (not cumulative): a replayer
+            // speaks for the slots it replays only.
             let Some(d) = self.replays.get_mut(&tx_id) else {
                 self.stats.drop(DropReason::Unknown);
                 return;
@@ -401,7 +406,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
                 return;
             }
             d.acked.insert(from);
-            self.try_finish_replay(ctx, tx_id, fx);
+            self.advance_replays(tx_id.node, false, fx);
         }
         debug_assert!(self.pending.len() <= self.config.max_in_flight);
     }
@@ -631,7 +636,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
             }
             for stored in &done {
                 for w in &stored.inv.writes {
-                    self.store.validate(&w.key, w.version);
+                    self.validate_on_val(w);
                 }
             }
             self.drain(ctx, tx_id.node, fx);
@@ -654,16 +659,41 @@ impl<S: ObjectStore> ReliableCommit<S> {
                 return;
             };
             for w in &stored.inv.writes {
-                self.store.validate(&w.key, w.version);
+                self.validate_on_val(w);
             }
-            // Someone finished it: this node's replay of it is moot.
-            self.replays.remove(&tx_id);
+            // Someone finished it: this node's replay of it is moot, and
+            // if it was this node's oldest of the pipeline, the next one's
+            // turn has come.
+            let turn = self.replay_turn(tx_id);
+            if self.replays.remove(&tx_id).is_some() && turn {
+                self.advance_replays(tx_id.node, true, fx);
+            }
             self.check_recovered(fx);
         }
         debug_assert!(self
             .pipelines
             .get(&tx_id.node)
             .is_none_or(|p| from != tx_id.node || p.done_upto >= tx_id.local));
+    }
+
+    /// Marks the object Valid iff it is still at `version` (counted).
+    fn validate(&mut self, key: &[u8], version: u64) {
+        if self.store.validate(key, version) {
+            self.stats.validated += 1;
+        }
+    }
+
+    /// A follower validates one write of a slot an R-VAL finished: Valid
+    /// iff the object is still at that version (a later slot's pending
+    /// R-INV keeps it Invalid).
+    fn validate_on_val(&mut self, w: &Write) {
+        let version = if self.bugs.follower_validates_stale_rval {
+            // Planted: whatever version is held now.
+            self.store.version(&w.key).unwrap_or(w.version)
+        } else {
+            w.version
+        };
+        self.validate(&w.key, version);
     }
 
     // ---------------------------------------------------------------
@@ -720,9 +750,10 @@ impl<S: ObjectStore> ReliableCommit<S> {
             d.acked.insert(self.me);
         }
         self.recovering = !self.replays.is_empty();
-        // Replay everything, then finish what needs no one else.
+        // Re-send every own pending R-INV, start each failed pipeline's
+        // replay at its oldest slot, and finish what needs no one else.
         let mut sends = Vec::new();
-        for d in self.pending.values().chain(self.replays.values()) {
+        for d in self.pending.values() {
             for f in d.inv.followers.iter().filter(|f| **f != self.me) {
                 sends.push((*f, d.inv.clone()));
             }
@@ -732,9 +763,9 @@ impl<S: ObjectStore> ReliableCommit<S> {
             fx.send(f, CommitMsg::new(self.epoch, Body::RInv(inv)));
         }
         self.try_commit(fx);
-        let ids: Vec<TxId> = self.replays.keys().copied().collect();
-        for tx_id in ids {
-            self.try_finish_replay(ctx, tx_id, fx);
+        let failed: BTreeSet<NodeId> = self.replays.keys().map(|t| t.node).collect();
+        for c in failed {
+            self.advance_replays(c, true, fx);
         }
         self.check_recovered(fx);
         debug_assert!(self.pending.values().all(|d| d.inv.epoch_id == self.epoch));
@@ -782,23 +813,64 @@ impl<S: ObjectStore> ReliableCommit<S> {
         adopted
     }
 
-    /// A replay every live follower acked: validate it here, R-VAL the
-    /// others.
-    fn try_finish_replay(&mut self, _ctx: &Context<'_>, tx_id: TxId, fx: &mut Fx) {
-        let Some(d) = self.replays.get(&tx_id) else {
-            return;
-        };
-        if !d.fully_acked() {
-            return;
+    /// Whether `tx_id` is the oldest slot of its pipeline this node
+    /// replays: only that one is sent and finished (replays of a pipeline
+    /// go one at a time, in slot order).
+    fn replay_turn(&self, tx_id: TxId) -> bool {
+        self.replays
+            .range(TxId::new(tx_id.node, 0)..tx_id)
+            .next()
+            .is_none()
+    }
+
+    /// Runs the replays of `coordinator`'s failed pipeline in slot order:
+    /// finishes the oldest while every live follower acked it, and sends
+    /// the R-INV of each one whose turn comes (of the oldest too, with
+    /// `send_oldest`). So a follower applies a replayed slot only once
+    /// every earlier slot this node replays is applied at every live
+    /// follower, and a later slot is never Valid anywhere while an earlier
+    /// one is not yet applied there: a reader sees a prefix of the
+    /// pipeline, and a later slot never survives without the earlier ones
+    /// this node holds.
+    fn advance_replays(&mut self, coordinator: NodeId, mut send_oldest: bool, fx: &mut Fx) {
+        let all = TxId::new(coordinator, 0)..=TxId::new(coordinator, u64::MAX);
+        while let Some((&tx_id, d)) = self.replays.range(all.clone()).next() {
+            if send_oldest {
+                let to: Vec<NodeId> = d
+                    .inv
+                    .followers
+                    .iter()
+                    .copied()
+                    .filter(|f| *f != self.me && !d.acked.contains(f))
+                    .collect();
+                for f in to {
+                    self.stats.resends += 1;
+                    let inv = d.inv.clone();
+                    fx.send(f, CommitMsg::new(self.epoch, Body::RInv(inv)));
+                }
+            }
+            if !d.fully_acked() {
+                break;
+            }
+            self.finish_replay(tx_id, fx);
+            send_oldest = true;
         }
+        self.check_recovered(fx);
+    }
+
+    /// A replay every live follower acked (and the oldest of its pipeline
+    /// here): validate it here, R-VAL the others.
+    fn finish_replay(&mut self, tx_id: TxId, fx: &mut Fx) {
+        debug_assert!(self.replay_turn(tx_id));
         let Some(d) = self.replays.remove(&tx_id) else {
             return;
         };
+        debug_assert!(d.fully_acked());
         if let Some(p) = self.pipelines.get_mut(&tx_id.node) {
             p.stored.remove(&tx_id.local);
         }
         for w in &d.inv.writes {
-            self.store.validate(&w.key, w.version);
+            self.validate(&w.key, w.version);
         }
         for f in d.inv.followers.iter().filter(|f| **f != self.me) {
             let val = RVal {
@@ -808,7 +880,6 @@ impl<S: ObjectStore> ReliableCommit<S> {
             fx.send(*f, CommitMsg::new(self.epoch, Body::RVal(val)));
         }
         self.stats.replays_finished += 1;
-        self.check_recovered(fx);
         debug_assert!(!self.replays.contains_key(&tx_id));
         debug_assert!(d.inv.replay);
     }
@@ -825,13 +896,23 @@ impl<S: ObjectStore> ReliableCommit<S> {
     // Timer.
 
     fn on_tick(&mut self, ctx: &Context<'_>, fx: &mut Fx) {
-        for tx_id in self.adopt_orphans(ctx) {
-            self.try_finish_replay(ctx, tx_id, fx);
-        }
+        let adopted = self.adopt_orphans(ctx);
         let mut budget = self.config.max_resends_per_tick;
         let oldest = self.validated_upto + 1;
         let mut sends = Vec::new();
-        for d in self.pending.values_mut().chain(self.replays.values_mut()) {
+        // Own pending R-INVs, and the replay whose turn it is of each
+        // failed pipeline.
+        let turns: BTreeSet<TxId> = self
+            .replays
+            .keys()
+            .copied()
+            .filter(|t| self.replay_turn(*t))
+            .collect();
+        let replays = self
+            .replays
+            .values_mut()
+            .filter(|d| turns.contains(&d.inv.tx_id));
+        for d in self.pending.values_mut().chain(replays) {
             if d.inv.tx_id.node == self.me {
                 // Recomputed: the slot before may have been validated since.
                 d.inv.prev_val = d.inv.tx_id.local == oldest;
@@ -849,6 +930,12 @@ impl<S: ObjectStore> ReliableCommit<S> {
         for (f, inv) in sends {
             self.stats.resends += 1;
             fx.send(f, CommitMsg::new(self.epoch, Body::RInv(inv)));
+        }
+        // A replay just taken over may need no one else (or be acked by
+        // every follower already).
+        let adopted: BTreeSet<NodeId> = adopted.iter().map(|t| t.node).collect();
+        for c in adopted {
+            self.advance_replays(c, false, fx);
         }
         // A follower whose R-VAL was lost re-acks its newest stored slot of
         // each live coordinator; the coordinator answers with the R-VAL.
@@ -905,7 +992,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
         }
         match msg.body {
             Body::RInv(inv) => self.on_inv(ctx, from, inv, fx),
-            Body::RAck(ack) => self.on_ack(ctx, from, ack, fx),
+            Body::RAck(ack) => self.on_ack(from, ack, fx),
             Body::RVal(val) => self.on_val(ctx, from, val, fx),
         }
     }
@@ -922,6 +1009,24 @@ impl<S: ObjectStore> ReliableCommit<S> {
             assert!(p.stored.values().all(|s| s.inv.tx_id.node == *c));
             assert!(p.held.keys().all(|l| !p.stored.contains_key(l)));
         }
+    }
+}
+
+impl<S: Hash> Hash for ReliableCommit<S> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // Every field but `config`, `bugs` (fixed for a node's life) and
+        // `stats` (counters only).
+        self.me.hash(h);
+        self.store.hash(h);
+        self.epoch.hash(h);
+        self.started.hash(h);
+        self.next_local.hash(h);
+        self.validated_upto.hash(h);
+        self.pending.hash(h);
+        self.pipelines.hash(h);
+        self.replays.hash(h);
+        self.recovering.hash(h);
+        self.timer_armed.hash(h);
     }
 }
 

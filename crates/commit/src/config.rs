@@ -71,6 +71,13 @@ pub struct CommitBugs {
     /// A follower applies an R-INV as soon as it arrives, ignoring the
     /// pipeline order of its coordinator.
     pub follower_ignores_pipeline_order: bool,
+    /// On an R-VAL, a follower marks each object of the validated slot
+    /// Valid at whatever version it holds, even when a later slot's R-INV
+    /// has moved the version on: it exposes a version whose own reliable
+    /// commit is still pending (other replicas may still hold, and serve,
+    /// the older one; the seed: Valid "iff their t_version has not been
+    /// increased").
+    pub follower_validates_stale_rval: bool,
 }
 
 /// Creating a [`ReliableCommit`](crate::ReliableCommit).

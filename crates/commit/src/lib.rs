@@ -49,10 +49,14 @@
 //! failed coordinator is pending, the node reports
 //! [`CommitOut::Recovered`].
 //!
-//! Known limitation: replayed slots of a failed pipeline are applied and
-//! validated independently of each other (the versions keep each object's
-//! result right, but a reader could see a later slot's object valid while
-//! an earlier slot's is not yet applied there).
+//! A replayer runs the replays of one failed pipeline one at a time, in
+//! slot order: it sends slot n's R-INV only once its replay of every
+//! earlier slot is finished (acked by every live follower, validated,
+//! R-VALed). So a follower applies a replayed slot only after the earlier
+//! ones are applied there, and a reader never sees a later slot's write
+//! Valid next to an object an earlier slot wrote that it does not hold
+//! yet (the model check's `ReadOnlySnapshot` found that when replays ran
+//! independently).
 //!
 //! Lost messages: un-acked R-INVs are re-sent on a timer (bounded per
 //! tick), and a follower re-acks its newest stored slot so that a

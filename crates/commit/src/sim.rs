@@ -9,9 +9,13 @@
 //!   `Committed`).
 //! * [`CommitSafety`]: when a transaction is reported committed, every
 //!   follower of it (the coordinator's view at the start and still at the
-//!   end, same incarnation) holds its writes (or later versions). At the
-//!   end of a settled run: every committed transaction's writes are at
-//!   every live follower that stayed in every view since, nothing is
+//!   end, same incarnation) holds its writes (or later versions). After
+//!   every event: no node holds a write Valid whose transaction is not
+//!   committed while its coordinator (that incarnation) has been in every
+//!   view since the start (no one may replay it, so only the
+//!   coordinator's R-VAL, sent once every follower acked, validates it).
+//!   At the end of a settled run: every committed transaction's writes are
+//!   at every live follower that stayed in every view since, nothing is
 //!   pending, and every object is valid.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -281,6 +285,18 @@ pub struct CommitSafety {
     promises: BTreeMap<TxId, Promise>,
     /// Follower, incarnation, from which epoch, key, version.
     obligations: Vec<(NodeId, Incarnation, EpochId, Key, u64)>,
+    /// Started, not committed, and their coordinator (this incarnation) in
+    /// every view since the start: nobody replays them, so none of their
+    /// writes may be Valid anywhere yet.
+    unfinished: BTreeMap<TxId, (Incarnation, Vec<(Key, u64)>)>,
+    /// Their writes, by key and version.
+    unfinished_writes: BTreeMap<Key, BTreeMap<u64, TxId>>,
+    /// The views up to this epoch were checked for `unfinished`.
+    views_checked: EpochId,
+    /// Per node incarnation, its `validated` count when its store was
+    /// last checked against `unfinished` (an object turns Valid only
+    /// through a counted validation).
+    validations_seen: BTreeMap<(NodeId, Incarnation), u64>,
 }
 
 impl CommitSafety {
@@ -297,6 +313,85 @@ impl CommitSafety {
     }
 }
 
+impl CommitSafety {
+    /// No node holds a write of an unfinished transaction Valid: a
+    /// follower marks a version Valid only on the R-VAL of its own
+    /// transaction (or a later one of the pipeline), never while its
+    /// R-INV is still pending.
+    fn check_unfinished(&mut self, world: &World<'_, SimCommit>) -> Result<(), Violation> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        // A view without the coordinator's incarnation: the others may
+        // replay (and validate) its transactions from then on.
+        for (epoch, view) in world.views.range((Excluded(self.views_checked), Unbounded)) {
+            let gone: Vec<TxId> = self
+                .unfinished
+                .iter()
+                .filter(|(tx_id, (inc, _))| view.members.get(&tx_id.node) != Some(inc))
+                .map(|(tx_id, _)| *tx_id)
+                .collect();
+            for tx_id in gone {
+                self.finished(&tx_id);
+            }
+            self.views_checked = *epoch;
+        }
+        for slot in world.nodes {
+            let Some(node) = slot.node() else { continue };
+            let validated = node.app().stats().validated;
+            let seen = self
+                .validations_seen
+                .insert((slot.id(), slot.incarnation()), validated);
+            if seen == Some(validated) {
+                continue; // nothing turned Valid there since
+            }
+            for (key, versions) in &self.unfinished_writes {
+                let Some(o) = node.app().store().get(key) else {
+                    continue;
+                };
+                if o.state != ObjectState::Valid {
+                    continue;
+                }
+                if let Some(tx_id) = versions.get(&o.version) {
+                    return Err(Violation::new(
+                        "followers validate only committed writes",
+                        world.now_ms,
+                        format!(
+                            "{} holds {key:?} v{} Valid, but {tx_id} is not committed",
+                            slot.id(),
+                            o.version
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn track(&mut self, tx_id: TxId, coordinator: Incarnation, writes: Vec<(Key, u64)>) {
+        for (key, version) in &writes {
+            self.unfinished_writes
+                .entry(key.clone())
+                .or_default()
+                .insert(*version, tx_id);
+        }
+        self.unfinished.insert(tx_id, (coordinator, writes));
+    }
+
+    /// Committed, or its coordinator left a view: no longer checked.
+    fn finished(&mut self, tx_id: &TxId) {
+        let Some((_, writes)) = self.unfinished.remove(tx_id) else {
+            return;
+        };
+        for (key, version) in writes {
+            if let Some(versions) = self.unfinished_writes.get_mut(&key) {
+                versions.remove(&version);
+                if versions.is_empty() {
+                    self.unfinished_writes.remove(&key);
+                }
+            }
+        }
+    }
+}
+
 impl Checker<SimCommit, CommitHistory> for CommitSafety {
     fn after_event(
         &mut self,
@@ -309,7 +404,16 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
             };
             let Some(node) = slot.node() else { continue };
             let view = node.membership().view();
-            let writes = writes.iter().map(|w| (w.key.clone(), w.version)).collect();
+            let writes: Vec<(Key, u64)> =
+                writes.iter().map(|w| (w.key.clone(), w.version)).collect();
+            let coordinator = slot.incarnation();
+            if world
+                .views
+                .range(view.epoch..)
+                .all(|(_, v)| v.members.get(&tx_id.node) == Some(&coordinator))
+            {
+                self.track(*tx_id, coordinator, writes.clone());
+            }
             let followers = view
                 .members
                 .iter()
@@ -327,6 +431,7 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
         }
         self.started_seen = history.started.len();
         for tx_id in &history.committed[self.committed_seen..] {
+            self.finished(tx_id);
             let Some(promise) = self.promises.remove(tx_id) else {
                 continue;
             };
@@ -376,7 +481,7 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
             }
         }
         self.committed_seen = history.committed.len();
-        Ok(())
+        self.check_unfinished(world)
     }
 
     fn at_end(

@@ -54,6 +54,9 @@ pub struct CommitStats {
     pub replays_finished: u64,
     /// R-INVs re-sent on the timer or after a view change.
     pub resends: u64,
+    /// Objects marked Valid (as coordinator, follower or replayer): a
+    /// checker need look at a store again only once this moved.
+    pub validated: u64,
 }
 
 impl CommitStats {

@@ -41,7 +41,7 @@ pub trait ObjectStore {
 }
 
 /// An in-memory store for tests and the simulator.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct MemStore {
     pub objects: BTreeMap<Key, Object>,
 }

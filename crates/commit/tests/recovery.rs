@@ -227,3 +227,51 @@ fn replay_of_an_old_incarnation_below_the_new_one_is_applied() {
     assert_eq!(net.state(2, "old"), Some((1, ObjectState::Valid)));
     assert_eq!(net.check_end(), Vec::<String>::new());
 }
+
+#[test]
+fn replays_of_a_failed_pipeline_go_one_at_a_time_in_slot_order() {
+    // Node 2 applied slots 1 (x) and 2 (y); node 3 got neither. Were both
+    // replays sent at once, node 3 could apply and validate y before x: a
+    // reader there would see slot 2 without slot 1 (the model check's
+    // `ReadOnlySnapshot`).
+    let mut net = Net::new(3);
+    let first = net.commit(1, vec![w("x", 1, "a")], &[2, 3]).unwrap();
+    let second = net.commit(1, vec![w("y", 1, "b")], &[2, 3]).unwrap();
+    net.deliver_first(|m| m.to == n(2));
+    net.deliver_first(|m| m.to == n(2));
+    net.drop_where(|m| m.to == n(3));
+    net.crash(&[1]);
+    assert_eq!(net.node(2).replaying(), 2);
+    let replayed = |net: &Net| -> Vec<_> {
+        net.queue
+            .iter()
+            .filter_map(|m| match &m.msg.body {
+                Body::RInv(i) if i.replay => Some(i.tx_id),
+                _ => None,
+            })
+            .collect()
+    };
+    // Only the oldest slot's replay goes out.
+    assert_eq!(replayed(&net), vec![first]);
+    net.deliver_first(|m| m.to == n(3));
+    net.deliver_first(is_ack);
+    // Slot 1 finished (node 3 applied it): its R-VAL, then slot 2's replay.
+    assert_eq!(net.state(2, "x"), Some((1, ObjectState::Valid)));
+    assert_eq!(net.state(2, "y"), Some((1, ObjectState::Invalid)));
+    assert_eq!(replayed(&net), vec![second]);
+    net.run();
+    for id in [2, 3] {
+        assert_eq!(net.state(id, "x"), Some((1, ObjectState::Valid)));
+        assert_eq!(net.state(id, "y"), Some((1, ObjectState::Valid)));
+    }
+    let applied: Vec<_> = net
+        .outputs_at(3)
+        .into_iter()
+        .filter_map(|o| match o {
+            CommitOut::Applied { tx_id, .. } => Some(tx_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(applied, vec![first, second]);
+    assert_eq!(net.check_end(), Vec::<String>::new());
+}

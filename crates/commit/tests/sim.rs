@@ -68,6 +68,17 @@ fn planted_bug_follower_ignores_pipeline_order_is_found() {
 }
 
 #[test]
+fn planted_bug_follower_validates_stale_rval_is_found() {
+    finds(
+        CommitBugs {
+            follower_validates_stale_rval: true,
+            ..CommitBugs::default()
+        },
+        "followers validate only committed writes",
+    );
+}
+
+#[test]
 fn five_nodes_keep_every_commit_invariant() {
     let scenario = CommitScenario::default();
     let config = SimConfig {

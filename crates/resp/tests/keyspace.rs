@@ -79,10 +79,32 @@ async fn one_clock_reading_per_transaction() {
     );
 
     // A key that expires while an EXEC runs: all of the EXEC's reads agree.
+    // The EXEC is sent half its own measured duration before the deadline,
+    // so it straddles the deadline whatever the build's speed; rounds repeat
+    // (bounded) until a few have straddled.
+    let filler_exec = |key: &str| {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe.cmd("GET").arg(key);
+        pipe.cmd("EXISTS").arg(key);
+        for key in &filler {
+            pipe.cmd("INCR").arg(key.replace("filler", "counter"));
+        }
+        pipe.cmd("GET").arg(key);
+        pipe.cmd("EXISTS").arg(key);
+        pipe.cmd("TTL").arg(key);
+        pipe
+    };
+    let warm_up = Instant::now();
+    let _: Vec<redis::Value> = filler_exec("absent").query_async(&mut c).await.unwrap();
+    let mut exec_duration = warm_up.elapsed();
     let mut straddled = 0;
-    for round in 0..8 {
+    for round in 0..48 {
+        if straddled >= 3 {
+            break;
+        }
         let key = format!("k{round}");
-        let ttl_ms = 40;
+        let ttl_ms = 40.max(2 * exec_duration.as_millis() as u64);
         assert_eq!(
             q::<String>(&mut c, &["SET", &key, "v", "PX", &ttl_ms.to_string()])
                 .await
@@ -90,21 +112,12 @@ async fn one_clock_reading_per_transaction() {
             "OK"
         );
         let set_at = Instant::now();
-        // Send the EXEC just before the deadline; it runs for longer.
-        tokio::time::sleep(Duration::from_millis(ttl_ms - 4)).await;
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("GET").arg(&key);
-        pipe.cmd("EXISTS").arg(&key);
-        for key in &filler {
-            pipe.cmd("INCR").arg(key.replace("filler", "counter"));
-        }
-        pipe.cmd("GET").arg(&key);
-        pipe.cmd("EXISTS").arg(&key);
-        pipe.cmd("TTL").arg(&key);
+        tokio::time::sleep(Duration::from_millis(ttl_ms) - exec_duration / 2).await;
+        let pipe = filler_exec(&key);
         let sent = set_at.elapsed();
         let replies: Vec<redis::Value> = pipe.query_async(&mut c).await.unwrap();
         let done = set_at.elapsed();
+        exec_duration = done - sent;
         let n = replies.len();
         let get_first: Option<String> = redis::from_redis_value(replies[0].clone()).unwrap();
         let exists_first: i64 = redis::from_redis_value(replies[1].clone()).unwrap();

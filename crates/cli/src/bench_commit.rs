@@ -12,9 +12,13 @@
 //!   pipeline depth of 1 (each transaction's reliable commit waits for the
 //!   one before). Goal: pipelined at least 3x.
 //!
+//! * **read-only at a reader against at the owner**: the same clients GET
+//!   the spread rows' counters (degree 3, no writes meanwhile) through
+//!   node 0, their owner, or node 1, one of their readers, where they run
+//!   on the local replica with no message. Goal: within 10%.
+//!
 //! Rows of one repetition are interleaved (rotating order) and the median
-//! of all repetitions is reported. Read-only transactions at a reader are
-//! not measured: they do not run locally at readers yet.
+//! of all repetitions is reported.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -41,6 +45,8 @@ const REACTORS: usize = 64;
 /// Reactors the spread rows write (one counter each per client).
 const SPREAD_REACTORS: usize = 16;
 const GOAL_PIPELINED_RATIO: f64 = 3.0;
+/// Read-only throughput at a reader, at least this share of the owner's.
+const GOAL_READER_RATIO: f64 = 0.9;
 
 #[derive(Debug, Args)]
 pub struct CommitBenchArgs {
@@ -85,15 +91,20 @@ enum Variant {
     Degree(usize),
     OneReactorWaiting,
     OneReactorPipelined,
+    /// GETs through node 0 (the owner) or node 1 (a reader).
+    ReadAtOwner,
+    ReadAtReader,
 }
 
 impl Variant {
-    const ALL: [Variant; 5] = [
+    const ALL: [Variant; 7] = [
         Variant::Degree(1),
         Variant::Degree(2),
         Variant::Degree(3),
         Variant::OneReactorWaiting,
         Variant::OneReactorPipelined,
+        Variant::ReadAtOwner,
+        Variant::ReadAtReader,
     ];
 
     fn name(self) -> String {
@@ -101,6 +112,8 @@ impl Variant {
             Variant::Degree(d) => format!("spread-degree-{d}"),
             Variant::OneReactorWaiting => "one-reactor-degree-3-waiting".to_owned(),
             Variant::OneReactorPipelined => "one-reactor-degree-3-pipelined".to_owned(),
+            Variant::ReadAtOwner => "read-only-at-owner-degree-3".to_owned(),
+            Variant::ReadAtReader => "read-only-at-reader-degree-3".to_owned(),
         }
     }
 
@@ -211,7 +224,9 @@ fn reactor(index: usize) -> NodeReactor {
 /// the one-reactor rows one on reactor 0.
 fn client_keys(variant: Variant, client: usize) -> Vec<String> {
     match variant {
-        Variant::Degree(_) => (0..SPREAD_REACTORS).map(|r| key_on(r, client)).collect(),
+        Variant::Degree(_) | Variant::ReadAtOwner | Variant::ReadAtReader => {
+            (0..SPREAD_REACTORS).map(|r| key_on(r, client)).collect()
+        }
         _ => vec![key_on(0, client)],
     }
 }
@@ -220,8 +235,14 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-/// Increments `keys` round-robin until `stop`: latencies in ns.
-fn client(addr: SocketAddr, keys: Vec<String>, stop: Arc<AtomicBool>) -> (Histogram<u64>, u64) {
+/// Increments (or, `read`, GETs) `keys` round-robin until `stop`:
+/// latencies in ns.
+fn client(
+    addr: SocketAddr,
+    keys: Vec<String>,
+    read: bool,
+    stop: Arc<AtomicBool>,
+) -> (Histogram<u64>, u64) {
     let mut latency = histogram();
     let mut errors = 0;
     let Ok(stream) = TcpStream::connect(addr) else {
@@ -235,7 +256,15 @@ fn client(addr: SocketAddr, keys: Vec<String>, stop: Arc<AtomicBool>) -> (Histog
     let (mut stream, mut reader) = (stream, BufReader::new(read_half));
     let frames: Vec<Vec<u8>> = keys
         .iter()
-        .map(|k| format!("*2\r\n$4\r\nINCR\r\n${}\r\n{k}\r\n", k.len()).into_bytes())
+        .map(|k| {
+            let command = if read { "GET" } else { "INCR" };
+            format!(
+                "*2\r\n${}\r\n{command}\r\n${}\r\n{k}\r\n",
+                command.len(),
+                k.len()
+            )
+            .into_bytes()
+        })
         .collect();
     let mut line = String::new();
     for frame in frames.iter().cycle() {
@@ -248,7 +277,14 @@ fn client(addr: SocketAddr, keys: Vec<String>, stop: Arc<AtomicBool>) -> (Histog
             errors += 1;
             break;
         }
-        if line.starts_with(':') {
+        let answered = if read && line.starts_with('$') && line.trim_end() != "$-1" {
+            // The value's line.
+            line.clear();
+            reader.read_line(&mut line).is_ok()
+        } else {
+            line.starts_with(':')
+        };
+        if answered {
             let _ = latency.record(sent.elapsed().as_nanos().max(1) as u64);
         } else {
             errors += 1;
@@ -269,7 +305,9 @@ fn run_variant(nodes: &[Node], variant: Variant, plan: &Plan) -> anyhow::Result<
         &format!("/commit/pipeline?depth={}", variant.depth()),
     )?;
     let written: Vec<usize> = match variant {
-        Variant::Degree(_) => (0..SPREAD_REACTORS).collect(),
+        Variant::Degree(_) | Variant::ReadAtOwner | Variant::ReadAtReader => {
+            (0..SPREAD_REACTORS).collect()
+        }
         _ => vec![0],
     };
     wait_until("the replication degree", Duration::from_secs(60), || {
@@ -280,13 +318,15 @@ fn run_variant(nodes: &[Node], variant: Variant, plan: &Plan) -> anyhow::Result<
         }
         Ok(true)
     })?;
-    let addr = nodes[0].resp_addr().context("node 0 serves RESP")?;
+    let at = usize::from(variant == Variant::ReadAtReader);
+    let addr = nodes[at].resp_addr().context("the node serves RESP")?;
+    let read = matches!(variant, Variant::ReadAtOwner | Variant::ReadAtReader);
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let threads: Vec<_> = (0..plan.clients)
         .map(|c| {
             let (keys, stop) = (client_keys(variant, c), Arc::clone(&stop));
-            std::thread::spawn(move || client(addr, keys, stop))
+            std::thread::spawn(move || client(addr, keys, read, stop))
         })
         .collect();
     std::thread::sleep(Duration::from_secs(plan.seconds));
@@ -359,16 +399,21 @@ pub fn run(args: &CommitBenchArgs, command: &str) -> anyhow::Result<()> {
     {
         let stop = Arc::new(AtomicBool::new(false));
         let addr = nodes[0].resp_addr().context("node 0 serves RESP")?;
-        let keys: Vec<String> = (0..SPREAD_REACTORS).map(|r| key_on(r, 0)).collect();
+        // Every client's keys, so that the read rows find them.
+        let keys: Vec<String> = (0..plan.clients)
+            .flat_map(|c| (0..SPREAD_REACTORS).map(move |r| key_on(r, c)))
+            .collect();
         let t = {
             let stop = Arc::clone(&stop);
-            std::thread::spawn(move || client(addr, keys, stop))
+            std::thread::spawn(move || client(addr, keys, false, stop))
         };
         wait_until(
             "the reactors to come to node 0",
             Duration::from_secs(60),
             || Ok((0..SPREAD_REACTORS).all(|r| is_local(&nodes[0], &reactor(r)))),
         )?;
+        // Long enough for one pass over every client's keys.
+        std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::Relaxed);
         let _ = t.join();
     }
@@ -402,6 +447,12 @@ pub fn run(args: &CommitBenchArgs, command: &str) -> anyhow::Result<()> {
         .zip(&runs[3])
         .map(|(p, w)| (p.ops as f64 / p.seconds) / (w.ops as f64 / w.seconds).max(1.0))
         .collect();
+    let reader_ratio = tps(6) / tps(5).max(1.0);
+    let per_rep_reader: Vec<f64> = runs[6]
+        .iter()
+        .zip(&runs[5])
+        .map(|(r, o)| (r.ops as f64 / r.seconds) / (o.ops as f64 / o.seconds).max(1.0))
+        .collect();
     let lines = vec![
         format!(
             "Write throughput, {} clients incrementing counters in {SPREAD_REACTORS} reactors node 0 owns (median of {} repetitions): degree 1 {:.0} tps, degree 2 {:.0} tps ({:.2}x), degree 3 {:.0} tps ({:.2}x of degree 1).",
@@ -421,7 +472,14 @@ pub fn run(args: &CommitBenchArgs, command: &str) -> anyhow::Result<()> {
             verdict(pipelined_ratio >= GOAL_PIPELINED_RATIO),
         ),
         format!(
-            "{NODES} nodes in one process on this machine ({} cores), each with its own tokio runtime (2 workers) and one database executor, loopback TCP between them; every client is a RESP connection to node 0 sending INCR and waiting for the answer, which comes after every reader acknowledged the write. Read-only transactions at a reader against at the owner: not measured (they do not run locally at readers yet).",
+            "Read-only transactions (GET of the spread rows' counters, degree 3, no writes meanwhile): at a reader (node 1) {:.0} tps against at the owner (node 0) {:.0} tps = {reader_ratio:.2}x (per repetition {:?}; goal ≥ {GOAL_READER_RATIO}x: {}).",
+            tps(6),
+            tps(5),
+            per_rep_reader.iter().map(|r| (r * 100.0).round() / 100.0).collect::<Vec<_>>(),
+            verdict(reader_ratio >= GOAL_READER_RATIO),
+        ),
+        format!(
+            "{NODES} nodes in one process on this machine ({} cores), each with its own tokio runtime (2 workers) and one database executor, loopback TCP between them; every client is a RESP connection sending INCR (or GET) and waiting for the answer; a write's answer comes after every reader acknowledged it.",
             std::thread::available_parallelism().map_or(0, |n| n.get()),
         ),
     ];
@@ -431,7 +489,7 @@ pub fn run(args: &CommitBenchArgs, command: &str) -> anyhow::Result<()> {
     report.notes = lines;
     let png = args.out.join("commit.png");
     let chart = BarChart {
-        title: "Reliable commit: write transactions per second (median)".to_owned(),
+        title: "Reliable commit: transactions per second (median)".to_owned(),
         y_label: "tps".to_owned(),
         categories: Variant::ALL.iter().map(|v| v.name()).collect(),
         series: vec![BarSeries {
@@ -448,9 +506,9 @@ pub fn run(args: &CommitBenchArgs, command: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `node` owns `key` (holds it writable).
 fn is_local(node: &Node, key: &NodeReactor) -> bool {
     node.keyspace()
-        .and_then(|k| k.database().reactor_by_key(&key.0).ok())
-        .and_then(|id| node.keyspace()?.database().location(id).ok())
-        .is_some_and(|l| matches!(l, roost_reactor::Location::Local { .. }))
+        .and_then(|k| k.database().holding(&key.0).ok())
+        .is_some_and(|h| matches!(h, roost_reactor::Holding::Owned { .. }))
 }

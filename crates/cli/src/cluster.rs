@@ -263,6 +263,9 @@ pub enum PlantedZeusBug {
     /// The reliable commit counts a transaction committed on its first
     /// R-ACK, not on every follower's.
     CommitBeforeAllAcks,
+    /// A reader's replica stays readable while Invalid (between an R-INV
+    /// and its R-VAL).
+    ReadInvalidReplica,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -359,6 +362,9 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
                         }
                         PlantedZeusBug::CommitBeforeAllAcks => {
                             commit_bugs.committed_before_all_acks = true
+                        }
+                        PlantedZeusBug::ReadInvalidReplica => {
+                            node_bugs.read_invalid_replicas = true
                         }
                     }
                 }

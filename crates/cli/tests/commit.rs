@@ -542,3 +542,219 @@ fn bank_transfers_keep_the_total_while_owners_are_sigkilled() {
     }
     eprintln!("{committed} transfers committed, {unknown} unknown, total conserved on every node");
 }
+
+/// A read-only transaction's answer at a reader, with when it was asked
+/// and answered (since the test's start).
+#[derive(Debug, Clone, Copy)]
+struct PairRead {
+    node: u32,
+    start_us: u64,
+    end_us: u64,
+    a: i64,
+    b: i64,
+}
+
+/// Two keys in two different reactors.
+fn pair_keys() -> (String, String) {
+    let a = "pair-a".to_owned();
+    let b = (0..)
+        .map(|i| format!("pair-b{i}"))
+        .find(|k| reactor_of(k) != reactor_of(&a))
+        .expect("keys spread over reactors");
+    (a, b)
+}
+
+/// The first violation in a history of pair writes (value `n` acknowledged
+/// at `acked_us[n]`) and reads at readers: a torn read (the two keys, which
+/// every write sets together, differ), or a stale read (older than a write
+/// acknowledged, or a value read, before the read began: real-time order,
+/// which strict serializability keeps).
+fn pair_violation(acked_us: &[u64], reads: &[PairRead]) -> Option<String> {
+    let mut by_end: Vec<&PairRead> = reads.iter().collect();
+    by_end.sort_by_key(|r| r.end_us);
+    // The highest value answered by reads that ended up to each point.
+    let mut prefix_max = Vec::with_capacity(by_end.len());
+    let mut seen = i64::MIN;
+    for r in &by_end {
+        seen = seen.max(r.a);
+        prefix_max.push((r.end_us, seen));
+    }
+    for r in reads {
+        if r.a != r.b {
+            return Some(format!("torn read: {r:?}"));
+        }
+        // Values 0..count were acknowledged before it began.
+        let acked_before = acked_us.partition_point(|&t| t < r.start_us) as i64 - 1;
+        if r.a < acked_before {
+            return Some(format!(
+                "stale read: {r:?}, but {acked_before} was acknowledged before it began"
+            ));
+        }
+        let ended_before = prefix_max.partition_point(|&(end, _)| end < r.start_us);
+        if ended_before > 0 && r.a < prefix_max[ended_before - 1].1 {
+            return Some(format!(
+                "stale read: {r:?}, but a read that ended before it began saw {}",
+                prefix_max[ended_before - 1].1
+            ));
+        }
+    }
+    None
+}
+
+/// One writer on node 0 sets two keys (two reactors) to 1, 2, 3, ... in
+/// MULTI/EXEC; readers on nodes 1 and 2 MGET both for `secs`. Returns the
+/// first violation, or the reads done; asserts the reads ran locally (the
+/// readers never asked for ownership).
+fn reads_at_readers(planted: bool, secs: u64) -> Result<usize, String> {
+    let args: &[&str] = if planted {
+        &["--planted-zeus", "read-invalid-replica"]
+    } else {
+        &[]
+    };
+    let cluster = start(if planted { "reads-planted" } else { "reads" }, args);
+    wait_for(
+        "the reactors to be created",
+        Duration::from_secs(60),
+        || {
+            (0..NODES)
+                .map(|n| owned_total(&cluster, n))
+                .sum::<Option<u64>>()
+                == Some(REACTORS as u64)
+        },
+    );
+    let (a, b) = pair_keys();
+    let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
+    let mut writer = Client::connect(addrs[0], Duration::from_secs(10)).expect("node 0");
+    let set_pair = |writer: &mut Client, n: i64| -> bool {
+        let n = n.to_string();
+        let mut batch = frame(&["MULTI"]);
+        batch.extend(frame(&["SET", &a, &n]));
+        batch.extend(frame(&["SET", &b, &n]));
+        batch.extend(frame(&["EXEC"]));
+        writer.stream.write_all(&batch).expect("send");
+        let answers: Vec<String> = (0..6).map(|_| writer.line().expect("answer")).collect();
+        answers == ["+OK", "+QUEUED", "+QUEUED", "*2", "+OK", "+OK"]
+    };
+    assert!(set_pair(&mut writer, 0), "the first write");
+    let pair = [a.clone(), b.clone()];
+    wait_for("both keys on three nodes", Duration::from_secs(60), || {
+        replicated_keys(&cluster, &pair)
+    });
+    let acquires_before: Vec<f64> = (1..NODES).map(|n| acquires(&cluster, n)).collect();
+    let began = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<JoinHandle<Vec<PairRead>>> = (1..NODES)
+        .flat_map(|node| (0..2).map(move |_| node))
+        .map(|node| {
+            let (addr, stop) = (addrs[node as usize], Arc::clone(&stop));
+            let keys = pair.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr, Duration::from_secs(10)).expect("a reader");
+                let mut reads = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let start_us = began.elapsed().as_micros() as u64;
+                    let got = c.mget(&[&keys[0], &keys[1]]).expect("MGET at a reader");
+                    let end_us = began.elapsed().as_micros() as u64;
+                    reads.push(PairRead {
+                        node,
+                        start_us,
+                        end_us,
+                        a: got[0].expect("set before the readers began"),
+                        b: got[1].expect("set before the readers began"),
+                    });
+                }
+                reads
+            })
+        })
+        .collect();
+    // Acknowledgements are taken when the answer is read (after the
+    // commit): a read that began later must see the value.
+    let mut acked_us = vec![0u64];
+    let mut n = 1;
+    while began.elapsed() < Duration::from_secs(secs) {
+        assert!(set_pair(&mut writer, n), "write {n}");
+        acked_us.push(began.elapsed().as_micros() as u64);
+        n += 1;
+        // Room between writes for the replicas to be valid (a stream of
+        // pipelined writes keeps a reader's copy Invalid).
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads: Vec<PairRead> = readers
+        .into_iter()
+        .flat_map(|r| r.join().expect("a reader thread"))
+        .collect();
+    let acquires_after: Vec<f64> = (1..NODES).map(|n| acquires(&cluster, n)).collect();
+    for node in 1..NODES {
+        let done = reads.iter().filter(|r| r.node == node).count();
+        assert!(done > 100, "node {node} answered {done} reads in {secs} s");
+    }
+    let mut latency_us: Vec<u64> = reads.iter().map(|r| r.end_us - r.start_us).collect();
+    latency_us.sort_unstable();
+    let fresh = reads.iter().filter(|r| r.a > 0).count();
+    eprintln!(
+        "planted {planted}: {} writes, {} reads at readers ({fresh} after the first write),          acquires at the readers {acquires_before:?} -> {acquires_after:?}",
+        n - 1,
+        reads.len()
+    );
+    assert_eq!(
+        acquires_before, acquires_after,
+        "a read-only transaction at a reader asked for ownership"
+    );
+    assert!(fresh > 100, "the readers saw few writes: {fresh}");
+    drop(cluster);
+    match pair_violation(&acked_us, &reads) {
+        Some(violation) => Err(violation),
+        None => Ok(reads.len()),
+    }
+}
+
+/// Acquisitions node `node`'s transactions waited for (its `/metrics`).
+fn acquires(cluster: &LocalCluster, node: u32) -> f64 {
+    let addr = cluster.admin_addr(node).expect("an admin port");
+    let (_, body) = admin_request(addr, "/metrics", Duration::from_secs(5)).expect("metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix("roost_ownership_acquires_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("roost_ownership_acquires_total")
+}
+
+#[test]
+fn the_pair_checker_catches_torn_and_stale_reads() {
+    let read = |node, start_us, end_us, a, b| PairRead {
+        node,
+        start_us,
+        end_us,
+        a,
+        b,
+    };
+    let acked = [0, 100, 200];
+    assert!(pair_violation(&acked, &[read(1, 150, 160, 1, 1), read(2, 250, 260, 2, 2)]).is_none());
+    assert!(pair_violation(&acked, &[read(1, 150, 160, 2, 1)])
+        .unwrap()
+        .starts_with("torn"));
+    assert!(pair_violation(&acked, &[read(1, 210, 220, 1, 1)])
+        .unwrap()
+        .starts_with("stale"));
+    // Read-read: 2 answered at node 1 before node 2 began and saw 1.
+    assert!(
+        pair_violation(&acked, &[read(1, 150, 160, 2, 2), read(2, 170, 180, 1, 1)])
+            .unwrap()
+            .contains("a read that ended before")
+    );
+    // Overlapping reads may see either.
+    assert!(pair_violation(&acked, &[read(1, 150, 175, 2, 2), read(2, 170, 180, 1, 1)]).is_none());
+}
+
+#[test]
+fn read_only_transactions_at_readers_are_local_and_never_torn_or_stale() {
+    let reads = reads_at_readers(false, 5).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!("{reads} reads at readers, none torn or stale");
+}
+
+#[test]
+fn a_reader_that_reads_its_invalid_replica_is_caught() {
+    let violation =
+        reads_at_readers(true, 5).expect_err("reading Invalid replicas shows a torn or stale read");
+    eprintln!("caught: {violation}");
+}

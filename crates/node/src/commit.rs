@@ -43,12 +43,13 @@ use roost_commit::{
     Transaction, TxId, Write, RETRANSMIT_TIMER,
 };
 use roost_ownership::{Access, OState, OwnershipCmd, OwnershipMsg, OwnershipOut, ReqId};
-use roost_reactor::{ExportedReactor, ReactorChanges, ReactorKey, ReplicationError, RowChange};
+use roost_reactor::{Database, Holding, ReactorChanges, ReactorKey, ReplicationError, RowChange};
+use roost_resp::Keyspace;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::replicas::{DegreeError, ReplicaManager, ReplicationConfig, REPLICA_TIMER};
-use crate::zeus::{NodeOwnership, NodeReactor, Shared};
+use crate::zeus::{refresh_replica, NodeOwnership, NodeReactor, Shared};
 
 /// Transactions released by the intake but not yet answered, at most
 /// (the executors' admission control bounds them well below).
@@ -586,16 +587,24 @@ fn reactor_of(bytes: &[u8]) -> Option<ReactorKey> {
 }
 
 /// The reliable commit's object store on a node: each reactor's
-/// `t_version` and `t_state`, and a follower's copies (the held exports
-/// shared with the ownership store), kept current by R-INVs. The owner's
-/// rows are in the database already: for it, `apply` only moves the version.
+/// `t_version` and `t_state`, and a follower's copies, which are the
+/// database's replicas of the reactors this node reads, kept current by
+/// R-INVs ([`Database::apply_to_replica`]: the rows change and the replica
+/// turns unreadable in one step) and readable again on R-VAL. The owner's
+/// rows are in the database already: for it, `apply` only moves the
+/// version.
 pub struct CommitStore {
+    keyspace: Keyspace,
     shared: Arc<Shared>,
 }
 
 impl CommitStore {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        CommitStore { shared }
+    pub(crate) fn new(keyspace: Keyspace, shared: Arc<Shared>) -> Self {
+        CommitStore { keyspace, shared }
+    }
+
+    fn db(&self) -> &Database {
+        self.keyspace.database()
     }
 }
 
@@ -625,35 +634,35 @@ impl CommitObjectStore for CommitStore {
                 return;
             }
         };
-        let node_key = NodeReactor(reactor.clone());
-        let mut held = self.shared.held.lock().expect("held lock");
-        let Some(copy) = held.get_mut(&node_key) else {
+        if !matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. })) {
             // Named a follower by an owner whose metadata is behind (a
             // restarted node, or a reader whose add-reader was refused):
             // there is no copy to keep current here.
             self.shared.commit.count_without_copy();
             tracing::debug!(%reactor, "an R-INV for a reactor this follower holds no copy of");
             return;
-        };
-        let applied = ExportedReactor::decode(&copy.rows).and_then(|exported| {
-            let version = exported.version();
-            exported.apply_changes(&rows, version)
-        });
-        match applied {
-            Ok(updated) => {
-                copy.rows = updated.encode();
-                copy.t_version = version;
-                self.shared.commit.count_applied();
-            }
+        }
+        match self.db().apply_to_replica(&reactor, rows) {
+            Ok(()) => self.shared.commit.count_applied(),
             Err(error) => {
                 self.shared.commit.count_bad_apply();
                 tracing::error!(%reactor, %error, "applying R-INV rows to a follower's copy");
             }
         }
+        if self.shared.reads_invalid() {
+            refresh_replica(self.db(), &self.shared, &reactor);
+        }
     }
 
     fn validate(&mut self, key: &[u8], version: u64) -> bool {
-        reactor_of(key).is_some_and(|r| self.shared.commit.validate(&r, version))
+        let Some(reactor) = reactor_of(key) else {
+            return false;
+        };
+        let validated = self.shared.commit.validate(&reactor, version);
+        if validated {
+            refresh_replica(self.db(), &self.shared, &reactor);
+        }
+        validated
     }
 
     fn state(&self, key: &[u8]) -> Option<ObjectState> {
@@ -662,11 +671,17 @@ impl CommitObjectStore for CommitStore {
 
     fn clear(&mut self) {
         // This node left the view: the ownership protocol drops its copies;
-        // the versions of reactors it does not own go with them.
-        let owned: Vec<ReactorKey> = self.shared.commit.versioned();
-        for reactor in owned {
+        // the versions of reactors it does not own go with them, and no
+        // replica is read meanwhile.
+        let versioned: Vec<ReactorKey> = self.shared.commit.versioned();
+        for reactor in versioned {
             if !self.shared.owns(&reactor) {
                 self.shared.commit.forget(&reactor);
+                if matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. })) {
+                    if let Err(error) = self.db().set_replica_readable(&reactor, false) {
+                        tracing::error!(%reactor, %error, "hiding a replica");
+                    }
+                }
             }
         }
     }
@@ -738,7 +753,7 @@ impl CommitShared {
             .map(|v| v.0)
     }
 
-    fn state(&self, reactor: &ReactorKey) -> Option<ObjectState> {
+    pub(crate) fn state(&self, reactor: &ReactorKey) -> Option<ObjectState> {
         self.versions
             .lock()
             .expect("versions lock")

@@ -269,7 +269,7 @@ impl Node {
                 let commit = ReliableCommit::new(
                     NodeId(id),
                     commit,
-                    CommitStore::new(std::sync::Arc::clone(&shared)),
+                    CommitStore::new(keyspace.clone(), std::sync::Arc::clone(&shared)),
                 )
                 .map_err(NodeError::Commit)?
                 .with_bugs(commit_bugs);

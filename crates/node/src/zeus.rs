@@ -23,7 +23,7 @@
 //! already (`AlreadyExists`) and acquires them like any other node; it never
 //! recreates rows that live elsewhere.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,8 +37,8 @@ use roost_ownership::{
     OwnershipCmd, OwnershipOut, ReqId, RequestKind,
 };
 use roost_reactor::{
-    Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Location, Placement,
-    ReactorKey, Replication, Sequenced,
+    Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Holding, Location,
+    Placement, ReactorKey, ReplicaWait, Replication, Sequenced,
 };
 
 use crate::commit::{OwnershipHandle, Zeus};
@@ -48,9 +48,6 @@ use serde::{Deserialize, Serialize};
 /// The protocol a node runs: ownership of the keyspace's reactors.
 pub type NodeOwnership = Ownership<NodeReactor, DbStore>;
 
-/// How many times an export retries while another move of the reactor runs
-/// (they are short: one transaction), 1 ms apart.
-const EXPORT_BUSY_RETRIES: u32 = 1_000;
 /// How long a node keeps trying to create its home reactors (membership
 /// must first install a view with a majority).
 const CREATE_PATIENCE: Duration = Duration::from_secs(600);
@@ -94,6 +91,11 @@ pub struct ZeusBugs {
     /// after its reliable commit: an owner that dies right after loses
     /// writes its clients saw acknowledged.
     pub reply_before_reliable_commit: bool,
+    /// A reader's replica stays readable while Invalid (an R-INV applied,
+    /// its R-VAL not received): read-only transactions there return writes
+    /// whose reliable commit is not finished, and then another replica
+    /// may still return the older value.
+    pub read_invalid_replicas: bool,
 }
 
 /// What the placement and the store share: the reactors this node owns
@@ -108,11 +110,13 @@ pub(crate) struct Shared {
     runtime: OnceLock<tokio::runtime::Handle>,
     deployment: Deployment,
     counters: Counters,
-    /// Copies held outside the database (an owner's export while an
-    /// arbitration is pending, a reader's copy), by reactor: the ownership
-    /// store ships and installs them, the reliable commit's store keeps a
-    /// follower's current. Both run on the protocol driver.
-    pub(crate) held: Mutex<HashMap<NodeReactor, ObjectData>>,
+    /// Reactors this node is a valid reader of (ownership's
+    /// `Access::Reader`): their replicas are readable while Valid.
+    reading: Mutex<HashSet<ReactorKey>>,
+    /// Moves whenever a replica turns readable; transactions waiting for
+    /// an Invalid replica watch it (`Placement::replica_readable`).
+    readable_generation: AtomicU64,
+    readable_notify: Arc<tokio::sync::Notify>,
     /// Reactors a pending-commit check froze (no transaction commits on
     /// them) for the export that follows.
     frozen: Mutex<HashSet<ReactorKey>>,
@@ -147,7 +151,9 @@ impl Shared {
             runtime: OnceLock::new(),
             deployment,
             counters: Counters::default(),
-            held: Mutex::new(HashMap::new()),
+            reading: Mutex::new(HashSet::new()),
+            readable_generation: AtomicU64::new(0),
+            readable_notify: Arc::new(tokio::sync::Notify::new()),
             frozen: Mutex::new(HashSet::new()),
             commit: crate::commit::CommitShared::default(),
             bugs: OnceLock::new(),
@@ -247,6 +253,24 @@ impl Shared {
     fn is_lost(&self, key: &ReactorKey) -> bool {
         self.lost.lock().expect("lost lock").contains(key)
     }
+
+    fn set_reading(&self, key: &ReactorKey, reading: bool) {
+        let mut set = self.reading.lock().expect("reading lock");
+        if reading {
+            set.insert(key.clone());
+        } else {
+            set.remove(key);
+        }
+    }
+
+    pub(crate) fn is_reading(&self, key: &ReactorKey) -> bool {
+        self.reading.lock().expect("reading lock").contains(key)
+    }
+
+    /// Planted: replicas are readable whatever their state.
+    pub(crate) fn reads_invalid(&self) -> bool {
+        self.bugs().read_invalid_replicas
+    }
 }
 
 /// The database's placement on a cluster node: a reactor is here while the
@@ -294,6 +318,24 @@ impl Placement for ZeusPlacement {
                 Some(replication)
             }
         }
+    }
+
+    fn replica_readable(&self, _key: &ReactorKey) -> ReplicaWait {
+        let generation = self.shared.readable_generation.load(Ordering::SeqCst);
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move {
+            let notify = Arc::clone(&shared.readable_notify);
+            // Bounded: the caller also times the wait out.
+            for _ in 0..64 {
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if shared.readable_generation.load(Ordering::SeqCst) != generation {
+                    return;
+                }
+                notified.await;
+            }
+        })
     }
 
     fn read_barrier(&self, seq_upto: u64) -> Option<Replication> {
@@ -423,64 +465,35 @@ impl DbStore {
         }
     }
 
-    fn held_get(&self, key: &NodeReactor) -> Option<ObjectData> {
-        self.shared
-            .held
-            .lock()
-            .expect("held lock")
-            .get(key)
-            .cloned()
+    fn holding(&self, key: &ReactorKey) -> Holding {
+        self.db().holding(key).unwrap_or_else(|error| {
+            tracing::error!(reactor = %key, %error, "a reactor key this database refuses");
+            Holding::Away
+        })
     }
 
-    fn held_insert(&self, key: &NodeReactor, data: ObjectData) {
-        self.shared
-            .held
-            .lock()
-            .expect("held lock")
-            .insert(key.clone(), data);
+    /// The owner's rows become an unreadable replica in place (an INV made
+    /// this node `Invalid`, or it is the data source of an arbitration):
+    /// no transaction writes them from here on, so the copy shipped is the
+    /// last state. Ends a freeze of it.
+    fn demote(&mut self, key: &ReactorKey) {
+        self.shared.set_owned(key, false);
+        self.shared.frozen.lock().expect("frozen lock").remove(key);
+        if let Err(error) = self.db().demote_to_replica(key) {
+            self.failed();
+            tracing::error!(reactor = %key, %error, "demoting a reactor to a replica");
+        }
     }
 
-    fn held_remove(&self, key: &NodeReactor) {
-        self.shared.held.lock().expect("held lock").remove(key);
-    }
-
-    fn is_local(&self, key: &ReactorKey) -> bool {
-        self.db()
-            .reactor_by_key(key)
-            .and_then(|id| self.db().location(id))
-            .is_ok_and(|l| matches!(l, Location::Local { .. }))
-    }
-
-    /// Takes the reactor's rows out of the database into a held copy.
-    fn export_from_db(&mut self, key: &NodeReactor) -> Option<ObjectData> {
-        self.shared.set_owned(&key.0, false);
-        let mut busy = 0;
+    /// This node's copy, as the ownership protocol ships it.
+    fn snapshot(&mut self, key: &ReactorKey) -> Option<ObjectData> {
         let started = std::time::Instant::now();
-        let was_frozen = self
-            .shared
-            .frozen
-            .lock()
-            .expect("frozen lock")
-            .remove(&key.0);
-        let exported = loop {
-            let attempt = if was_frozen && busy == 0 {
-                self.db().export_frozen_reactor(&key.0)
-            } else {
-                self.db().export_reactor(&key.0)
-            };
-            match attempt {
-                Err(ExportError::Busy) if busy < EXPORT_BUSY_RETRIES => {
-                    busy += 1;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                other => break other,
-            }
-        };
+        let snapshot = self.db().snapshot_reactor(key);
         self.shared
             .counters
             .export_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        match exported {
+        match snapshot {
             Ok(exported) => {
                 self.shared
                     .counters
@@ -488,28 +501,88 @@ impl DbStore {
                     .fetch_add(1, Ordering::Relaxed);
                 // The reactor's `t_version` (its reliable commits) travels
                 // with its rows, so the next owner's versions go on from it.
-                let data = ObjectData::new(
-                    self.shared.commit.t_version(&key.0).unwrap_or(0),
+                Some(ObjectData::new(
+                    self.shared.commit.t_version(key).unwrap_or(0),
                     exported.encode(),
-                );
-                self.held_insert(key, data.clone());
-                Some(data)
+                ))
             }
             Err(error) => {
                 self.failed();
-                tracing::error!(reactor = %key, %error, "exporting a reactor");
+                tracing::error!(reactor = %key, %error, "copying a reactor");
                 None
             }
         }
     }
 
-    /// Installs the held copy into the database: this node owns it now.
-    fn install_into_db(&mut self, key: &NodeReactor) {
-        let Some(data) = self.held_get(key) else {
-            self.failed();
-            tracing::error!(reactor = %key, "owner without a copy to install");
-            return;
+    /// Takes whatever this database holds of `key` out of it.
+    fn drop_copy(&mut self, key: &ReactorKey) {
+        // (Whether this node reads it is ownership's to say, in
+        // `access_changed`: an install at a reader replaces its copy.)
+        self.shared.set_owned(key, false);
+        let dropped = match self.holding(key) {
+            Holding::Away => return,
+            Holding::Owned { .. } => {
+                self.demote(key);
+                self.db().drop_replica(key)
+            }
+            Holding::Replica { .. } => self.db().drop_replica(key),
         };
+        if let Err(error) = dropped {
+            self.failed();
+            tracing::error!(reactor = %key, %error, "dropping a reactor's copy");
+        }
+    }
+
+    /// Whether read-only transactions may read the replica `key` now: this
+    /// node is a valid reader (ownership) and the reactor is Valid
+    /// (reliable commit). Applied to the database's mark.
+    fn refresh_readable(&self, key: &ReactorKey) {
+        refresh_replica(self.db(), &self.shared, key);
+    }
+}
+
+/// Sets the database's readable mark of the replica `key` from the two
+/// protocols' states: ownership says this node is a valid reader, and the
+/// reliable commit says the reactor is Valid here (the seed: a read-only
+/// transaction never reads an Invalid object).
+pub(crate) fn refresh_replica(db: &Database, shared: &Shared, key: &ReactorKey) {
+    if !matches!(db.holding(key), Ok(Holding::Replica { .. })) {
+        return;
+    }
+    let valid = shared.commit.state(key) != Some(roost_commit::ObjectState::Invalid);
+    let readable = shared.reads_invalid() || (shared.is_reading(key) && valid);
+    if let Err(error) = db.set_replica_readable(key, readable) {
+        tracing::error!(reactor = %key, %error, "marking a replica");
+    } else if readable {
+        shared.readable_generation.fetch_add(1, Ordering::SeqCst);
+        shared.readable_notify.notify_waiters();
+    }
+}
+
+impl ObjectStore<NodeReactor> for DbStore {
+    fn export(&mut self, key: &NodeReactor) -> Option<ObjectData> {
+        match self.holding(&key.0) {
+            Holding::Away => None,
+            Holding::Owned { .. } => {
+                self.demote(&key.0);
+                self.snapshot(&key.0)
+            }
+            Holding::Replica { .. } => self.snapshot(&key.0),
+        }
+    }
+
+    fn install(&mut self, key: &NodeReactor, data: ObjectData) {
+        let held = self.holding(&key.0);
+        if matches!(held, Holding::Replica { .. })
+            && self.shared.commit.t_version(&key.0) == Some(data.t_version)
+        {
+            // The copy here is that version already (a reader becoming the
+            // owner, or asked to read again): nothing to ship into the
+            // database.
+            self.shared.commit.installed(&key.0, data.t_version);
+            self.refresh_readable(&key.0);
+            return;
+        }
         let exported = match ExportedReactor::decode(&data.rows) {
             Ok(exported) if exported.key() == &key.0 => exported,
             Ok(other) => {
@@ -523,16 +596,9 @@ impl DbStore {
                 return;
             }
         };
-        self.shared.set_owned(&key.0, true);
-        let db = self.db();
+        self.drop_copy(&key.0);
         let started = std::time::Instant::now();
-        let installed = db.install_reactor(&exported).or_else(|error| match error {
-            // Its own export back: the hand-over did not happen.
-            roost_reactor::InstallError::Stale { have, got } if have == got => {
-                db.reclaim_reactor(&exported)
-            }
-            other => Err(other),
-        });
+        let installed = self.db().install_replica(&exported);
         self.shared
             .counters
             .install_ns
@@ -544,43 +610,17 @@ impl DbStore {
                     .installed
                     .fetch_add(1, Ordering::Relaxed);
                 self.shared.commit.installed(&key.0, data.t_version);
-                self.held_remove(key);
+                self.refresh_readable(&key.0);
             }
             Err(error) => {
-                self.shared.set_owned(&key.0, false);
                 self.failed();
-                tracing::error!(reactor = %key, %error, "installing a reactor");
+                tracing::error!(reactor = %key, %error, "installing a reactor's copy");
             }
         }
-    }
-}
-
-impl ObjectStore<NodeReactor> for DbStore {
-    fn export(&mut self, key: &NodeReactor) -> Option<ObjectData> {
-        if let Some(data) = self.held_get(key) {
-            return Some(data);
-        }
-        if self.is_local(&key.0) {
-            return self.export_from_db(key);
-        }
-        None
-    }
-
-    fn install(&mut self, key: &NodeReactor, data: ObjectData) {
-        if self.is_local(&key.0) {
-            // Replacing the live rows: take them out first, so the install
-            // that follows (if this node owns it) starts from `data`.
-            self.export_from_db(key);
-        }
-        self.shared.commit.installed(&key.0, data.t_version);
-        self.held_insert(key, data);
     }
 
     fn remove(&mut self, key: &NodeReactor) {
-        if self.is_local(&key.0) {
-            self.export_from_db(key);
-        }
-        self.held_remove(key);
+        self.drop_copy(&key.0);
         self.shared.commit.forget(&key.0);
     }
 
@@ -623,31 +663,41 @@ impl ObjectStore<NodeReactor> for DbStore {
     }
 
     fn access_changed(&mut self, key: &NodeReactor, access: Access) {
-        let local = self.is_local(&key.0);
-        match access {
-            Access::Owner if !local => {
-                self.install_into_db(key);
-                // Owner without rows: acquisitions fail (`Lost`) until a
-                // later grant brings a copy.
-                let installed = self.is_local(&key.0);
-                self.shared.set_lost(&key.0, !installed);
+        let held = self.holding(&key.0);
+        self.shared.set_reading(&key.0, access == Access::Reader);
+        match (access, held) {
+            (Access::Owner, Holding::Replica { .. }) => {
+                if let Err(error) = self.db().promote_replica(&key.0) {
+                    self.failed();
+                    tracing::error!(reactor = %key, %error, "promoting a replica");
+                } else {
+                    self.shared.set_owned(&key.0, true);
+                }
             }
-            Access::Owner => {
+            (Access::Owner, Holding::Owned { .. }) => {
                 self.shared.set_owned(&key.0, true);
                 self.thaw(&key.0);
             }
-            Access::Reader | Access::Invalid | Access::None if local => {
-                self.export_from_db(key);
+            (Access::Owner, Holding::Away) => {}
+            (Access::Reader | Access::Invalid, Holding::Owned { .. }) => {
+                self.demote(&key.0);
+                self.refresh_readable(&key.0);
             }
-            Access::Reader | Access::Invalid | Access::None => {}
+            (Access::Reader | Access::Invalid, Holding::Replica { .. }) => {
+                self.refresh_readable(&key.0);
+            }
+            (Access::Reader | Access::Invalid, Holding::Away) => {}
+            (Access::None, _) => self.drop_copy(&key.0),
         }
-        if access != Access::Owner {
-            self.shared.set_lost(&key.0, false);
-        }
-        // The rows are in the database exactly while this node owns the
+        // Owner without rows: acquisitions fail (`Lost`) until a later
+        // grant brings a copy.
+        let owned_here = matches!(self.holding(&key.0), Holding::Owned { .. });
+        self.shared
+            .set_lost(&key.0, access == Access::Owner && !owned_here);
+        // The rows are writable here exactly while this node owns the
         // reactor (unless a failure was counted and logged).
-        debug_assert!(self.failures > 0 || self.is_local(&key.0) == (access == Access::Owner));
-        debug_assert!(self.failures > 0 || self.shared.owns(&key.0) == (access == Access::Owner));
+        debug_assert!(self.failures > 0 || owned_here == (access == Access::Owner) || !owned_here);
+        debug_assert!(self.failures > 0 || self.shared.owns(&key.0) == owned_here);
     }
 }
 

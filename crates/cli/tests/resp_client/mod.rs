@@ -61,6 +61,31 @@ impl Client {
     }
 }
 
+impl Client {
+    /// `MGET` of integer keys (`None`: no such key); an error answer is
+    /// `Err`.
+    pub fn mget(&mut self, keys: &[&str]) -> std::io::Result<Vec<Option<i64>>> {
+        let mut args = vec!["MGET"];
+        args.extend_from_slice(keys);
+        let head = self.send(&args)?;
+        if head.starts_with('-') {
+            return Err(std::io::Error::other(head));
+        }
+        assert_eq!(head, format!("*{}", keys.len()), "MGET {keys:?}");
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let head = self.line()?;
+            if head == "$-1" {
+                values.push(None);
+                continue;
+            }
+            assert!(head.starts_with('$'), "MGET {key}: {head}");
+            values.push(Some(self.line()?.parse().expect("an integer")));
+        }
+        Ok(values)
+    }
+}
+
 /// A command as a RESP array of bulk strings.
 pub fn frame(args: &[&str]) -> Vec<u8> {
     let mut frame = format!("*{}\r\n", args.len());

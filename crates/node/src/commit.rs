@@ -635,11 +635,14 @@ impl CommitObjectStore for CommitStore {
             }
         };
         if !matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. })) {
-            // Named a follower by an owner whose metadata is behind (a
-            // restarted node, or a reader whose add-reader was refused):
-            // there is no copy to keep current here.
+            // No copy here yet: an owner that made this node a reader sends
+            // its next writes at once, and they can overtake the copy the
+            // add-reader ships (from the owner's snapshot, older). Kept,
+            // and applied over the copy when it arrives; without them a
+            // reader acked writes its copy lacks, and lost them once it
+            // became the owner (the 3-process ownership test).
             self.shared.commit.count_without_copy();
-            tracing::debug!(%reactor, "an R-INV for a reactor this follower holds no copy of");
+            self.shared.keep_early_rows(&reactor, version, rows);
             return;
         }
         match self.db().apply_to_replica(&reactor, rows) {

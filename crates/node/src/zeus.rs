@@ -23,7 +23,7 @@
 //! already (`AlreadyExists`) and acquires them like any other node; it never
 //! recreates rows that live elsewhere.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +38,7 @@ use roost_ownership::{
 };
 use roost_reactor::{
     Acquire, AcquireError, Database, Deployment, ExportError, ExportedReactor, Holding, Location,
-    Placement, ReactorKey, ReplicaWait, Replication, Sequenced,
+    Placement, ReactorKey, ReplicaWait, Replication, RowChange, Sequenced,
 };
 
 use crate::commit::{OwnershipHandle, Zeus};
@@ -47,6 +47,10 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol a node runs: ownership of the keyspace's reactors.
 pub type NodeOwnership = Ownership<NodeReactor, DbStore>;
+
+/// Early R-INV rows kept per reactor, and reactors with some, at most.
+const MAX_EARLY_ROWS: usize = 1024;
+const MAX_EARLY_REACTORS: usize = 4096;
 
 /// How long a node keeps trying to create its home reactors (membership
 /// must first install a view with a majority).
@@ -117,6 +121,10 @@ pub(crate) struct Shared {
     /// an Invalid replica watch it (`Placement::replica_readable`).
     readable_generation: AtomicU64,
     readable_notify: Arc<tokio::sync::Notify>,
+    /// R-INV rows for reactors this node follows but holds no copy of yet
+    /// (see `CommitStore::apply`), by version, applied over the copy when
+    /// it is installed. At most `MAX_EARLY_ROWS` per reactor.
+    early_rows: Mutex<HashMap<ReactorKey, BTreeMap<u64, Vec<RowChange>>>>,
     /// Reactors a pending-commit check froze (no transaction commits on
     /// them) for the export that follows.
     frozen: Mutex<HashSet<ReactorKey>>,
@@ -154,6 +162,7 @@ impl Shared {
             reading: Mutex::new(HashSet::new()),
             readable_generation: AtomicU64::new(0),
             readable_notify: Arc::new(tokio::sync::Notify::new()),
+            early_rows: Mutex::new(HashMap::new()),
             frozen: Mutex::new(HashSet::new()),
             commit: crate::commit::CommitShared::default(),
             bugs: OnceLock::new(),
@@ -252,6 +261,31 @@ impl Shared {
 
     fn is_lost(&self, key: &ReactorKey) -> bool {
         self.lost.lock().expect("lost lock").contains(key)
+    }
+
+    pub(crate) fn keep_early_rows(&self, key: &ReactorKey, version: u64, rows: Vec<RowChange>) {
+        let mut early = self.early_rows.lock().expect("early rows lock");
+        if !early.contains_key(key) && early.len() >= MAX_EARLY_REACTORS {
+            tracing::warn!(reactor = %key, "too many reactors with early R-INV rows: dropped");
+            return;
+        }
+        let kept = early.entry(key.clone()).or_default();
+        if kept.len() >= MAX_EARLY_ROWS {
+            // Bounded: the oldest go (the copy that comes will be newer
+            // than them, or this reader is far behind and stays unreadable
+            // until a newer copy or write).
+            kept.pop_first();
+        }
+        kept.insert(version, rows);
+        debug_assert!(kept.len() <= MAX_EARLY_ROWS);
+    }
+
+    fn take_early_rows(&self, key: &ReactorKey) -> BTreeMap<u64, Vec<RowChange>> {
+        self.early_rows
+            .lock()
+            .expect("early rows lock")
+            .remove(key)
+            .unwrap_or_default()
     }
 
     fn set_reading(&self, key: &ReactorKey, reading: bool) {
@@ -610,6 +644,17 @@ impl ObjectStore<NodeReactor> for DbStore {
                     .installed
                     .fetch_add(1, Ordering::Relaxed);
                 self.shared.commit.installed(&key.0, data.t_version);
+                // Writes that reached this node before the copy, newer
+                // than it, in version order.
+                for (version, rows) in self.shared.take_early_rows(&key.0) {
+                    if version <= data.t_version {
+                        continue;
+                    }
+                    if let Err(error) = self.db().apply_to_replica(&key.0, rows) {
+                        self.failed();
+                        tracing::error!(reactor = %key, version, %error, "applying early R-INV rows");
+                    }
+                }
                 self.refresh_readable(&key.0);
             }
             Err(error) => {
@@ -621,6 +666,7 @@ impl ObjectStore<NodeReactor> for DbStore {
 
     fn remove(&mut self, key: &NodeReactor) {
         self.drop_copy(&key.0);
+        self.shared.take_early_rows(&key.0);
         self.shared.commit.forget(&key.0);
     }
 

@@ -281,6 +281,12 @@ impl Zeus {
         // its `Started` (or `Refused`) output names the transaction.
         self.starting = Some(InFlight { req, seq, reactors });
         let mut cfx = Effects::default();
+        // The protocol applies the coordinator's own writes to its store:
+        // here they only move the versions (see `CommitStore::apply`).
+        self.shared
+            .commit
+            .coordinating
+            .store(true, Ordering::Relaxed);
         self.commit.on_input(
             ctx,
             Input::Command(roost_commit::CommitCmd::Commit(Transaction {
@@ -289,6 +295,10 @@ impl Zeus {
             })),
             &mut cfx,
         );
+        self.shared
+            .commit
+            .coordinating
+            .store(false, Ordering::Relaxed);
         self.absorb_commit(cfx, fx);
         debug_assert!(
             self.starting.is_none(),
@@ -622,8 +632,13 @@ impl CommitObjectStore for CommitStore {
         self.shared
             .commit
             .set_version(&reactor, version, ObjectState::Invalid);
-        if self.shared.owns(&reactor) {
-            // The coordinator: its database holds the rows already.
+        if self.shared.commit.coordinating.load(Ordering::Relaxed) || self.shared.owns(&reactor) {
+            // The coordinator: its database holds the rows already, and
+            // later local commits over them. Even if it no longer owns
+            // the reactor (a refused hand-over left it Invalid, demoted,
+            // while this commit was pending), applying these rows again
+            // would overwrite those later commits (the 3-process ownership
+            // test lost increments that way).
             return;
         }
         let rows: Vec<RowChange> = match postcard::from_bytes(data) {
@@ -710,6 +725,9 @@ pub(crate) struct CommitShared {
     /// aborted (the read barrier's fast path).
     durable_upto: AtomicU64,
     recovering: AtomicBool,
+    /// The driver is starting one of this node's own transactions (set
+    /// and cleared around it, on the driver's thread).
+    coordinating: AtomicBool,
     counters: CommitCounters,
 }
 

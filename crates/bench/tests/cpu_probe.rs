@@ -18,8 +18,9 @@ fn busy_reads_busy_and_sleeping_reads_idle() {
         return;
     }
     let stop = Arc::new(AtomicBool::new(false));
-    // Two spinners, so that the busy window reads over half a core even
-    // where other processes (builds) share the machine's two cores.
+    // Two spinners, so that the busy window reads over a quarter of a core
+    // even where other processes (builds, other test binaries) load the
+    // machine's two cores (a CI run saw 48.9% while a build ran beside it).
     let spinners: Vec<_> = (0..2)
         .map(|_| {
             let stop = Arc::clone(&stop);
@@ -53,12 +54,12 @@ fn busy_reads_busy_and_sleeping_reads_idle() {
     );
     assert!(busy.wall >= WINDOW && idle.wall >= WINDOW);
     assert!(
-        busy.percent_of_core() > 50.0,
+        busy.percent_of_core() > 25.0,
         "two spinning threads read only {:.1}% of a core ({busy:?})",
         busy.percent_of_core()
     );
     assert!(
-        idle.percent_of_core() < 50.0,
+        idle.percent_of_core() < 10.0,
         "a sleeping process read {:.1}% of a core ({idle:?})",
         idle.percent_of_core()
     );

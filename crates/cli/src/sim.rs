@@ -51,6 +51,9 @@ pub enum SimBug {
     /// Reliable commit: on an R-VAL, a follower marks an object Valid even
     /// when a later R-INV, still pending, moved its version on.
     StaleRval,
+    /// Reliable commit: a read-only transaction reads Invalid objects too
+    /// (a version whose reliable commit is still pending).
+    ReadInvalid,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -169,7 +172,10 @@ impl SimArgs {
                         | SimBug::NeverReplays => {
                             bail!("--planted {} is an ownership bug", Self::name(*bug))
                         }
-                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder | SimBug::StaleRval => {
+                        SimBug::CommitBeforeAcks
+                        | SimBug::OutOfOrder
+                        | SimBug::StaleRval
+                        | SimBug::ReadInvalid => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
                     }
@@ -189,7 +195,10 @@ impl SimArgs {
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }
-                        SimBug::CommitBeforeAcks | SimBug::OutOfOrder | SimBug::StaleRval => {
+                        SimBug::CommitBeforeAcks
+                        | SimBug::OutOfOrder
+                        | SimBug::StaleRval
+                        | SimBug::ReadInvalid => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
                     }
@@ -204,6 +213,7 @@ impl SimArgs {
                         SimBug::CommitBeforeAcks => scenario.bugs.committed_before_all_acks = true,
                         SimBug::OutOfOrder => scenario.bugs.follower_ignores_pipeline_order = true,
                         SimBug::StaleRval => scenario.bugs.follower_validates_stale_rval = true,
+                        SimBug::ReadInvalid => scenario.bugs.read_only_reads_invalid = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }
@@ -456,5 +466,23 @@ mod tests {
             error.contains("replay it: roost sim --protocol register --seed"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_read_of_an_invalid_object_is_found_from_the_cli() {
+        let args = ["sim", "--protocol", "commit", "--seeds", "20"];
+        super::sim(&sim_args(&args)).unwrap();
+        let planted = sim_args(&[&args[..], &["--planted", "read-invalid"]].concat());
+        assert!(planted
+            .replay_command(0)
+            .ends_with("--planted read-invalid"));
+        let error = super::sim(&planted).unwrap_err().to_string();
+        assert!(
+            error.contains("read-only transactions respect real time"),
+            "{error}"
+        );
+        let register = sim_args(&["sim", "--planted", "read-invalid"]);
+        let error = register.scenario().err().expect("a commit bug").to_string();
+        assert!(error.contains("reliable-commit bug"), "{error}");
     }
 }

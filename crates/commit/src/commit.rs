@@ -6,10 +6,10 @@ use std::hash::{Hash, Hasher};
 
 use roost_cluster::{Context, Effects, EpochId, Incarnation, Input, NodeId, Protocol, TimerId};
 
-use crate::config::{CommitBugs, CommitConfig, CommitError, ConfigError};
-use crate::msg::{Body, CommitMsg, RAck, RInv, RVal, TxId, Write, WIRE_VERSION};
+use crate::config::{CommitBugs, CommitConfig, CommitError, ConfigError, ReadOnlyError};
+use crate::msg::{Body, CommitMsg, Key, RAck, RInv, RVal, TxId, Write, WIRE_VERSION};
 use crate::stats::{CommitStats, DropReason};
-use crate::store::ObjectStore;
+use crate::store::{ObjectState, ObjectStore, PayloadStore};
 
 /// The retransmission timer.
 pub const RETRANSMIT_TIMER: TimerId = 1;
@@ -25,6 +25,15 @@ pub struct Transaction {
     /// This node and nodes outside the view are left out: a dead reader
     /// holds nothing to keep current.
     pub followers: Vec<NodeId>,
+}
+
+/// One object a read-only transaction read: its `t_version` and `t_data`,
+/// Valid when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadValue {
+    pub key: Key,
+    pub version: u64,
+    pub data: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +116,11 @@ pub struct ReliableCommit<S> {
     store: S,
     /// The epoch this node's state was last moved to.
     epoch: EpochId,
+    /// The epoch this node's state began in: its first view, or the first
+    /// view that took it back after one excluded it (`None` while
+    /// excluded). A replay of a slot issued before it is not for this
+    /// state.
+    joined: Option<EpochId>,
     started: bool,
     // Coordinator.
     /// The next `local` id; starts at `epoch << 32` so that a restarted
@@ -133,6 +147,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
             bugs: CommitBugs::default(),
             store,
             epoch: EpochId(0),
+            joined: None,
             started: false,
             next_local: 1,
             validated_upto: 0,
@@ -214,10 +229,104 @@ impl<S: ObjectStore> ReliableCommit<S> {
         }
         self.started = true;
         self.epoch = ctx.view.epoch;
+        self.joined = Some(ctx.view.epoch);
         self.next_local = (ctx.view.epoch.0 << 32) + 1;
         self.validated_upto = self.next_local - 1;
         debug_assert!(self.pending.is_empty());
         debug_assert!(self.validated_upto < self.next_local);
+    }
+
+    // ---------------------------------------------------------------
+    // Read-only transactions (Zeus §6).
+
+    /// Whether a read-only transaction may read `key` here: the object is
+    /// held (this node owns or follows it) and Valid, no reliable commit
+    /// of its version pending. The one rule every local reader applies
+    /// (the node's database too); the other is the caller's: read only
+    /// while holding the lease of the view (`Context::serving`, as
+    /// [`read_only`](Self::read_only) checks), since a node cut off keeps
+    /// its Valid copies until it installs a view without it, and the
+    /// others may commit newer versions once its lease lapsed.
+    ///
+    /// An Invalid object's version may not survive (its R-INV may not have
+    /// reached every follower; it is lost if every node that holds it
+    /// crashes), and a replica the R-INV has not reached yet still serves
+    /// the older version: reading it would break real-time order.
+    pub fn readable(&self, key: &[u8]) -> bool {
+        match self.store.state(key) {
+            Some(ObjectState::Valid) => true,
+            // Planted: an Invalid object is read as well.
+            Some(ObjectState::Invalid) => self.bugs.read_only_reads_invalid,
+            None => false,
+        }
+    }
+
+    /// A read-only transaction over `keys`, run locally at this replica
+    /// with no message (Zeus §6): the version and data of every object, or
+    /// a refusal if this node holds no lease or any object is not held
+    /// here or not [`readable`](Self::readable) (a client retries).
+    ///
+    /// Zeus reads the objects one by one as the transaction asks for them
+    /// and, at the end, validates that every version it read is still the
+    /// one held Valid (a reliable commit in between would have moved one
+    /// on, and the transaction retries). Here the whole transaction is one
+    /// call on `&self`: nothing runs between its reads (in the simulator,
+    /// within one event), so that end validation holds trivially and is
+    /// not repeated. The objects read are one snapshot: the state after a
+    /// prefix of each coordinator's pipeline (the model check's
+    /// `ReadOnlySnapshot`).
+    pub fn read_only(
+        &self,
+        ctx: &Context<'_>,
+        keys: &[Key],
+    ) -> Result<Vec<ReadValue>, ReadOnlyError>
+    where
+        S: PayloadStore,
+    {
+        debug_assert_eq!(ctx.me, self.me, "a protocol runs at one node");
+        debug_assert!(!ctx.serving || ctx.member, "serving implies member");
+        if !ctx.serving {
+            return Err(ReadOnlyError::NotServing);
+        }
+        if keys.len() > self.config.max_reads {
+            return Err(ReadOnlyError::TooManyKeys {
+                count: keys.len(),
+                limit: self.config.max_reads,
+            });
+        }
+        if keys.len() > 1 && keys.iter().collect::<BTreeSet<_>>().len() != keys.len() {
+            return Err(ReadOnlyError::DuplicateKey);
+        }
+        let mut reads = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(version) = self.store.version(key) else {
+                return Err(ReadOnlyError::NotReplica { key: key.clone() });
+            };
+            if !self.readable(key) {
+                return Err(ReadOnlyError::Invalid {
+                    key: key.clone(),
+                    version,
+                });
+            }
+            let Some(data) = self.store.data(key) else {
+                debug_assert!(false, "a store holds a version without its data");
+                return Err(ReadOnlyError::NotReplica { key: key.clone() });
+            };
+            reads.push(ReadValue {
+                key: key.clone(),
+                version,
+                data: data.to_vec(),
+            });
+        }
+        debug_assert_eq!(reads.len(), keys.len());
+        debug_assert!(
+            self.bugs.read_only_reads_invalid
+                || reads
+                    .iter()
+                    .all(|r| self.store.state(&r.key) == Some(ObjectState::Valid)),
+            "a reader reads Valid objects only"
+        );
+        Ok(reads)
     }
 
     // ---------------------------------------------------------------
@@ -288,6 +397,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
         let inv = RInv {
             tx_id,
             epoch_id: self.epoch,
+            origin: self.epoch,
             followers,
             writes: tx.writes,
             // Every earlier slot validated: a follower that missed them may
@@ -434,6 +544,7 @@ impl<S: ObjectStore> ReliableCommit<S> {
         let keys: BTreeSet<&Vec<u8>> = inv.writes.iter().map(|w| &w.key).collect();
         let followers: BTreeSet<&NodeId> = inv.followers.iter().collect();
         if keys.len() != inv.writes.len()
+            || inv.origin > inv.epoch_id
             || followers.len() != inv.followers.len()
             || inv.writes.iter().any(|w| w.version == 0)
             || followers.contains(&inv.tx_id.node)
@@ -572,13 +683,27 @@ impl<S: ObjectStore> ReliableCommit<S> {
     /// R-VAL and acks it to `ack_to`.
     fn apply(&mut self, ctx: &Context<'_>, ack_to: NodeId, inv: RInv, fx: &mut Fx) {
         let tx_id = inv.tx_id;
+        let replay = inv.replay;
+        // A replay of a slot issued before this node's state began (it
+        // restarted, or the view excluded it, since): a follower by node
+        // id only. It keeps current the copies this state got since (from
+        // the coordinator's re-sends, then newer writes), but installs
+        // none: the slot may be older than a version committed before
+        // this state began, which it never got, and a reader here would
+        // then see the older version after the newer one (the simulator's
+        // real-time check, 5-node seed 50123).
+        let predates = replay && self.joined.is_none_or(|joined| inv.origin < joined);
         for w in &inv.writes {
+            let held = self.store.version(&w.key);
+            if predates && held.is_none() {
+                self.stats.replayed_writes_skipped += 1;
+                continue;
+            }
             // Only newer versions: a replay or duplicate is idempotent.
-            if self.store.version(&w.key).is_none_or(|v| v < w.version) {
+            if held.is_none_or(|v| v < w.version) {
                 self.store.apply(&w.key, w.version, &w.data);
             }
         }
-        let replay = inv.replay;
         let p = self.pipelines.entry(tx_id.node).or_default();
         if !replay {
             // Every earlier slot was applied or validated here, or the
@@ -715,11 +840,16 @@ impl<S: ObjectStore> ReliableCommit<S> {
             // Nothing keeps this node's copies current any more.
             self.store.clear();
             self.epoch = ctx.view.epoch;
+            self.joined = None;
             return;
         }
         if !self.started {
             self.start(ctx);
             return;
+        }
+        if self.joined.is_none() {
+            // Back in the view with nothing: a new state begins here.
+            self.joined = Some(ctx.view.epoch);
         }
         debug_assert!(ctx.view.epoch >= self.epoch, "epochs only grow");
         self.epoch = ctx.view.epoch;
@@ -1001,6 +1131,8 @@ impl<S: ObjectStore> ReliableCommit<S> {
     /// it after every input; tests may call it any time).
     pub fn check_invariants(&self) {
         assert!(self.validated_upto < self.next_local);
+        assert!(self.started || self.joined.is_none());
+        assert!(self.joined.is_none_or(|joined| joined <= self.epoch));
         assert!(self.pending.len() <= self.config.max_in_flight);
         assert!(self.pending.keys().all(|l| *l > self.validated_upto));
         assert!(self.replays.keys().all(|t| t.node != self.me));
@@ -1019,6 +1151,7 @@ impl<S: Hash> Hash for ReliableCommit<S> {
         self.me.hash(h);
         self.store.hash(h);
         self.epoch.hash(h);
+        self.joined.hash(h);
         self.started.hash(h);
         self.next_local.hash(h);
         self.validated_upto.hash(h);

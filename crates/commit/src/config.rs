@@ -3,6 +3,8 @@
 use roost_cluster::NodeId;
 use thiserror::Error;
 
+use crate::msg::Key;
+
 /// Tunables. Every queue and map the protocol keeps is bounded by one of
 /// them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -19,6 +21,8 @@ pub struct CommitConfig {
     pub max_held: usize,
     /// Objects one transaction may write.
     pub max_writes: usize,
+    /// Objects one read-only transaction may read.
+    pub max_reads: usize,
     /// Largest object payload (bytes).
     pub max_data_bytes: usize,
     /// Period of the retransmission timer: un-acked R-INVs are re-sent and
@@ -35,6 +39,7 @@ impl Default for CommitConfig {
             max_stored: 1 << 16,
             max_held: 1 << 14,
             max_writes: 1024,
+            max_reads: 1024,
             max_data_bytes: 1 << 20,
             retransmit_ms: 20,
             max_resends_per_tick: 256,
@@ -49,6 +54,7 @@ impl CommitConfig {
             ("max_stored", self.max_stored),
             ("max_held", self.max_held),
             ("max_writes", self.max_writes),
+            ("max_reads", self.max_reads),
             ("max_data_bytes", self.max_data_bytes),
             ("retransmit_ms", self.retransmit_ms as usize),
             ("max_resends_per_tick", self.max_resends_per_tick),
@@ -78,6 +84,13 @@ pub struct CommitBugs {
     /// the older one; the seed: Valid "iff their t_version has not been
     /// increased").
     pub follower_validates_stale_rval: bool,
+    /// A read-only transaction reads Invalid objects too (the seed: it
+    /// "never reads an Invalid object"): it may return a version whose
+    /// reliable commit is still pending, and a replica the R-INV has not
+    /// reached yet then returns the older version to a later reader (a
+    /// real-time, strict-serializability, violation); the version is lost
+    /// if every node that holds it crashes.
+    pub read_only_reads_invalid: bool,
 }
 
 /// Creating a [`ReliableCommit`](crate::ReliableCommit).
@@ -107,4 +120,30 @@ pub enum CommitError {
     StaleVersion { held: u64, given: u64 },
     #[error("follower {0} is not a configured node")]
     UnknownFollower(NodeId),
+}
+
+/// Why [`ReliableCommit::read_only`](crate::ReliableCommit::read_only)
+/// refused a read-only transaction (it read nothing: the client retries,
+/// here or at another replica).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReadOnlyError {
+    /// This node holds no lease of its view: a view without it may be
+    /// installed already, and its copies no longer kept current.
+    #[error("this node does not hold a lease in the current view")]
+    NotServing,
+    #[error("{count} objects exceed the limit of {limit} per read-only transaction")]
+    TooManyKeys { count: usize, limit: usize },
+    #[error("an object is read twice")]
+    DuplicateKey,
+    /// This node holds no copy of the object (not its owner nor a
+    /// reader; or it restarted, or the view excluded it, since).
+    #[error("object {} is not held here", String::from_utf8_lossy(key))]
+    NotReplica { key: Key },
+    /// The reliable commit of the version held is still pending: it may
+    /// not survive, and other replicas may still serve the older one.
+    #[error(
+        "object {} is Invalid here (version {version} pending)",
+        String::from_utf8_lossy(key)
+    )]
+    Invalid { key: Key, version: u64 },
 }

@@ -70,6 +70,26 @@
 //! view excludes drops its copies ([`ObjectStore::clear`]) and its pending
 //! transactions ([`CommitOut::Unknown`]).
 //!
+//! Followers are named by node id, so a replay may reach a node whose
+//! state began after the slot was issued (it restarted, or the view
+//! excluded it, since; [`RInv::origin`] says when the slot was issued).
+//! There it updates the copies that state got since, but installs no
+//! object it does not hold: the slot may be older than a version
+//! committed before, which that state never got, and a reader there
+//! would see the older version after the newer one (the simulator's
+//! real-time check found it).
+//!
+//! # Read-only transactions
+//!
+//! A read-only transaction runs locally at any replica, with no message
+//! (Zeus §6): [`ReliableCommit::read_only`] reads only objects held here
+//! and Valid ([`ReliableCommit::readable`]), and only while this node
+//! holds the lease of its view. An Invalid object's version is still in
+//! its reliable commit: reading it could expose a version that a replica
+//! not yet invalidated does not serve (a later reader there sees the older
+//! one) or that does not survive a crash ([`CommitBugs`]'s
+//! `read_only_reads_invalid` plants that).
+//!
 //! [`sim`] runs the state machine under the cluster's deterministic
 //! simulator.
 
@@ -80,10 +100,12 @@ pub mod sim;
 mod stats;
 mod store;
 
-pub use commit::{CommitCmd, CommitOut, Fx, ReliableCommit, Transaction, RETRANSMIT_TIMER};
-pub use config::{CommitBugs, CommitConfig, CommitError, ConfigError};
+pub use commit::{
+    CommitCmd, CommitOut, Fx, ReadValue, ReliableCommit, Transaction, RETRANSMIT_TIMER,
+};
+pub use config::{CommitBugs, CommitConfig, CommitError, ConfigError, ReadOnlyError};
 pub use msg::{
     decode, Body, CommitMsg, DecodeError, Key, RAck, RInv, RVal, TxId, Write, WIRE_VERSION,
 };
 pub use stats::{CommitStats, DropReason};
-pub use store::{MemStore, Object, ObjectState, ObjectStore};
+pub use store::{MemStore, Object, ObjectState, ObjectStore, PayloadStore};

@@ -12,8 +12,8 @@ use roost_cluster::{EpochId, NodeId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// The version this build writes and reads.
-pub const WIRE_VERSION: u16 = 1;
+/// The version this build writes and reads (2: [`RInv::origin`]).
+pub const WIRE_VERSION: u16 = 2;
 
 /// A transaction id, `<local_tx_id, node_id>` as in the seed.
 ///
@@ -112,6 +112,12 @@ pub struct RInv {
     pub tx_id: TxId,
     /// The epoch the R-INV was (re)issued in; the same as the envelope's.
     pub epoch_id: EpochId,
+    /// The epoch its coordinator first issued it in (kept by re-sends and
+    /// replays; at most `epoch_id`). A node whose state began later (it
+    /// restarted, or the view excluded it, since) was not a follower of it
+    /// then, whatever the follower list says by node id: a replay installs
+    /// there no object that node does not hold.
+    pub origin: EpochId,
     /// Every follower of this transaction (the readers of the objects it
     /// wrote), the coordinator excluded.
     pub followers: Vec<NodeId>,

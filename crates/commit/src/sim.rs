@@ -17,6 +17,17 @@
 //!   At the end of a settled run: every committed transaction's writes are
 //!   at every live follower that stayed in every view since, nothing is
 //!   pending, and every object is valid.
+//! * Read-only transactions: half the clients' attempts read, locally at
+//!   their node ([`ReliableCommit::read_only`], through
+//!   [`SimCmd::ReadOnly`]), all the objects of one node or two random
+//!   ones; the workload's stats count the reads done (completed) and
+//!   refused (rejected), [`CommitHistory`] each refusal's reason.
+//!   [`ReadOnlyRealTime`]:
+//!   once a reader got version v of an object, or a client was told that
+//!   a transaction writing v committed, no read-only transaction that
+//!   starts later, at any node, returns an older version of it (reads
+//!   are instantaneous, so "later" is a later event); and a read returns
+//!   the data written with the version it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,14 +36,91 @@ use roost_cluster::sim::{
     membership_checkers, run_simulation, Cause, Checker, ClientId, Factory, Scenario, SimConfig,
     SimConfigError, SimRng, SimRun, Simulation, Violation, Workload, WorkloadStats, World,
 };
-use roost_cluster::{EpochId, Incarnation, NodeId};
+use roost_cluster::{Context, Effects, EpochId, Incarnation, Input, NodeId, Protocol};
 
-use crate::commit::{CommitCmd, CommitOut, ReliableCommit, Transaction};
-use crate::config::{CommitBugs, CommitConfig};
-use crate::msg::{Key, TxId, Write};
+use crate::commit::{CommitCmd, CommitOut, Fx, ReadValue, ReliableCommit, Transaction};
+use crate::config::{CommitBugs, CommitConfig, ReadOnlyError};
+use crate::msg::{CommitMsg, Key, TxId, Write};
 use crate::store::{MemStore, ObjectState, ObjectStore};
 
-pub type SimCommit = ReliableCommit<MemStore>;
+/// The simulated clients' commands: a transaction for the reliable commit,
+/// or a read-only transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimCmd {
+    Commit(Transaction),
+    /// Read these objects here ([`ReliableCommit::read_only`]).
+    ReadOnly {
+        keys: Vec<Key>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimOut {
+    Commit(CommitOut),
+    /// The answer to [`SimCmd::ReadOnly`], in the same event.
+    ReadOnly {
+        result: Result<Vec<ReadValue>, ReadOnlyError>,
+    },
+}
+
+/// A simulated replica: the reliable commit, and read-only transactions
+/// run against it. A read-only transaction is a local call, not an input
+/// of the protocol ([`CommitCmd`] and [`CommitOut`] are the node's, which
+/// reads through its own database); the simulator's clients reach a node
+/// only by a command, so this wrapper turns [`SimCmd::ReadOnly`] into
+/// that call.
+#[derive(Debug)]
+pub struct SimReplica {
+    commit: ReliableCommit<MemStore>,
+    /// Scratch effects of the inner protocol (reused, not reallocated).
+    fx: Fx,
+}
+
+impl SimReplica {
+    pub fn new(commit: ReliableCommit<MemStore>) -> Self {
+        SimReplica {
+            commit,
+            fx: Fx::default(),
+        }
+    }
+
+    pub fn commit(&self) -> &ReliableCommit<MemStore> {
+        &self.commit
+    }
+}
+
+impl Protocol for SimReplica {
+    type Msg = CommitMsg;
+    type Cmd = SimCmd;
+    type Out = SimOut;
+
+    fn on_input(
+        &mut self,
+        ctx: &Context<'_>,
+        input: Input<CommitMsg, SimCmd>,
+        fx: &mut Effects<CommitMsg, SimOut>,
+    ) {
+        let input = match input {
+            Input::Command(SimCmd::ReadOnly { keys }) => {
+                let result = self.commit.read_only(ctx, &keys);
+                fx.output(SimOut::ReadOnly { result });
+                return;
+            }
+            Input::Command(SimCmd::Commit(tx)) => Input::Command(CommitCmd::Commit(tx)),
+            Input::Message { from, msg } => Input::Message { from, msg },
+            Input::Timer(timer) => Input::Timer(timer),
+            Input::ViewChange => Input::ViewChange,
+        };
+        self.fx.clear();
+        self.commit.on_input(ctx, input, &mut self.fx);
+        fx.sends.append(&mut self.fx.sends);
+        fx.timers.append(&mut self.fx.timers);
+        fx.logs.append(&mut self.fx.logs);
+        fx.outputs
+            .extend(self.fx.outputs.drain(..).map(SimOut::Commit));
+        debug_assert!(self.fx.sends.is_empty() && self.fx.outputs.is_empty());
+    }
+}
 
 /// The reliable commit's settings in a simulation.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,9 +151,10 @@ type Checkers = (
     roost_cluster::sim::ViewAgreement,
     roost_cluster::sim::LeaseSafety,
     CommitSafety,
+    ReadOnlyRealTime,
 );
 
-pub type CommitSimulation = Simulation<SimCommit, CommitFactory, CommitWorkload, Checkers>;
+pub type CommitSimulation = Simulation<SimReplica, CommitFactory, CommitWorkload, Checkers>;
 
 /// Every incarnation is a fresh state machine with an empty store. A node
 /// the view excludes drops its copies, so being cut off is a fault like a
@@ -75,15 +164,16 @@ pub struct CommitFactory {
     bugs: CommitBugs,
 }
 
-impl Factory<SimCommit> for CommitFactory {
-    fn make(&mut self, node: NodeId, _incarnation: Incarnation) -> SimCommit {
-        ReliableCommit::new(node, self.config.clone(), MemStore::default())
+impl Factory<SimReplica> for CommitFactory {
+    fn make(&mut self, node: NodeId, _incarnation: Incarnation) -> SimReplica {
+        let commit = ReliableCommit::new(node, self.config.clone(), MemStore::default())
             .expect("validated by the scenario")
-            .with_bugs(self.bugs)
+            .with_bugs(self.bugs);
+        SimReplica::new(commit)
     }
 
-    fn cut_off_loses_data(&self, protocol: &SimCommit) -> bool {
-        protocol.in_a_view()
+    fn cut_off_loses_data(&self, protocol: &SimReplica) -> bool {
+        protocol.commit().in_a_view()
     }
 }
 
@@ -105,7 +195,12 @@ impl CommitScenario {
             seed,
             factory,
             workload,
-            (view_agreement, lease_safety, CommitSafety::default()),
+            (
+                view_agreement,
+                lease_safety,
+                CommitSafety::default(),
+                ReadOnlyRealTime::default(),
+            ),
         )
     }
 }
@@ -150,6 +245,37 @@ pub struct CommitHistory {
     pub refused: u64,
     /// Transactions whose coordinator crashed or left the view first.
     pub unknown: u64,
+    /// Read-only transactions done, in the order they ran.
+    pub reads: Vec<ReadOnlyDone>,
+    /// Read-only transactions refused, by why.
+    pub reads_refused: ReadsRefused,
+}
+
+/// A read-only transaction that returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOnlyDone {
+    pub node: NodeId,
+    pub at_ms: u64,
+    pub values: Vec<ReadValue>,
+}
+
+/// Read-only transactions refused, by [`ReadOnlyError`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadsRefused {
+    /// No lease (not in the view, or cut off).
+    pub not_serving: u64,
+    /// An object not held there (a restarted or excluded node).
+    pub not_replica: u64,
+    /// An object Invalid there (its reliable commit pending).
+    pub invalid: u64,
+    /// Too many or repeated objects (the workload asks for neither).
+    pub malformed: u64,
+}
+
+impl ReadsRefused {
+    pub fn total(&self) -> u64 {
+        self.not_serving + self.not_replica + self.invalid + self.malformed
+    }
 }
 
 pub struct CommitWorkload {
@@ -178,22 +304,10 @@ impl CommitWorkload {
             history: CommitHistory::default(),
         }
     }
-}
 
-/// The key of object `i` of `node`.
-pub fn object_key(node: NodeId, i: u32) -> Key {
-    format!("{}/{i}", node.0).into_bytes()
-}
-
-impl Workload<SimCommit> for CommitWorkload {
-    type History = CommitHistory;
-
-    fn next_command(
-        &mut self,
-        rng: &mut SimRng,
-        _now_ms: u64,
-        client: ClientId,
-    ) -> Option<CommitCmd> {
+    /// A transaction writing 1..=`max_writes` of the client's node's
+    /// objects, followed by every other node.
+    fn transaction(&mut self, rng: &mut SimRng, client: ClientId) -> SimCmd {
         let count = rng.random_range(1..=self.max_writes);
         let mut picked = BTreeSet::new();
         while picked.len() < count as usize {
@@ -218,10 +332,73 @@ impl Workload<SimCommit> for CommitWorkload {
             .filter(|f| *f != client.node)
             .collect();
         self.issued.insert(client.node, writes.clone());
-        Some(CommitCmd::Commit(Transaction { writes, followers }))
+        SimCmd::Commit(Transaction { writes, followers })
     }
 
-    fn on_output(&mut self, node: NodeId, _now_ms: u64, _cause: Cause, out: &CommitOut) {
+    /// A read-only transaction over objects the client's node follows
+    /// (every node follows every other's, and owns its own): all of one
+    /// node's, or two random ones.
+    fn read_only(&mut self, rng: &mut SimRng) -> SimCmd {
+        let keys = if rng.random_bool(0.5) {
+            let node = NodeId(rng.random_range(0..self.nodes));
+            (0..self.objects).map(|i| object_key(node, i)).collect()
+        } else {
+            let all = self.nodes * self.objects;
+            let mut picked = BTreeSet::new();
+            while picked.len() < 2.min(all as usize) {
+                picked.insert(rng.random_range(0..all));
+            }
+            picked
+                .into_iter()
+                .map(|o| object_key(NodeId(o / self.objects), o % self.objects))
+                .collect()
+        };
+        SimCmd::ReadOnly { keys }
+    }
+}
+
+/// The key of object `i` of `node`.
+pub fn object_key(node: NodeId, i: u32) -> Key {
+    format!("{}/{i}", node.0).into_bytes()
+}
+
+impl Workload<SimReplica> for CommitWorkload {
+    type History = CommitHistory;
+
+    fn next_command(&mut self, rng: &mut SimRng, _now_ms: u64, client: ClientId) -> Option<SimCmd> {
+        // Half the attempts read: reads are local and cheap, and each one
+        // is a probe of real-time order at a random node.
+        if rng.random_bool(0.5) {
+            Some(self.read_only(rng))
+        } else {
+            Some(self.transaction(rng, client))
+        }
+    }
+
+    fn on_output(&mut self, node: NodeId, now_ms: u64, _cause: Cause, out: &SimOut) {
+        let out = match out {
+            SimOut::Commit(out) => out,
+            SimOut::ReadOnly { result: Ok(values) } => {
+                self.history.reads.push(ReadOnlyDone {
+                    node,
+                    at_ms: now_ms,
+                    values: values.clone(),
+                });
+                return;
+            }
+            SimOut::ReadOnly { result: Err(error) } => {
+                let refused = &mut self.history.reads_refused;
+                match error {
+                    ReadOnlyError::NotServing => refused.not_serving += 1,
+                    ReadOnlyError::NotReplica { .. } => refused.not_replica += 1,
+                    ReadOnlyError::Invalid { .. } => refused.invalid += 1,
+                    ReadOnlyError::TooManyKeys { .. } | ReadOnlyError::DuplicateKey => {
+                        refused.malformed += 1
+                    }
+                }
+                return;
+            }
+        };
         match out {
             CommitOut::Started { tx_id } => {
                 self.in_flight.entry(node).or_default().insert(*tx_id);
@@ -258,11 +435,13 @@ impl Workload<SimCommit> for CommitWorkload {
         &self.history
     }
 
+    /// Transactions and read-only transactions together: completed is
+    /// those committed and the reads done, rejected those refused.
     fn stats(&self) -> WorkloadStats {
         WorkloadStats {
-            completed: self.history.committed.len() as u64,
+            completed: self.history.committed.len() as u64 + self.history.reads.len() as u64,
             unknown: self.history.unknown,
-            rejected: self.history.refused,
+            rejected: self.history.refused + self.history.reads_refused.total(),
         }
     }
 }
@@ -301,15 +480,15 @@ pub struct CommitSafety {
 
 impl CommitSafety {
     fn slot_store<'a>(
-        world: &'a World<'_, SimCommit>,
+        world: &'a World<'_, SimReplica>,
         id: NodeId,
         incarnation: Incarnation,
-    ) -> Option<&'a SimCommit> {
+    ) -> Option<&'a ReliableCommit<MemStore>> {
         let slot = world.nodes.iter().find(|s| s.id() == id)?;
         if slot.incarnation() != incarnation {
             return None;
         }
-        slot.node().map(|n| n.app())
+        slot.node().map(|n| n.app().commit())
     }
 }
 
@@ -318,7 +497,7 @@ impl CommitSafety {
     /// follower marks a version Valid only on the R-VAL of its own
     /// transaction (or a later one of the pipeline), never while its
     /// R-INV is still pending.
-    fn check_unfinished(&mut self, world: &World<'_, SimCommit>) -> Result<(), Violation> {
+    fn check_unfinished(&mut self, world: &World<'_, SimReplica>) -> Result<(), Violation> {
         use std::ops::Bound::{Excluded, Unbounded};
         // A view without the coordinator's incarnation: the others may
         // replay (and validate) its transactions from then on.
@@ -336,7 +515,7 @@ impl CommitSafety {
         }
         for slot in world.nodes {
             let Some(node) = slot.node() else { continue };
-            let validated = node.app().stats().validated;
+            let validated = node.app().commit().stats().validated;
             let seen = self
                 .validations_seen
                 .insert((slot.id(), slot.incarnation()), validated);
@@ -344,7 +523,7 @@ impl CommitSafety {
                 continue; // nothing turned Valid there since
             }
             for (key, versions) in &self.unfinished_writes {
-                let Some(o) = node.app().store().get(key) else {
+                let Some(o) = node.app().commit().store().get(key) else {
                     continue;
                 };
                 if o.state != ObjectState::Valid {
@@ -392,10 +571,10 @@ impl CommitSafety {
     }
 }
 
-impl Checker<SimCommit, CommitHistory> for CommitSafety {
+impl Checker<SimReplica, CommitHistory> for CommitSafety {
     fn after_event(
         &mut self,
-        world: &World<'_, SimCommit>,
+        world: &World<'_, SimReplica>,
         history: &CommitHistory,
     ) -> Result<(), Violation> {
         for (tx_id, writes) in &history.started[self.started_seen..] {
@@ -486,7 +665,7 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
 
     fn at_end(
         &mut self,
-        world: &World<'_, SimCommit>,
+        world: &World<'_, SimReplica>,
         _history: &CommitHistory,
     ) -> Result<(), Violation> {
         // Only once the membership settled too (`World::settled_view`).
@@ -521,7 +700,7 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
         }
         for slot in world.nodes {
             let Some(node) = slot.node() else { continue };
-            let app = node.app();
+            let app = node.app().commit();
             if app.in_flight() + app.stored() + app.replaying() > 0 {
                 return stuck(format!(
                     "{}: in flight {}, stored {}, replaying {}",
@@ -537,6 +716,154 @@ impl Checker<SimCommit, CommitHistory> for CommitSafety {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+/// How the newest version of an object was first observed by a client.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    Read { node: NodeId, at_ms: u64 },
+    Committed { tx_id: TxId, at_ms: u64 },
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Seen::Read { node, at_ms } => write!(f, "read at {node} at {at_ms} ms"),
+            Seen::Committed { tx_id, at_ms } => {
+                write!(f, "reported committed by {tx_id} at {at_ms} ms")
+            }
+        }
+    }
+}
+
+/// The checker "read-only transactions respect real time" (strict
+/// serializability of reads, Zeus §6): once a read-only transaction
+/// returned version v of an object, or a client was told that a
+/// transaction writing v committed, every read-only transaction that
+/// starts later, at any node, returns v or a newer version. Reads run
+/// whole within one event, so the history's order is real-time order.
+/// And every read returns the data written with the version it names.
+///
+/// Sound for the correct protocol: a reader reads only Valid objects,
+/// while holding the lease of its view. Committed (or Valid anywhere)
+/// means every follower of the coordinator's view holds the version (or a
+/// newer one); a node that was not in that view holds nothing of the
+/// object (a restarted node starts empty; a node the view excluded
+/// dropped its copies; a node cut off but not told holds no lease once
+/// the others moved on), and a replay of a slot issued before a node's
+/// state began installs nothing new there ([`crate::RInv::origin`]: that
+/// rule came from this checker, 5-node seed 50123).
+#[derive(Debug, Default)]
+pub struct ReadOnlyRealTime {
+    started_seen: usize,
+    committed_seen: usize,
+    reads_seen: usize,
+    /// The writes of started transactions not yet reported committed.
+    uncommitted: BTreeMap<TxId, Vec<(Key, u64)>>,
+    /// The data written with each version of each object.
+    written: BTreeMap<Key, BTreeMap<u64, Vec<u8>>>,
+    /// The newest version of each object a client observed, and how.
+    observed: BTreeMap<Key, (u64, Seen)>,
+}
+
+impl ReadOnlyRealTime {
+    fn observe(&mut self, key: &Key, version: u64, seen: Seen) {
+        match self.observed.get_mut(key) {
+            Some((v, s)) if *v < version => (*v, *s) = (version, seen),
+            Some(_) => {}
+            None => {
+                self.observed.insert(key.clone(), (version, seen));
+            }
+        }
+        debug_assert!(self.observed.get(key).is_some_and(|(v, _)| *v >= version));
+    }
+
+    fn check_read(&mut self, now_ms: u64, read: &ReadOnlyDone) -> Result<(), Violation> {
+        for value in &read.values {
+            let data = self
+                .written
+                .get(&value.key)
+                .and_then(|versions| versions.get(&value.version));
+            if data != Some(&value.data) {
+                return Err(Violation::new(
+                    "read-only transactions read written data",
+                    now_ms,
+                    format!(
+                        "{} read {} v{} = {:?}, written: {:?}",
+                        read.node,
+                        String::from_utf8_lossy(&value.key),
+                        value.version,
+                        String::from_utf8_lossy(&value.data),
+                        data.map(|d| String::from_utf8_lossy(d).into_owned())
+                    ),
+                ));
+            }
+            if let Some((newest, seen)) = self.observed.get(&value.key) {
+                if value.version < *newest {
+                    return Err(Violation::new(
+                        "read-only transactions respect real time",
+                        now_ms,
+                        format!(
+                            "{} read {} v{} at {} ms, after v{newest} was {seen}",
+                            read.node,
+                            String::from_utf8_lossy(&value.key),
+                            value.version,
+                            read.at_ms
+                        ),
+                    ));
+                }
+            }
+        }
+        for value in &read.values {
+            let seen = Seen::Read {
+                node: read.node,
+                at_ms: read.at_ms,
+            };
+            self.observe(&value.key, value.version, seen);
+        }
+        Ok(())
+    }
+}
+
+impl Checker<SimReplica, CommitHistory> for ReadOnlyRealTime {
+    fn after_event(
+        &mut self,
+        world: &World<'_, SimReplica>,
+        history: &CommitHistory,
+    ) -> Result<(), Violation> {
+        for (tx_id, writes) in &history.started[self.started_seen..] {
+            for w in writes {
+                self.written
+                    .entry(w.key.clone())
+                    .or_default()
+                    .insert(w.version, w.data.clone());
+            }
+            let writes = writes.iter().map(|w| (w.key.clone(), w.version)).collect();
+            self.uncommitted.insert(*tx_id, writes);
+        }
+        self.started_seen = history.started.len();
+        // An event is a message, a timer or a command: its commits and its
+        // reads do not come together (and a commit told in the same event
+        // as a read would come first).
+        for tx_id in &history.committed[self.committed_seen..] {
+            let Some(writes) = self.uncommitted.remove(tx_id) else {
+                continue;
+            };
+            let seen = Seen::Committed {
+                tx_id: *tx_id,
+                at_ms: world.now_ms,
+            };
+            for (key, version) in &writes {
+                self.observe(key, *version, seen);
+            }
+        }
+        self.committed_seen = history.committed.len();
+        for read in &history.reads[self.reads_seen..] {
+            self.check_read(world.now_ms, read)?;
+        }
+        self.reads_seen = history.reads.len();
         Ok(())
     }
 }

@@ -54,6 +54,11 @@ pub struct CommitStats {
     pub replays_finished: u64,
     /// R-INVs re-sent on the timer or after a view change.
     pub resends: u64,
+    /// Writes of replays issued before this node's state began (it
+    /// restarted, or the view excluded it, since) to objects it does not
+    /// hold: not installed (the slot may be older than a version
+    /// committed before, which this node never got).
+    pub replayed_writes_skipped: u64,
     /// Objects marked Valid (as coordinator, follower or replayer): a
     /// checker need look at a store again only once this moved.
     pub validated: u64,

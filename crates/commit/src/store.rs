@@ -40,6 +40,16 @@ pub trait ObjectStore {
     fn clear(&mut self);
 }
 
+/// A store that keeps the objects' payloads (`t_data`) as well, so that
+/// [`ReliableCommit::read_only`](crate::ReliableCommit::read_only) can
+/// return them. (The node's store keeps a reactor's rows in its database
+/// and reads them there, under
+/// [`ReliableCommit::readable`](crate::ReliableCommit::readable).)
+pub trait PayloadStore: ObjectStore {
+    /// The object's current `t_data` (`None`: not held).
+    fn data(&self, key: &[u8]) -> Option<&[u8]>;
+}
+
 /// An in-memory store for tests and the simulator.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct MemStore {
@@ -87,5 +97,11 @@ impl ObjectStore for MemStore {
 
     fn clear(&mut self) {
         self.objects.clear();
+    }
+}
+
+impl PayloadStore for MemStore {
+    fn data(&self, key: &[u8]) -> Option<&[u8]> {
+        self.objects.get(key).map(|o| &o.data[..])
     }
 }

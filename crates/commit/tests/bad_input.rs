@@ -13,6 +13,7 @@ fn inv(tx_id: TxId, followers: &[u32]) -> RInv {
     RInv {
         tx_id,
         epoch_id: EpochId(1),
+        origin: EpochId(1),
         followers: followers.iter().map(|f| n(*f)).collect(),
         writes: vec![w("x", 1, "a")],
         prev_val: true,
@@ -106,6 +107,10 @@ fn malformed_r_inv_is_dropped() {
     let cases: Vec<RInv> = vec![
         RInv {
             writes: vec![],
+            ..inv(T, &[2])
+        },
+        RInv {
+            origin: EpochId(2),
             ..inv(T, &[2])
         },
         RInv {

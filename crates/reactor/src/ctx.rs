@@ -44,6 +44,10 @@ pub struct ReactorCtx {
     reactor: ReactorId,
     reactor_type: u16,
     container: usize,
+    /// The reactor is a replica here (Zeus: this node is one of its
+    /// readers): this transaction may read it; a write first needs the
+    /// placement to acquire it.
+    replica: bool,
     participant: Rc<Participant>,
 }
 
@@ -62,7 +66,8 @@ impl ReactorCtx {
         }
         let entry = root.db.reactor_entry(reactor)?;
         check_placement(&root, reactor, entry, container)?;
-        let ctx = ReactorCtx::enter_as(root, reactor, entry.reactor_type, container);
+        let replica = read_only_replica(&root, reactor, entry);
+        let ctx = ReactorCtx::enter_as(root, reactor, entry.reactor_type, container, replica);
         ctx.observe_placement(entry);
         Ok(ctx)
     }
@@ -74,7 +79,13 @@ impl ReactorCtx {
         container: usize,
     ) -> Result<Self, ReactorError> {
         let reactor_type = root.db.reactor_entry(reactor)?.reactor_type;
-        Ok(ReactorCtx::enter_as(root, reactor, reactor_type, container))
+        Ok(ReactorCtx::enter_as(
+            root,
+            reactor,
+            reactor_type,
+            container,
+            false,
+        ))
     }
 
     fn enter_as(
@@ -82,6 +93,7 @@ impl ReactorCtx {
         reactor: ReactorId,
         reactor_type: u16,
         container: usize,
+        replica: bool,
     ) -> Self {
         let (participant, created) = with_local(|l| l.participant(root.id));
         if created {
@@ -92,8 +104,21 @@ impl ReactorCtx {
             reactor,
             reactor_type,
             container,
+            replica,
             participant,
         }
+    }
+
+    /// A write to a replica aborts the attempt for want of the reactor:
+    /// the placement acquires it (ownership), then the transaction runs
+    /// again (the seed: readers never run write transactions).
+    #[inline]
+    fn writable(&self) -> Result<(), ReactorError> {
+        if self.replica {
+            return Err(self.root.unavailable(self.reactor));
+        }
+        self.root.note_write();
+        Ok(())
     }
 
     /// Adds this reactor's placement word, as checked on entering it, to the
@@ -198,6 +223,35 @@ impl ReactorCtx {
         Ok(())
     }
 
+    /// Applies a reliable commit's changed rows to this replica: each row
+    /// upserted, or deleted (`value: None`). `relations` maps each change
+    /// to its schema relation index (checked by the caller).
+    pub(crate) fn apply_row_changes(
+        &self,
+        changes: &[crate::replication::RowChange],
+        relations: &[usize],
+    ) -> Result<(), ReactorError> {
+        debug_assert_eq!(changes.len(), relations.len());
+        debug_assert!(!self.replica, "the applying relocation writes");
+        for (change, &relation) in changes.iter().zip(relations) {
+            let relation = &self.root.db.containers[self.container].relations[relation];
+            let mut full = Vec::with_capacity(REACTOR_PREFIX_BYTES + change.key.len());
+            full.extend_from_slice(&self.reactor.0.to_be_bytes());
+            full.extend_from_slice(&change.key);
+            match &change.value {
+                // SAFETY: as in `install_rows`.
+                Some(value) => {
+                    self.with_context(|c, g| unsafe { c.put(g, relation, &full, value) })?
+                }
+                None => {
+                    // SAFETY: as above.
+                    self.with_context(|c, g| unsafe { c.delete(g, relation, &full) })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `procedure` for this reactor in another container (the install
     /// half of a move), as part of this transaction.
     pub(crate) fn call_in_container<T, F, Fut>(&self, container: usize, procedure: F) -> Call<T>
@@ -298,6 +352,7 @@ impl ReactorCtx {
         key: &K,
         modify: impl FnOnce(Option<V>) -> (Option<V>, R),
     ) -> Result<R, ReactorError> {
+        self.writable()?;
         let relation = self.relation(def)?;
         self.with_key(key, |key| {
             self.with_context(|c, g| {
@@ -322,6 +377,7 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
+        self.writable()?;
         let relation = self.relation(def)?;
         self.with_encoded(key, value, |key, value| {
             // SAFETY: as in `get`.
@@ -335,6 +391,7 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
+        self.writable()?;
         let relation = self.relation(def)?;
         self.with_encoded(key, value, |key, value| {
             // SAFETY: as in `get`.
@@ -348,6 +405,7 @@ impl ReactorCtx {
         key: &K,
         value: &V,
     ) -> Result<(), ReactorError> {
+        self.writable()?;
         let relation = self.relation(def)?;
         self.with_encoded(key, value, |key, value| {
             // SAFETY: as in `get`.
@@ -360,6 +418,7 @@ impl ReactorCtx {
         def: &RelationDef<K, V>,
         key: &K,
     ) -> Result<bool, ReactorError> {
+        self.writable()?;
         let relation = self.relation(def)?;
         Ok(self.with_key(key, |key| {
             // SAFETY: as in `get`.
@@ -459,6 +518,7 @@ impl ReactorCtx {
             let child = ReactorCtx {
                 reactor: target,
                 reactor_type,
+                replica: read_only_replica(&root, target, entry),
                 ..self.clone()
             };
             if target != self.reactor {
@@ -486,7 +546,7 @@ impl ReactorCtx {
         self.root
             .db
             .reactor_entry(target)
-            .is_ok_and(|entry| !entry.remote)
+            .is_ok_and(|entry| !entry.remote && !entry.replica)
     }
 
     /// The context of reactor `target` when it lives in this container, for
@@ -507,6 +567,7 @@ impl ReactorCtx {
         let child = ReactorCtx {
             reactor: target,
             reactor_type: entry.reactor_type,
+            replica: read_only_replica(&self.root, target, entry),
             ..self.clone()
         };
         child.observe_placement(entry);
@@ -577,12 +638,31 @@ fn check_placement(
         return Err(root.unavailable(reactor));
     }
     let relocating = root.relocating == Some((reactor, Relocation::Out));
-    if (entry.moving && !relocating) || entry.container as usize != container {
+    // An Invalid replica is never read (the seed): the attempt retries
+    // until its R-VAL (or the next owner's) makes it valid again.
+    let unreadable = entry.replica
+        && (entry.invalid || entry.moving)
+        && !root.db.read_invalid_replicas.load(Ordering::Relaxed);
+    if unreadable && !relocating && entry.container as usize == container {
+        return Err(root.invalid_replica(reactor));
+    }
+    if ((entry.moving || unreadable) && !relocating) || entry.container as usize != container {
         return Err(ReactorError::Tx(TxError::Conflict(
             ConflictKind::RecordUnlinked,
         )));
     }
     Ok(())
+}
+
+/// Whether a transaction entering `reactor` with placement `entry` may only
+/// read it: a replica, unless this transaction is the relocation that
+/// applies changes to it.
+fn read_only_replica(root: &RootTxn, reactor: ReactorId, entry: Entry) -> bool {
+    let replica = entry.replica && root.relocating.map(|(r, _)| r) != Some(reactor);
+    if replica {
+        root.read_replica(reactor);
+    }
+    replica
 }
 
 /// Runs a dispatched call on this executor: polled once at once, and

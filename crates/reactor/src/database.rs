@@ -14,10 +14,11 @@ use tokio::sync::oneshot;
 
 use crate::ctx::ReactorCtx;
 use crate::deployment::{Deployment, RouterPolicy};
-use crate::error::{DeploymentError, DirectoryError, ExportError, InstallError};
+use crate::error::{DeploymentError, DirectoryError, ExportError, InstallError, ReplicaError};
 use crate::executor::{ExecutorHandle, SpinBudget};
 use crate::placement::{LocalPlacement, Location, Placement, ReactorKey};
 use crate::relocate::ExportedReactor;
+use crate::replication::RowChange;
 use crate::schema::Schema;
 use crate::txn::{run_root, ReactorError, Relocation};
 
@@ -33,7 +34,7 @@ pub const MAX_REACTORS: usize = 1 << 28;
 const PLACEMENT_SEGMENT_SLOTS: usize = 1 << 16;
 const PLACEMENT_SEGMENTS: usize = MAX_REACTORS / PLACEMENT_SEGMENT_SLOTS;
 /// A placement slot packs the container (bits 0..15), the reactor type
-/// (bits 15..30), two flags, and (bits 32..64) an epoch that moves with
+/// (bits 15..30), four flags, and (bits 34..64) an epoch that moves with
 /// every change of the slot, into one atomic word.
 const FIELD_BITS: u32 = 15;
 const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
@@ -42,7 +43,17 @@ const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
 const REMOTE_BIT: u32 = 1 << 30;
 /// A move, export or install of the reactor is in progress (at most one).
 const MOVING_BIT: u32 = 1 << 31;
-const EPOCH_SHIFT: u32 = 32;
+/// The rows here are a replica (Zeus: this node is a reader of the
+/// reactor): read-only transactions read them; a write needs the placement
+/// to acquire the reactor (ownership).
+const REPLICA_BIT: u64 = 1 << 32;
+/// A replica that may not be read now (Zeus: Invalid, its newest rows'
+/// reliable commit is not finished; or its ownership is being decided).
+const INVALID_BIT: u64 = 1 << 33;
+const EPOCH_SHIFT: u32 = 34;
+/// Epochs wrap at 30 bits: a transaction would have to live through 2^30
+/// changes of one slot to mistake an old word for the current one.
+const EPOCH_MASK: u64 = (1 << (64 - EPOCH_SHIFT)) - 1;
 /// Reactor types a schema may declare.
 pub const MAX_REACTOR_TYPES: usize = 1 << FIELD_BITS;
 /// Containers a deployment may declare.
@@ -55,6 +66,10 @@ pub(crate) struct Entry {
     pub(crate) container: u16,
     pub(crate) remote: bool,
     pub(crate) moving: bool,
+    /// A replica: readable (unless `invalid`), never written here.
+    pub(crate) replica: bool,
+    /// A replica that may not be read now.
+    pub(crate) invalid: bool,
     /// The whole word read, epoch included: the placement record a
     /// transaction entering the reactor observes, validated at its commit
     /// (ignored when packing).
@@ -66,11 +81,18 @@ impl Entry {
     fn pack(&self, epoch: u64) -> u64 {
         assert!(u32::from(self.container) <= FIELD_MASK);
         assert!(u32::from(self.reactor_type) <= FIELD_MASK);
+        assert!(epoch <= EPOCH_MASK);
+        // An invalid mark belongs to a replica; a replica's rows are here.
+        assert!(!self.invalid || self.replica, "only a replica is invalid");
+        assert!(!(self.replica && self.remote), "a replica is local");
         let low = u32::from(self.container)
             | (u32::from(self.reactor_type) << FIELD_BITS)
             | if self.remote { REMOTE_BIT } else { 0 }
             | if self.moving { MOVING_BIT } else { 0 };
-        (epoch << EPOCH_SHIFT) | u64::from(low)
+        (epoch << EPOCH_SHIFT)
+            | if self.replica { REPLICA_BIT } else { 0 }
+            | if self.invalid { INVALID_BIT } else { 0 }
+            | u64::from(low)
     }
 
     #[inline]
@@ -81,9 +103,33 @@ impl Entry {
             reactor_type: ((low >> FIELD_BITS) & FIELD_MASK) as u16,
             remote: low & REMOTE_BIT != 0,
             moving: low & MOVING_BIT != 0,
+            replica: word & REPLICA_BIT != 0,
+            invalid: word & INVALID_BIT != 0,
             word,
         }
     }
+}
+
+/// How an install enters the directory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum InstallAs {
+    Owner,
+    /// This database's own last export back.
+    Reclaim,
+    Replica,
+}
+
+/// How a database holds a reactor ([`Database::holding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Not here (another database holds it, or nobody known here).
+    Away,
+    /// Here and writable; `frozen` while a freeze, move, export or install
+    /// of it runs.
+    Owned { frozen: bool },
+    /// A replica (Zeus: a reader's copy): read-only transactions read it
+    /// while `readable` (Valid).
+    Replica { readable: bool },
 }
 
 /// Reactor handle to placement slot, read on every call without a lock (a
@@ -147,7 +193,7 @@ impl PlacementTable {
             Entry::unpack(word).reactor_type,
             "a reactor keeps its type"
         );
-        let epoch = (word >> EPOCH_SHIFT).wrapping_add(1) & u64::from(u32::MAX);
+        let epoch = (word >> EPOCH_SHIFT).wrapping_add(1) & EPOCH_MASK;
         slot.store(entry.pack(epoch), Ordering::SeqCst);
     }
 
@@ -190,6 +236,8 @@ pub(crate) struct DbShared {
     pub(crate) next_txn_id: AtomicU64,
     /// Planted bug for tests: skip the placement checks on entering a reactor.
     pub(crate) skip_placement_check: AtomicBool,
+    /// Planted bug for tests: enter replicas marked unreadable (Invalid).
+    pub(crate) read_invalid_replicas: AtomicBool,
     /// The last sequence number handed out to a write commit (see
     /// [`crate::replication`]); moves only while the placement replicates.
     pub(crate) sequencer: AtomicU64,
@@ -340,6 +388,7 @@ impl Database {
                 placements: PlacementTable::new(),
                 placement,
                 skip_placement_check: AtomicBool::new(false),
+                read_invalid_replicas: AtomicBool::new(false),
                 next_txn_id: AtomicU64::new(1),
                 sequencer: AtomicU64::new(0),
                 #[cfg(debug_assertions)]
@@ -417,6 +466,8 @@ impl Database {
                 container,
                 remote: false,
                 moving: false,
+                replica: false,
+                invalid: false,
                 word: 0,
             },
         )
@@ -468,6 +519,8 @@ impl Database {
                 container: start,
                 remote: true,
                 moving: false,
+                replica: false,
+                invalid: false,
                 word: 0,
             },
         )
@@ -620,7 +673,8 @@ impl Database {
     pub fn freeze_reactor(&self, key: &ReactorKey) -> Result<bool, ExportError> {
         let reactor = self.reactor_by_key(key)?;
         let entry = self.try_begin_move(reactor).ok_or(ExportError::Busy)?;
-        if entry.remote {
+        if entry.remote || entry.replica {
+            // Not this database's to write: nothing to freeze.
             self.end_move(reactor, None::<fn(&mut Entry)>, None);
             return Ok(false);
         }
@@ -640,7 +694,7 @@ impl Database {
             .shared
             .placements
             .get(reactor)
-            .is_some_and(|e| e.moving && !e.remote);
+            .is_some_and(|e| e.moving && !e.remote && !e.replica);
         if !frozen {
             return Err(ExportError::NotFrozen(key.clone()));
         }
@@ -657,7 +711,7 @@ impl Database {
             .shared
             .placements
             .get(reactor)
-            .is_some_and(|e| e.moving && !e.remote);
+            .is_some_and(|e| e.moving && !e.remote && !e.replica);
         if !frozen {
             return Err(ExportError::NotFrozen(key.clone()));
         }
@@ -683,7 +737,7 @@ impl Database {
     /// than any copy this database had. Returns its handle here. Blocks, as
     /// [`run_blocking`](Self::run_blocking) does.
     pub fn install_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
-        self.install(exported, false)
+        self.install(exported, InstallAs::Owner)
     }
 
     /// Installs back the reactor this database exported last, `exported`
@@ -693,14 +747,26 @@ impl Database {
     /// version check accepts the export's own version here, which
     /// [`install_reactor`](Self::install_reactor) refuses as stale.
     pub fn reclaim_reactor(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
-        self.install(exported, true)
+        self.install(exported, InstallAs::Reclaim)
+    }
+
+    /// Installs `exported` as a **replica** (Zeus: this node becomes one of
+    /// the reactor's readers): read-only transactions read it once
+    /// [`set_replica_readable`](Self::set_replica_readable) says so (it
+    /// starts unreadable); a write to it makes the placement acquire it.
+    /// The reactor must not be here already. No placement-version check:
+    /// which copy is current is the replication protocol's business (its
+    /// `t_version`), not this database's.
+    pub fn install_replica(&self, exported: &ExportedReactor) -> Result<ReactorId, InstallError> {
+        self.install(exported, InstallAs::Replica)
     }
 
     fn install(
         &self,
         exported: &ExportedReactor,
-        reclaim: bool,
+        mode: InstallAs,
     ) -> Result<ReactorId, InstallError> {
+        let reclaim = mode == InstallAs::Reclaim;
         let key = exported.key();
         let type_index = self.type_index(key.reactor_type())?;
         let rows = Arc::new(crate::relocate::decode_rows(
@@ -708,9 +774,14 @@ impl Database {
             key.reactor_type(),
             exported.rows(),
         )?);
-        let container = self
-            .placed_here(key)?
-            .ok_or_else(|| InstallError::NotPlacedHere(key.clone()))?;
+        let container = if mode == InstallAs::Replica {
+            // A replica lives where the deployment's rules put the reactor;
+            // the placement answers only for owned ones.
+            self.shared.deployment.place(key.name(), key.reactor_type()) as u16
+        } else {
+            self.placed_here(key)?
+                .ok_or_else(|| InstallError::NotPlacedHere(key.clone()))?
+        };
         let reactor = {
             let mut directory = self.shared.directory.write().expect("directory lock");
             match directory.by_name.get(key.name()).copied() {
@@ -730,7 +801,9 @@ impl Database {
                         return Err(InstallError::AlreadyLocal(key.clone()));
                     }
                     let have = directory.versions.get(&reactor).copied().unwrap_or(0);
-                    let stale = if reclaim {
+                    let stale = if mode == InstallAs::Replica {
+                        false
+                    } else if reclaim {
                         have > exported.version()
                     } else {
                         have >= exported.version()
@@ -756,6 +829,8 @@ impl Database {
                         container,
                         remote: true,
                         moving: true,
+                        replica: false,
+                        invalid: false,
                         word: 0,
                     },
                 )?,
@@ -766,6 +841,18 @@ impl Database {
                 crate::relocate::install(ctx, Arc::clone(&rows))
             });
         match installed {
+            Ok(()) if mode == InstallAs::Replica => {
+                self.end_move(
+                    reactor,
+                    Some(|e: &mut Entry| {
+                        e.remote = false;
+                        e.replica = true;
+                        e.invalid = true;
+                    }),
+                    None,
+                );
+                Ok(reactor)
+            }
             Ok(()) => {
                 // A reclaim moves the version past its own export's.
                 let installed = (!reclaim).then_some(exported.version());
@@ -779,12 +866,239 @@ impl Database {
         }
     }
 
+    /// How this database holds `key` now.
+    pub fn holding(&self, key: &ReactorKey) -> Result<Holding, DirectoryError> {
+        let type_index = self.type_index(key.reactor_type())?;
+        let directory = self.shared.directory.read().expect("directory lock");
+        let Some(&reactor) = directory.by_name.get(key.name()) else {
+            return Ok(Holding::Away);
+        };
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.reactor_type != type_index {
+            return Err(DirectoryError::TypeMismatch {
+                name: key.name().to_owned(),
+                existing: self.shared.schema.reactor_types[entry.reactor_type as usize],
+            });
+        }
+        Ok(if entry.remote {
+            Holding::Away
+        } else if entry.replica {
+            Holding::Replica {
+                readable: !entry.invalid,
+            }
+        } else {
+            Holding::Owned {
+                frozen: entry.moving,
+            }
+        })
+    }
+
+    /// The handle and entry of a reactor held here as a replica.
+    fn replica_entry(&self, key: &ReactorKey) -> Result<(ReactorId, Entry), ReplicaError> {
+        let reactor = self.reactor_by_key(key)?;
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.remote || !entry.replica {
+            return Err(ReplicaError::NotReplica(key.clone()));
+        }
+        Ok((reactor, entry))
+    }
+
+    /// Marks the replica `reactor` busy for an apply or a drop, checking
+    /// under the directory's lock that it is still a replica: a promotion
+    /// since [`replica_entry`](Self::replica_entry) looked must not let
+    /// them write, or drop, an owned reactor.
+    fn begin_replica_move(&self, key: &ReactorKey, reactor: ReactorId) -> Result<(), ReplicaError> {
+        let entry = self.try_begin_move(reactor).ok_or(ReplicaError::Busy)?;
+        if entry.remote || !entry.replica {
+            self.end_move(reactor, None::<fn(&mut Entry)>, None);
+            return Err(ReplicaError::NotReplica(key.clone()));
+        }
+        Ok(())
+    }
+
+    /// Applies a reliable commit's changed rows (an R-INV's, for this
+    /// reactor) to the replica `key`, in one transaction, and marks it
+    /// unreadable (Invalid) in the same step: no read-only transaction sees
+    /// the new rows before [`set_replica_readable`](Self::set_replica_readable)
+    /// (its R-VAL), and one that read the old rows and commits after fails
+    /// its validation (the placement word moved). Blocks, as
+    /// [`run_blocking`](Self::run_blocking) does.
+    pub fn apply_to_replica(
+        &self,
+        key: &ReactorKey,
+        changes: Vec<RowChange>,
+    ) -> Result<(), ReplicaError> {
+        let (reactor, _) = self.replica_entry(key)?;
+        let relations = changes
+            .iter()
+            .map(|change| {
+                self.shared
+                    .schema
+                    .relations
+                    .iter()
+                    .position(|r| {
+                        r.reactor_type() == key.reactor_type() && r.name() == change.relation
+                    })
+                    .ok_or_else(|| ReplicaError::UnknownRelation {
+                        reactor_type: key.reactor_type().to_owned(),
+                        relation: change.relation.clone(),
+                    })
+            })
+            .collect::<Result<Vec<usize>, ReplicaError>>()?;
+        self.begin_replica_move(key, reactor)?;
+        let changes = Arc::new((changes, relations));
+        let applied =
+            self.run_blocking_with(reactor, Some((reactor, Relocation::Out)), move |ctx| {
+                let changes = Arc::clone(&changes);
+                async move { ctx.apply_row_changes(&changes.0, &changes.1) }
+            });
+        match applied {
+            Ok(()) => {
+                self.end_move(reactor, Some(|e: &mut Entry| e.invalid = true), None);
+                Ok(())
+            }
+            Err(e) => {
+                // Unapplied, the replica is stale: unreadable until a copy
+                // replaces it.
+                self.end_move(reactor, Some(|e: &mut Entry| e.invalid = true), None);
+                Err(ReplicaError::Transaction(e))
+            }
+        }
+    }
+
+    /// Marks the replica `key` readable (Valid) or not. A change moves its
+    /// placement word, so a read-only transaction that entered it before
+    /// fails its validation; no change, no move.
+    pub fn set_replica_readable(
+        &self,
+        key: &ReactorKey,
+        readable: bool,
+    ) -> Result<(), ReplicaError> {
+        let (reactor, _) = self.replica_entry(key)?;
+        let _directory = self.shared.directory.write().expect("directory lock");
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if !entry.replica || entry.remote {
+            return Err(ReplicaError::NotReplica(key.clone()));
+        }
+        if entry.moving {
+            return Err(ReplicaError::Busy);
+        }
+        if entry.invalid == readable {
+            self.shared
+                .placements
+                .update(reactor, |e| e.invalid = !readable);
+        }
+        Ok(())
+    }
+
+    /// Makes the replica `key` this database's own (Zeus: this reader
+    /// became the owner): writable from now on, with the rows it has.
+    pub fn promote_replica(&self, key: &ReactorKey) -> Result<(), ReplicaError> {
+        let (reactor, _) = self.replica_entry(key)?;
+        let _directory = self.shared.directory.write().expect("directory lock");
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.moving {
+            return Err(ReplicaError::Busy);
+        }
+        self.shared.placements.update(reactor, |e| {
+            e.replica = false;
+            e.invalid = false;
+        });
+        Ok(())
+    }
+
+    /// Turns the reactor `key`, writable here, into an unreadable replica
+    /// in place (Zeus: the owner hands ownership over and stays a reader).
+    /// Ends a freeze of it ([`freeze_reactor`](Self::freeze_reactor)); the
+    /// caller vouches that no write of it awaits replication. Transactions
+    /// that entered it before fail their commit.
+    pub fn demote_to_replica(&self, key: &ReactorKey) -> Result<(), ReplicaError> {
+        let reactor = self.reactor_by_key(key)?;
+        let _directory = self.shared.directory.write().expect("directory lock");
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.remote || entry.replica {
+            return Err(ReplicaError::NotOwned(key.clone()));
+        }
+        self.shared.placements.update(reactor, |e| {
+            e.moving = false;
+            e.replica = true;
+            e.invalid = true;
+        });
+        // Before the rows are read as a replica's: a committer that
+        // validated the old word has locked its records by then.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A copy of the rows of `key`, held here (owned or a replica), without
+    /// taking them out: what another node installs. Blocks, as
+    /// [`run_blocking`](Self::run_blocking) does.
+    pub fn snapshot_reactor(&self, key: &ReactorKey) -> Result<ExportedReactor, ExportError> {
+        let reactor = self.reactor_by_key(key)?;
+        let entry = self.shared.placements.get(reactor).expect("registered");
+        if entry.remote {
+            return Err(DirectoryError::NotLocal(key.to_string()).into());
+        }
+        let rows = self
+            .run_blocking_with(
+                reactor,
+                Some((reactor, Relocation::Out)),
+                |ctx| async move { ctx.extract_rows(false) },
+            )
+            .map_err(ExportError::Transaction)?;
+        let rows = crate::relocate::encode_rows(&self.shared.schema, &rows);
+        let version = {
+            let directory = self.shared.directory.read().expect("directory lock");
+            directory.versions.get(&reactor).copied().unwrap_or(0)
+        };
+        Ok(ExportedReactor::new(key.clone(), version, rows))
+    }
+
+    /// Removes the replica `key` and its rows (Zeus: this node is no
+    /// longer one of its readers).
+    pub fn drop_replica(&self, key: &ReactorKey) -> Result<(), ReplicaError> {
+        let (reactor, _) = self.replica_entry(key)?;
+        self.begin_replica_move(key, reactor)?;
+        let removed = self.run_blocking_with(
+            reactor,
+            Some((reactor, Relocation::Out)),
+            |ctx| async move { ctx.extract_rows(true).map(|_| ()) },
+        );
+        match removed {
+            Ok(()) => {
+                self.end_move(
+                    reactor,
+                    Some(|e: &mut Entry| {
+                        e.remote = true;
+                        e.replica = false;
+                        e.invalid = false;
+                    }),
+                    None,
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.end_move(reactor, None::<fn(&mut Entry)>, None);
+                Err(ReplicaError::Transaction(e))
+            }
+        }
+    }
+
     /// Plants a bug for the tests that show the move tests can fail: entering
     /// a reactor no longer checks whether it is moving or moved away.
     #[doc(hidden)]
     pub fn plant_bug_skip_placement_check(&self) {
         self.shared
             .skip_placement_check
+            .store(true, Ordering::Relaxed);
+    }
+
+    /// Plants a bug for the test that shows the replica read test can fail:
+    /// entering a replica no longer checks whether it is marked readable.
+    #[doc(hidden)]
+    pub fn plant_bug_read_invalid_replicas(&self) {
+        self.shared
+            .read_invalid_replicas
             .store(true, Ordering::Relaxed);
     }
 

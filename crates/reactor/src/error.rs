@@ -108,6 +108,29 @@ pub enum ExportError {
     NotFrozen(crate::placement::ReactorKey),
 }
 
+/// Errors of the replica operations of a [`Database`](crate::Database)
+/// (`apply_to_replica`, `set_replica_readable`, `promote_replica`,
+/// `demote_to_replica`, `drop_replica`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReplicaError {
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    #[error("reactor `{0}` is not a replica here")]
+    NotReplica(crate::placement::ReactorKey),
+    #[error("reactor `{0}` is not writable here")]
+    NotOwned(crate::placement::ReactorKey),
+    #[error("a move, export, install or apply of the reactor is in progress")]
+    Busy,
+    #[error("reactor type `{reactor_type}` has no relation `{relation}` in this schema")]
+    UnknownRelation {
+        reactor_type: String,
+        relation: String,
+    },
+    /// The applying transaction failed (retries exhausted, shutdown).
+    #[error("replica transaction: {0}")]
+    Transaction(ReactorError),
+}
+
 /// Errors of [`Database::install_reactor`](crate::Database::install_reactor).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum InstallError {

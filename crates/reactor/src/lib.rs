@@ -28,11 +28,14 @@ pub mod schema;
 mod txn;
 
 pub use ctx::{Call, ReactorCtx};
-pub use database::{Database, ReactorId, MAX_CONTAINERS, MAX_REACTORS, MAX_REACTOR_TYPES};
+pub use database::{Database, Holding, ReactorId, MAX_CONTAINERS, MAX_REACTORS, MAX_REACTOR_TYPES};
 pub use deployment::{ContainerSpec, Deployment, PlacementSpec, RouterPolicy};
-pub use error::{DeploymentError, DirectoryError, ExportError, InstallError, SchemaError};
+pub use error::{
+    DeploymentError, DirectoryError, ExportError, InstallError, ReplicaError, SchemaError,
+};
 pub use placement::{
-    Acquire, AcquireError, LocalPlacement, Location, Placement, ReactorKey, MAX_REACTOR_NAME_BYTES,
+    Acquire, AcquireError, LocalPlacement, Location, Placement, ReactorKey, ReplicaWait,
+    MAX_REACTOR_NAME_BYTES,
 };
 pub use relocate::ExportedReactor;
 pub use replication::{ReactorChanges, Replication, ReplicationError, RowChange, Sequenced};

@@ -115,6 +115,9 @@ pub enum Location {
     Unknown,
 }
 
+/// What [`Placement::replica_readable`] returns.
+pub type ReplicaWait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Why a reactor could not be brought here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum AcquireError {
@@ -171,6 +174,16 @@ pub trait Placement: Send + Sync + 'static {
     fn sequenced(&self, seq: u64, outcome: Sequenced) -> Option<Replication> {
         let _ = (seq, outcome);
         None
+    }
+
+    /// Resolves when a replica held here may be read again (any replica:
+    /// a spurious wake-up only costs a retry). Called by a transaction
+    /// that found `key`'s replica Invalid, before it checks again; it waits
+    /// for this or a short timeout. The default never resolves: the
+    /// transaction looks again after each timeout.
+    fn replica_readable(&self, key: &ReactorKey) -> ReplicaWait {
+        let _ = key;
+        Box::pin(std::future::pending())
     }
 
     /// A read-only transaction validated after every number up to

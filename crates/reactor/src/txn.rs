@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -61,6 +61,9 @@ pub(crate) enum Relocation {
 /// Attempts of a root transaction before giving up on conflicts.
 const MAX_ATTEMPTS: u32 = 1000;
 const MAX_BACKOFF_US: u64 = 2000;
+/// The longest one wait for an Invalid replica lasts before the attempt
+/// runs again (the placement's wake-up normally ends it sooner).
+const REPLICA_WAIT: Duration = Duration::from_millis(10);
 
 /// The error a caller of a procedure gets.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -120,6 +123,13 @@ struct RootState {
     /// A reactor the tree entered that lives elsewhere: the attempt aborts
     /// and waits for the placement to acquire it.
     unavailable: Option<ReactorId>,
+    /// The first replica the tree read: a transaction that also writes
+    /// must own it (the seed: readers run read-only transactions only), so
+    /// the attempt aborts and the placement acquires it.
+    read_replica: Option<ReactorId>,
+    /// A replica the tree found Invalid: the attempt aborts and waits for
+    /// the placement to say it may be read again.
+    invalid_replica: Option<ReactorId>,
 }
 
 /// One attempt of a root transaction.
@@ -133,6 +143,8 @@ pub(crate) struct RootTxn {
     /// The reactor this transaction relocates, if it is a move, export or
     /// install: it may enter that reactor while other transactions back off.
     pub(crate) relocating: Option<(ReactorId, Relocation)>,
+    /// The tree wrote a row (set once, read at commit).
+    wrote: AtomicBool,
 }
 
 impl RootTxn {
@@ -192,6 +204,25 @@ impl RootTxn {
         ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked))
     }
 
+    /// Notes that the tree read the replica `reactor` (see
+    /// [`RootState::read_replica`]).
+    pub(crate) fn read_replica(&self, reactor: ReactorId) {
+        self.state().read_replica.get_or_insert(reactor);
+    }
+
+    /// Notes that the tree found the replica `reactor` Invalid, and returns
+    /// the error that aborts this attempt.
+    pub(crate) fn invalid_replica(&self, reactor: ReactorId) -> ReactorError {
+        self.state().invalid_replica.get_or_insert(reactor);
+        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked))
+    }
+
+    /// Notes that the tree wrote (cheap: one relaxed store per write).
+    #[inline]
+    pub(crate) fn note_write(&self) {
+        self.wrote.store(true, Ordering::Relaxed);
+    }
+
     fn record_error(&self, error: &ReactorError) {
         let mut state = self.state();
         if state.error.is_none() {
@@ -215,11 +246,28 @@ impl RootTxn {
     /// on their executors. On commit, returns what the caller waits for
     /// before it learns of it (a replicating placement's answer).
     fn finish(&self, body: Result<(), ReactorError>) -> Result<Option<Replication>, ReactorError> {
-        let (mut members, error) = {
+        let (mut members, error, unavailable) = {
             let mut state = self.state();
-            (std::mem::take(&mut state.members), state.error.take())
+            // A write with a replica read: the replica must be acquired
+            // first (else two readers could each write on what the other
+            // owns: write skew).
+            if self.wrote.load(Ordering::Relaxed) && state.unavailable.is_none() {
+                state.unavailable = state.read_replica;
+            }
+            (
+                std::mem::take(&mut state.members),
+                state.error.take(),
+                state.unavailable.is_some(),
+            )
         };
-        let verdict = body.and(error.map_or(Ok(()), Err));
+        let mut verdict = body.and(error.map_or(Ok(()), Err));
+        if unavailable && verdict.is_ok() {
+            // The tree swallowed the error of a reactor it could not use
+            // here: the attempt still fails, and the placement acquires it.
+            verdict = Err(ReactorError::Tx(TxError::Conflict(
+                ConflictKind::RecordUnlinked,
+            )));
+        }
         // Moved out of the members, so that once they are dropped below the
         // executors hold the only references and can pool the contexts.
         let mut contexts: Vec<Arc<Mutex<TxContext>>> = Vec::with_capacity(members.len());
@@ -426,6 +474,7 @@ where
             outstanding: AtomicUsize::new(0),
             all_done: Notify::new(),
             relocating,
+            wrote: AtomicBool::new(false),
         });
         let container = db.reactor_entry(reactor)?.container as usize;
         {
@@ -449,6 +498,16 @@ where
         };
         let outcome = root.finish(body);
         if outcome.is_err() {
+            let invalid = root.state().invalid_replica.take();
+            if let Some(invalid) = invalid {
+                // A replica that may not be read now (Zeus: Invalid until
+                // its R-VAL): wait until the placement says it may (or a
+                // short while), then run again at once; not a backoff, which
+                // could keep waking in step with the invalidations.
+                Box::pin(wait_readable(&db, invalid)).await;
+                last = ConflictKind::RecordUnlinked;
+                continue;
+            }
             let away = root.state().unavailable.take();
             if let Some(away) = away {
                 // Whatever the tree made of it, the attempt failed for want
@@ -499,6 +558,32 @@ where
         attempts: MAX_ATTEMPTS,
         last,
     }))
+}
+
+/// Waits until the replica `reactor` may be read again, for at most
+/// [`REPLICA_WAIT`] (a wake-up the placement sends between the check and
+/// the wait is not lost for longer).
+async fn wait_readable(db: &DbShared, reactor: ReactorId) {
+    let Ok(key) = db.key_of(reactor) else {
+        return;
+    };
+    let readable = db.placement.replica_readable(&key);
+    if db
+        .reactor_entry(reactor)
+        .is_ok_and(|entry| !(entry.replica && (entry.invalid || entry.moving)))
+    {
+        // Readable again already: let the executor run what else waits
+        // (the change may be applied on this very executor) before the
+        // next attempt.
+        roost_exec::yield_now().await;
+        return;
+    }
+    tokio::select! {
+        biased;
+        () = readable => {}
+        () = roost_exec::sleep(REPLICA_WAIT) => {}
+    }
+    roost_exec::yield_now().await;
 }
 
 /// Asks the placement to bring `reactor` here.

@@ -72,8 +72,8 @@ impl Net {
                 (*id, node)
             })
             .collect();
-        Net {
-            all,
+        let mut net = Net {
+            all: all.clone(),
             nodes,
             view,
             queue: Vec::new(),
@@ -85,7 +85,13 @@ impl Net {
             commanded: None,
             restarts: BTreeMap::new(),
             now: 0,
+        };
+        // The first view is installed at every node, as the runtime does
+        // (each node's state begins in epoch 1).
+        for id in all {
+            net.input(id, Input::ViewChange);
         }
+        net
     }
 
     pub fn node(&self, id: u32) -> &Node {

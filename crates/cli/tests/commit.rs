@@ -74,6 +74,20 @@ fn admin_json(cluster: &LocalCluster, node: u32, path: &str) -> Option<Value> {
     serde_json::from_str(&body).ok()
 }
 
+/// Until every keyspace reactor has an owner (the home nodes created them).
+fn wait_for_created(cluster: &LocalCluster) {
+    wait_for(
+        "the reactors to be created",
+        Duration::from_secs(60),
+        || {
+            (0..NODES)
+                .map(|n| owned_total(cluster, n))
+                .sum::<Option<u64>>()
+                == Some(REACTORS as u64)
+        },
+    );
+}
+
 fn owned_total(cluster: &LocalCluster, node: u32) -> Option<u64> {
     admin_json(cluster, node, "/ownership/inspect")?
         .get("Inspected")?
@@ -255,16 +269,7 @@ fn check_no_loss(cluster: &LocalCluster, nodes: &[u32], tally: &Tally) -> Result
 #[test]
 fn no_acknowledged_increment_is_lost_while_owners_are_sigkilled_and_restarted() {
     let mut cluster = start("sigkill", &[]);
-    wait_for(
-        "the reactors to be created",
-        Duration::from_secs(60),
-        || {
-            (0..NODES)
-                .map(|n| owned_total(&cluster, n))
-                .sum::<Option<u64>>()
-                == Some(REACTORS as u64)
-        },
-    );
+    wait_for_created(&cluster);
     let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<JoinHandle<Tally>> = (0..NODES as usize)
@@ -335,16 +340,7 @@ fn owner_dies_after_an_increment_its_readers_never_got(planted: bool) -> Result<
         &[]
     };
     let mut cluster = start(if planted { "planted" } else { "clean" }, args);
-    wait_for(
-        "the reactors to be created",
-        Duration::from_secs(60),
-        || {
-            (0..NODES)
-                .map(|n| owned_total(&cluster, n))
-                .sum::<Option<u64>>()
-                == Some(REACTORS as u64)
-        },
-    );
+    wait_for_created(&cluster);
     let key = "counter-0";
     let mut tally = Tally::default();
     let mut writer =
@@ -462,16 +458,7 @@ fn bank_client(
 #[test]
 fn bank_transfers_keep_the_total_while_owners_are_sigkilled() {
     let mut cluster = start("bank", &[]);
-    wait_for(
-        "the reactors to be created",
-        Duration::from_secs(60),
-        || {
-            (0..NODES)
-                .map(|n| owned_total(&cluster, n))
-                .sum::<Option<u64>>()
-                == Some(REACTORS as u64)
-        },
-    );
+    wait_for_created(&cluster);
     let mut setup =
         Client::connect(cluster.resp_addr(0).unwrap(), Duration::from_secs(30)).unwrap();
     for account in accounts() {
@@ -612,16 +599,7 @@ fn reads_at_readers(planted: bool, secs: u64) -> Result<usize, String> {
         &[]
     };
     let cluster = start(if planted { "reads-planted" } else { "reads" }, args);
-    wait_for(
-        "the reactors to be created",
-        Duration::from_secs(60),
-        || {
-            (0..NODES)
-                .map(|n| owned_total(&cluster, n))
-                .sum::<Option<u64>>()
-                == Some(REACTORS as u64)
-        },
-    );
+    wait_for_created(&cluster);
     let (a, b) = pair_keys();
     let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
     let mut writer = Client::connect(addrs[0], Duration::from_secs(10)).expect("node 0");

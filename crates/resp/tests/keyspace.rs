@@ -36,7 +36,11 @@ async fn info(c: &mut redis::aio::MultiplexedConnection, section: &str) -> Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_clock_reading_per_transaction() {
-    let server = start(config());
+    // Room for an EXEC long enough to straddle a deadline on a fast build.
+    let server = start(Config {
+        max_multi_commands: 100_000,
+        ..config()
+    });
     let mut c = connect(server.addr()).await;
     // Deterministic: set to expire 1 ms after the transaction's clock
     // reading, then enough work for several milliseconds to pass: the key
@@ -82,22 +86,36 @@ async fn one_clock_reading_per_transaction() {
     // The EXEC is sent half its own measured duration before the deadline,
     // so it straddles the deadline whatever the build's speed; rounds repeat
     // (bounded) until a few have straddled.
-    let filler_exec = |key: &str| {
+    // The EXEC is made long enough (at least 30 ms, doubling its work up
+    // to a bound) that a straddle does not hinge on a millisecond of timer
+    // slack: a fast release build once ran it in under 4 ms.
+    let filler_exec = |key: &str, work: usize| {
         let mut pipe = redis::pipe();
         pipe.atomic();
         pipe.cmd("GET").arg(key);
         pipe.cmd("EXISTS").arg(key);
-        for key in &filler {
-            pipe.cmd("INCR").arg(key.replace("filler", "counter"));
+        for i in 0..work {
+            pipe.cmd("INCR").arg(format!("counter:{}", i % 3000));
         }
         pipe.cmd("GET").arg(key);
         pipe.cmd("EXISTS").arg(key);
         pipe.cmd("TTL").arg(key);
         pipe
     };
-    let warm_up = Instant::now();
-    let _: Vec<redis::Value> = filler_exec("absent").query_async(&mut c).await.unwrap();
-    let mut exec_duration = warm_up.elapsed();
+    let mut work = filler.len();
+    let mut exec_duration = Duration::ZERO;
+    for _ in 0..5 {
+        let warm_up = Instant::now();
+        let _: Vec<redis::Value> = filler_exec("absent", work)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        exec_duration = warm_up.elapsed();
+        if exec_duration >= Duration::from_millis(30) {
+            break;
+        }
+        work *= 2;
+    }
     let mut straddled = 0;
     for round in 0..48 {
         if straddled >= 3 {
@@ -113,7 +131,7 @@ async fn one_clock_reading_per_transaction() {
         );
         let set_at = Instant::now();
         tokio::time::sleep(Duration::from_millis(ttl_ms) - exec_duration / 2).await;
-        let pipe = filler_exec(&key);
+        let pipe = filler_exec(&key, work);
         let sent = set_at.elapsed();
         let replies: Vec<redis::Value> = pipe.query_async(&mut c).await.unwrap();
         let done = set_at.elapsed();

@@ -749,6 +749,7 @@ async fn admin_loop<P>(
     P::Out: Send,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let refusals = Arc::new(tokio::sync::Semaphore::new(MAX_ADMIN_CONNECTIONS));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -758,6 +759,16 @@ async fn admin_loop<P>(
             // Non-blocking: a client that does not read cannot hold the
             // accept loop (the answer fits any socket buffer).
             let _ = stream.try_write(BUSY_RESPONSE);
+            // Closed with the client's request unread, the socket would
+            // answer it with a reset, which can destroy the 503 before the
+            // client reads it (CI saw "connection reset"). So the request
+            // is read and dropped first, briefly, by a bounded few tasks.
+            if let Ok(refusing) = Arc::clone(&refusals).try_acquire_owned() {
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(REFUSAL_LINGER, linger(stream)).await;
+                    drop(refusing);
+                });
+            }
             continue;
         };
         let driver = driver.clone();
@@ -769,6 +780,24 @@ async fn admin_loop<P>(
             let _ = tokio::time::timeout(ADMIN_TIMEOUT, serve).await;
             drop(slot);
         });
+    }
+}
+
+/// How long a refused admin connection is read from before it is closed.
+const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+
+/// Ends a refused connection without a reset: no more writes, then reads
+/// (and drops) what the client sent until it closes, `MAX_REQUEST_BYTES`
+/// at most.
+async fn linger(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 1024];
+    let mut read = 0;
+    while read < MAX_REQUEST_BYTES {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
     }
 }
 

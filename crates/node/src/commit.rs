@@ -660,13 +660,12 @@ impl CommitObjectStore for CommitStore {
             self.shared.keep_early_rows(&reactor, version, rows);
             return;
         }
-        match self.db().apply_to_replica(&reactor, rows) {
-            Ok(()) => self.shared.commit.count_applied(),
-            Err(error) => {
-                self.shared.commit.count_bad_apply();
-                tracing::error!(%reactor, %error, "applying R-INV rows to a follower's copy");
-            }
-        }
+        // Into the replica off the driver's path (`crate::applier`): from
+        // here it is unreadable until its rows are in and its R-VAL came.
+        self.shared
+            .applier
+            .enqueue(self.db(), &self.shared, &reactor, rows);
+        self.shared.commit.count_applied();
         if self.shared.reads_invalid() {
             refresh_replica(self.db(), &self.shared, &reactor);
         }
@@ -695,11 +694,7 @@ impl CommitObjectStore for CommitStore {
         for reactor in versioned {
             if !self.shared.owns(&reactor) {
                 self.shared.commit.forget(&reactor);
-                if matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. })) {
-                    if let Err(error) = self.db().set_replica_readable(&reactor, false) {
-                        tracing::error!(%reactor, %error, "hiding a replica");
-                    }
-                }
+                self.shared.applier.hide(self.db(), &reactor);
             }
         }
     }
@@ -865,7 +860,7 @@ impl CommitShared {
         self.recovering.store(recovering, Ordering::Relaxed);
     }
 
-    fn count_applied(&self) {
+    pub(crate) fn count_applied(&self) {
         self.counters.applied.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -883,7 +878,7 @@ impl CommitShared {
             .fetch_add(reactors as u64, Ordering::Relaxed);
     }
 
-    fn count_bad_apply(&self) {
+    pub(crate) fn count_bad_apply(&self) {
         self.counters.bad_applies.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -1053,7 +1048,7 @@ impl CommitShared {
             ),
             (
                 "roost_commit_follower_applies_total",
-                "Reactor writes applied to this node's copies as a follower.",
+                "Reactor writes a follower acknowledged into its copies (queued for the replica; see roost_commit_apply_batches_total).",
                 c.applied.load(Ordering::Relaxed),
             ),
             (
@@ -1163,18 +1158,9 @@ impl Group {
     fn changes(&mut self) -> Vec<ReactorChanges> {
         std::mem::take(&mut self.changes)
             .into_iter()
-            .map(|(reactor, rows)| {
-                let mut seen = std::collections::HashSet::new();
-                let mut last: Vec<RowChange> = rows
-                    .into_iter()
-                    .rev()
-                    .filter(|r| seen.insert((r.relation.clone(), r.key.clone())))
-                    .collect();
-                last.reverse();
-                ReactorChanges {
-                    reactor,
-                    rows: last,
-                }
+            .map(|(reactor, rows)| ReactorChanges {
+                reactor,
+                rows: crate::applier::last_change_per_row(rows),
             })
             .collect()
     }

@@ -35,6 +35,7 @@ use roost_reactor::Deployment;
 use roost_resp::{Keyspace, RunningServer, Server, ServerError, Services};
 use thiserror::Error;
 
+pub mod applier;
 pub mod commit;
 pub mod replicas;
 pub mod zeus;
@@ -284,6 +285,10 @@ impl Node {
                     .block_on(start_node_with(&cluster, id, app, options))
                     .map_err(NodeError::Cluster)?;
                 shared.connect(running.handle(), runtime.handle().clone());
+                runtime.spawn(applier::run(
+                    std::sync::Arc::clone(&shared),
+                    keyspace.clone(),
+                ));
                 runtime.spawn(commit::forward_intake(
                     std::sync::Arc::clone(&shared),
                     running.handle(),

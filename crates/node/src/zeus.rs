@@ -130,6 +130,8 @@ pub(crate) struct Shared {
     frozen: Mutex<HashSet<ReactorKey>>,
     /// The reliable commit's side: versions, pending commits, the intake.
     pub(crate) commit: crate::commit::CommitShared,
+    /// Acknowledged R-INV rows on their way into this node's replicas.
+    pub(crate) applier: crate::applier::Applier,
     bugs: OnceLock<ZeusBugs>,
 }
 
@@ -165,6 +167,7 @@ impl Shared {
             early_rows: Mutex::new(HashMap::new()),
             frozen: Mutex::new(HashSet::new()),
             commit: crate::commit::CommitShared::default(),
+            applier: crate::applier::Applier::default(),
             bugs: OnceLock::new(),
         })
     }
@@ -220,6 +223,7 @@ impl Shared {
              # TYPE roost_ownership_reactors_owned gauge\nroost_ownership_reactors_owned {owned}\n"
         ));
         text.push_str(&self.commit.prometheus());
+        text.push_str(&self.applier.prometheus());
         text
     }
 
@@ -295,6 +299,12 @@ impl Shared {
         } else {
             set.remove(key);
         }
+    }
+
+    /// A replica turned readable: transactions waiting for one look again.
+    pub(crate) fn replica_turned_readable(&self) {
+        self.readable_generation.fetch_add(1, Ordering::SeqCst);
+        self.readable_notify.notify_waiters();
     }
 
     pub(crate) fn is_reading(&self, key: &ReactorKey) -> bool {
@@ -559,7 +569,10 @@ impl DbStore {
                 self.demote(key);
                 self.db().drop_replica(key)
             }
-            Holding::Replica { .. } => self.db().drop_replica(key),
+            Holding::Replica { .. } => {
+                self.shared.applier.discard(key);
+                self.db().drop_replica(key)
+            }
         };
         if let Err(error) = dropped {
             self.failed();
@@ -579,18 +592,10 @@ impl DbStore {
 /// protocols' states: ownership says this node is a valid reader, and the
 /// reliable commit says the reactor is Valid here (the seed: a read-only
 /// transaction never reads an Invalid object).
+/// (And no R-INV rows it acknowledged are still on their way into it: the
+/// [`Applier`](crate::applier::Applier) decides under its queue's lock.)
 pub(crate) fn refresh_replica(db: &Database, shared: &Shared, key: &ReactorKey) {
-    if !matches!(db.holding(key), Ok(Holding::Replica { .. })) {
-        return;
-    }
-    let valid = shared.commit.state(key) != Some(roost_commit::ObjectState::Invalid);
-    let readable = shared.reads_invalid() || (shared.is_reading(key) && valid);
-    if let Err(error) = db.set_replica_readable(key, readable) {
-        tracing::error!(reactor = %key, %error, "marking a replica");
-    } else if readable {
-        shared.readable_generation.fetch_add(1, Ordering::SeqCst);
-        shared.readable_notify.notify_waiters();
-    }
+    shared.applier.refresh(db, shared, key);
 }
 
 impl ObjectStore<NodeReactor> for DbStore {
@@ -601,7 +606,10 @@ impl ObjectStore<NodeReactor> for DbStore {
                 self.demote(&key.0);
                 self.snapshot(&key.0)
             }
-            Holding::Replica { .. } => self.snapshot(&key.0),
+            Holding::Replica { .. } => {
+                self.shared.applier.drain(self.db(), &self.shared, &key.0);
+                self.snapshot(&key.0)
+            }
         }
     }
 
@@ -713,6 +721,9 @@ impl ObjectStore<NodeReactor> for DbStore {
         self.shared.set_reading(&key.0, access == Access::Reader);
         match (access, held) {
             (Access::Owner, Holding::Replica { .. }) => {
+                // Every row it acknowledged as a follower, in before it
+                // takes writes.
+                self.shared.applier.drain(self.db(), &self.shared, &key.0);
                 if let Err(error) = self.db().promote_replica(&key.0) {
                     self.failed();
                     tracing::error!(reactor = %key, %error, "promoting a replica");

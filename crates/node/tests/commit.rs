@@ -167,6 +167,15 @@ fn a_reader_follows_the_owners_writes_and_takes_over_with_every_acknowledged_one
         "the reader applied the writes"
     );
     assert_eq!(metric(&nodes[1], "roost_commit_bad_applies_total"), 0);
+    // The rows went into the reader's replica through its applier, and
+    // none are left waiting once the writes were answered and read back.
+    let mut at_reader = client(&nodes[1]);
+    assert_eq!(get(&mut at_reader, "k").as_deref(), Some("v20"));
+    send(&mut at_reader, &["LLEN", "list"]);
+    assert_eq!(line(&mut at_reader), ":19\r\n");
+    assert!(metric(&nodes[1], "roost_commit_apply_batches_total") > 0);
+    assert_eq!(metric(&nodes[1], "roost_commit_apply_queued_rows"), 0);
+    drop(at_reader);
     // The owner leaves; the reader's copy is the reactor now.
     drop(writer);
     nodes.remove(0).stop();

@@ -928,6 +928,48 @@ impl Database {
         key: &ReactorKey,
         changes: Vec<RowChange>,
     ) -> Result<(), ReplicaError> {
+        self.apply_to_replicas(vec![(key.clone(), changes)])
+            .pop()
+            .expect("one outcome per replica")
+    }
+
+    /// [`apply_to_replica`](Self::apply_to_replica) for several replicas
+    /// at once: every apply is handed to its executor before the first is
+    /// waited for, so a batch costs one wait instead of one hand-off per
+    /// reactor. Outcomes in the batch's order; one replica's failure
+    /// leaves the others applied. Blocks, as [`run_blocking`](Self::run_blocking)
+    /// does.
+    pub fn apply_to_replicas(
+        &self,
+        batch: Vec<(ReactorKey, Vec<RowChange>)>,
+    ) -> Vec<Result<(), ReplicaError>> {
+        type Started = (ReactorId, oneshot::Receiver<Result<(), ReactorError>>);
+        let mut started: Vec<Result<Started, ReplicaError>> = Vec::with_capacity(batch.len());
+        for (key, changes) in batch {
+            started.push(self.start_replica_apply(&key, changes));
+        }
+        let outcomes: Vec<Result<(), ReplicaError>> = started
+            .into_iter()
+            .map(|start| {
+                let (reactor, result) = start?;
+                let applied = wait_parked(result).unwrap_or(Err(ReactorError::Shutdown));
+                // Applied or not, the replica is unreadable (Invalid): on
+                // failure it is stale until a copy replaces it.
+                self.end_move(reactor, Some(|e: &mut Entry| e.invalid = true), None);
+                applied.map_err(ReplicaError::Transaction)
+            })
+            .collect();
+        outcomes
+    }
+
+    /// Checks one replica apply of [`apply_to_replicas`](Self::apply_to_replicas),
+    /// marks the replica busy and hands its transaction to its executor.
+    #[allow(clippy::type_complexity)]
+    fn start_replica_apply(
+        &self,
+        key: &ReactorKey,
+        changes: Vec<RowChange>,
+    ) -> Result<(ReactorId, oneshot::Receiver<Result<(), ReactorError>>), ReplicaError> {
         let (reactor, _) = self.replica_entry(key)?;
         let relations = changes
             .iter()
@@ -947,21 +989,22 @@ impl Database {
             .collect::<Result<Vec<usize>, ReplicaError>>()?;
         self.begin_replica_move(key, reactor)?;
         let changes = Arc::new((changes, relations));
-        let applied =
-            self.run_blocking_with(reactor, Some((reactor, Relocation::Out)), move |ctx| {
-                let changes = Arc::clone(&changes);
-                async move { ctx.apply_row_changes(&changes.0, &changes.1) }
-            });
-        match applied {
-            Ok(()) => {
-                self.end_move(reactor, Some(|e: &mut Entry| e.invalid = true), None);
-                Ok(())
+        let prepared = self.prepare(reactor, Some((reactor, Relocation::Out)), move |ctx| {
+            let changes = Arc::clone(&changes);
+            async move { ctx.apply_row_changes(&changes.0, &changes.1) }
+        });
+        let submitted = prepared.and_then(|(executor, job, result)| {
+            if self.shared.executors[executor].submit_blocking(job) {
+                Ok(result)
+            } else {
+                Err(ReactorError::Shutdown)
             }
-            Err(e) => {
-                // Unapplied, the replica is stale: unreadable until a copy
-                // replaces it.
+        });
+        match submitted {
+            Ok(result) => Ok((reactor, result)),
+            Err(error) => {
                 self.end_move(reactor, Some(|e: &mut Entry| e.invalid = true), None);
-                Err(ReplicaError::Transaction(e))
+                Err(ReplicaError::Transaction(error))
             }
         }
     }

@@ -6,7 +6,8 @@
 //! writes there acquiring the reactor through the placement (failing, or
 //! promoting the replica); `apply_to_replica` with the replication hook's
 //! captured changes or hand-built ones, deletes included, unknown relations
-//! refused; no read ever sees a state that was not marked readable (with a
+//! refused, and `apply_to_replicas` over both executors at once; no read
+//! ever sees a state that was not marked readable (with a
 //! planted bug showing the check can fail); `demote_to_replica` under
 //! concurrent writers; `drop_replica`; and replica operations racing a
 //! promotion.
@@ -714,6 +715,84 @@ fn applied_changes_keep_the_replica_equal_to_the_owner() {
         a.apply_to_replica(&k, vec![pair_change(0, Some(1))]),
         Err(ReplicaError::NotReplica(k.clone()))
     );
+}
+
+/// `apply_to_replicas`: a batch over replicas in both containers (so both
+/// executors) is applied in one call, each replica to its own rows; a
+/// member that is refused (an unknown relation, a reactor that is no
+/// replica here) fails alone, with its own error, in the batch's order.
+#[test]
+fn a_batch_applies_to_every_replica_and_fails_only_the_bad_ones() {
+    let (pa, a, pb, b) = owner_and_reader(true);
+    let names: Vec<String> = (0..8).map(|i| format!("batch{i}")).collect();
+    let mut ids = Vec::new();
+    for name in &names {
+        create(&a, &pa, name);
+        ids.push(
+            b.install_replica(&a.snapshot_reactor(&key(name)).unwrap())
+                .unwrap(),
+        );
+    }
+    let containers: HashSet<String> = ids
+        .iter()
+        .map(|id| b.container_of(*id).unwrap().to_owned())
+        .collect();
+    assert_eq!(containers.len(), 2, "the batch spans both executors");
+    let mine = key("mine-batch");
+    create(&b, &pb, "mine-batch");
+    let mut batch: Vec<(ReactorKey, Vec<RowChange>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                key(n),
+                vec![pair_change(0, Some(i as u64)), pair_change(1, Some(7))],
+            )
+        })
+        .collect();
+    batch.insert(
+        3,
+        (
+            key(&names[3]),
+            vec![RowChange {
+                relation: "entries".into(),
+                key: encoded_key(1u64),
+                value: Some(postcard::to_allocvec("x").unwrap()),
+            }],
+        ),
+    );
+    batch.push((mine.clone(), vec![pair_change(0, Some(1))]));
+    let outcomes = b.apply_to_replicas(batch);
+    assert_eq!(outcomes.len(), names.len() + 2);
+    assert_eq!(
+        outcomes[3],
+        Err(ReplicaError::UnknownRelation {
+            reactor_type: "doc".into(),
+            relation: "entries".into()
+        })
+    );
+    assert_eq!(
+        outcomes[names.len() + 1],
+        Err(ReplicaError::NotReplica(mine))
+    );
+    let applied: Vec<&Result<(), ReplicaError>> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(at, _)| *at != 3 && *at != names.len() + 1)
+        .map(|(_, o)| o)
+        .collect();
+    assert!(applied.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    for (i, (name, id)) in names.iter().zip(&ids).enumerate() {
+        let k = key(name);
+        assert_eq!(b.holding(&k), Ok(Holding::Replica { readable: false }));
+        b.set_replica_readable(&k, true).unwrap();
+        let read = b
+            .run_blocking(*id, |ctx| async move {
+                ctx.scan(&PAIR, .., ScanDirection::Forward, 10)
+            })
+            .unwrap();
+        assert_eq!(read, vec![(0, i as u64), (1, 7)], "{name}");
+    }
 }
 
 /// A read-only transaction that read a replica before changes were

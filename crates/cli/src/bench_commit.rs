@@ -193,6 +193,22 @@ fn readers(node: &Node, key: &NodeReactor) -> anyhow::Result<Option<usize>> {
     }
 }
 
+/// A node's ownership answer on `key`, as text.
+fn describe(node: &Node, key: &NodeReactor) -> String {
+    let Some(handle) = node.ownership() else {
+        return "no Zeus".to_string();
+    };
+    let req = ReqId(handle.next_request_id());
+    let cmd = OwnershipCmd::Describe {
+        key: key.clone(),
+        req,
+    };
+    match node.block_on(handle.request(cmd)) {
+        Ok(out) => format!("{out:?}"),
+        Err(error) => format!("describe failed: {error}"),
+    }
+}
+
 fn wait_until(
     what: &str,
     timeout: Duration,
@@ -310,14 +326,36 @@ fn run_variant(nodes: &[Node], variant: Variant, plan: &Plan) -> anyhow::Result<
         }
         _ => vec![0],
     };
-    wait_until("the replication degree", Duration::from_secs(60), || {
+    // The last reactor seen short of the degree, and its readers then (for
+    // the error).
+    let mut short: Option<(usize, Option<usize>)> = None;
+    let waited = wait_until("the replication degree", Duration::from_secs(60), || {
         for &r in &written {
-            if readers(&nodes[0], &reactor(r))? != Some(variant.degree() - 1) {
+            let seen = readers(&nodes[0], &reactor(r))?;
+            if seen != Some(variant.degree() - 1) {
+                short = Some((r, seen));
                 return Ok(false);
             }
         }
         Ok(true)
-    })?;
+    });
+    if let (Err(error), Some((r, seen))) = (&waited, short) {
+        // What each node's ownership says of it, for whoever debugs this.
+        let described: Vec<String> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| format!("node {i}: {}", describe(node, &reactor(r))))
+            .collect();
+        bail!(
+            "{error} (degree {}): reactor {r}: {}; {}",
+            variant.degree(),
+            seen.map_or("not node 0's".to_string(), |n| format!(
+                "{n} readers at node 0"
+            )),
+            described.join("; ")
+        );
+    }
+    waited?;
     let at = usize::from(variant == Variant::ReadAtReader);
     let addr = nodes[at].resp_addr().context("the node serves RESP")?;
     let read = matches!(variant, Variant::ReadAtOwner | Variant::ReadAtReader);

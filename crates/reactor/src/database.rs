@@ -531,7 +531,18 @@ impl Database {
         self.shared.key_of(reactor)
     }
 
-    /// Where a reactor lives, as this database sees it.
+    /// Whether this database owns `reactor` now: it lives here and is not a
+    /// replica (a transaction rooted at a replica that then leaves would
+    /// make the placement acquire it). What [`ReactorCtx::lives_here`]
+    /// answers inside a transaction.
+    pub fn owns(&self, reactor: ReactorId) -> bool {
+        self.shared
+            .reactor_entry(reactor)
+            .is_ok_and(|entry| !entry.remote && !entry.replica)
+    }
+
+    /// Where a reactor lives, as this database sees it (a replica held
+    /// here is `Local`).
     pub fn location(&self, reactor: ReactorId) -> Result<Location, DirectoryError> {
         let entry = self
             .shared

@@ -698,13 +698,17 @@ impl Store {
             Op::Expire(ExpireOp::Sweep { start, .. }) => start % self.reactor_count(),
             _ => 0,
         };
-        // The transaction starts at a reactor held here: on a cluster a
-        // sweep never acquires one (its owner sweeps it).
+        // The transaction starts at a reactor this node owns: on a cluster
+        // a sweep never acquires one (its owner sweeps it). Not at a
+        // replica: one dropped between this look and the transaction's
+        // entry is remote by then, and the placement would acquire it,
+        // pulling ownership here (a degree lowered from 3 to 1 saw its
+        // reactors move to a former reader this way).
         let count = self.reactor_count();
         let window = count.min(crate::expiry::SWEEP_MAX_REACTORS);
         let Some(root) = (0..window)
             .map(|i| self.shared.reactors[(start + i) % count])
-            .find(|&r| !matches!(self.db.location(r), Ok(Location::Remote)))
+            .find(|&r| self.db.owns(r))
         else {
             // None of these is held here: the next sweep looks further on.
             return Ok((0, (start + window) % count, false));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use roost_cluster::config::ClusterConfig;
 use roost_cluster::runtime::admin_get;
 use roost_node::{Node, NodeReactor};
-use roost_ownership::{Inspection, OwnershipCmd, OwnershipOut, ReqId};
+use roost_ownership::{Inspection, Meta, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
 /// One keyspace reactor: every key is on it.
@@ -107,20 +107,24 @@ fn keyspace_reactor() -> NodeReactor {
         .unwrap()
 }
 
-/// The keyspace reactor's readers as `owner` (its valid owner) sees them.
-fn readers(owner: &Node) -> Vec<u32> {
-    let handle = owner.ownership().unwrap();
+/// The keyspace reactor's ownership metadata, as `node` sees it.
+fn meta(node: &Node) -> Option<Meta> {
+    let handle = node.ownership().unwrap();
     let req = ReqId(handle.next_request_id());
     let cmd = OwnershipCmd::Describe {
         key: keyspace_reactor(),
         req,
     };
-    match owner.block_on(handle.request(cmd)) {
-        Ok(OwnershipOut::Described {
-            meta: Some(meta), ..
-        }) => meta.o_replicas.readers.iter().map(|n| n.0).collect(),
+    match node.block_on(handle.request(cmd)) {
+        Ok(OwnershipOut::Described { meta, .. }) => meta,
         other => panic!("describe answered {other:?}"),
     }
+}
+
+/// The keyspace reactor's readers as `owner` (its valid owner) sees them.
+fn readers(owner: &Node) -> Vec<u32> {
+    let meta = meta(owner).expect("the owner describes its reactor");
+    meta.o_replicas.readers.iter().map(|n| n.0).collect()
 }
 
 /// Waits until the owner's reactor has `count` readers.
@@ -138,16 +142,7 @@ fn wait_readers(owner: &Node, count: usize) -> Vec<u32> {
 
 /// The keyspace reactor's owner, as `node` sees it.
 fn owner(node: &Node) -> Option<u32> {
-    let handle = node.ownership().unwrap();
-    let req = ReqId(handle.next_request_id());
-    let cmd = OwnershipCmd::Describe {
-        key: keyspace_reactor(),
-        req,
-    };
-    match node.block_on(handle.request(cmd)) {
-        Ok(OwnershipOut::Described { meta, .. }) => meta?.o_replicas.owner.map(|n| n.0),
-        other => panic!("describe answered {other:?}"),
-    }
+    meta(node)?.o_replicas.owner.map(|n| n.0)
 }
 
 fn admin(node: &Node, path: &str) -> (u16, String) {

@@ -14,6 +14,7 @@ use roost_cluster::sim::{
 };
 use roost_commit::sim::CommitScenario;
 use roost_ownership::sim::OwnershipScenario;
+use roost_zeus::sim::ZeusScenario;
 
 /// The protocols `roost sim` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -24,6 +25,9 @@ pub enum SimProtocol {
     Ownership,
     /// The Zeus reliable commit (`roost-commit`).
     Commit,
+    /// Zeus composed: ownership, reliable commit and the replica manager
+    /// over one store (`roost-zeus`); takes the ownership and commit bugs too.
+    Zeus,
 }
 
 /// Bugs a simulation can plant for its checkers to find.
@@ -54,6 +58,15 @@ pub enum SimBug {
     /// Reliable commit: a read-only transaction reads Invalid objects too
     /// (a version whose reliable commit is still pending).
     ReadInvalid,
+    /// Zeus: the owner ignores its pending commits when asked to give an
+    /// object up (no pending-commit NACK).
+    IgnorePendingCommit,
+    /// Zeus: ownership serves again after a view change once the reliable
+    /// commit recovered at this node, not at every live node.
+    LocalCommitRecovery,
+    /// Zeus: a read-only transaction reads a copy ownership does not let
+    /// this node read.
+    ReadWithoutAccess,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -178,6 +191,11 @@ impl SimArgs {
                         | SimBug::ReadInvalid => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
+                        SimBug::IgnorePendingCommit
+                        | SimBug::LocalCommitRecovery
+                        | SimBug::ReadWithoutAccess => {
+                            bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
+                        }
                     }
                 }
                 Ok(Box::new(scenario))
@@ -201,6 +219,11 @@ impl SimArgs {
                         | SimBug::ReadInvalid => {
                             bail!("--planted {} is a reliable-commit bug", Self::name(*bug))
                         }
+                        SimBug::IgnorePendingCommit
+                        | SimBug::LocalCommitRecovery
+                        | SimBug::ReadWithoutAccess => {
+                            bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
+                        }
                     }
                 }
                 Ok(Box::new(scenario))
@@ -221,6 +244,45 @@ impl SimArgs {
                         | SimBug::ApplyBeforeRequester
                         | SimBug::NeverReplays => {
                             bail!("--planted {} is an ownership bug", Self::name(*bug))
+                        }
+                        SimBug::IgnorePendingCommit
+                        | SimBug::LocalCommitRecovery
+                        | SimBug::ReadWithoutAccess => {
+                            bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
+                        }
+                    }
+                }
+                Ok(Box::new(scenario))
+            }
+            SimProtocol::Zeus => {
+                let mut scenario = ZeusScenario::default();
+                for bug in &self.planted {
+                    match bug {
+                        SimBug::EarlyRemoval | SimBug::ForgetAcceptorState => {}
+                        SimBug::SmallerOTs => {
+                            scenario.ownership_bugs.arbiter_accepts_smaller_o_ts = true
+                        }
+                        SimBug::ApplyBeforeRequester => {
+                            scenario.ownership_bugs.arbiters_apply_before_requester = true
+                        }
+                        SimBug::NeverReplays => {
+                            scenario.ownership_bugs.arbiter_never_replays = true
+                        }
+                        SimBug::CommitBeforeAcks => {
+                            scenario.commit_bugs.committed_before_all_acks = true
+                        }
+                        SimBug::OutOfOrder => {
+                            scenario.commit_bugs.follower_ignores_pipeline_order = true
+                        }
+                        SimBug::StaleRval => {
+                            scenario.commit_bugs.follower_validates_stale_rval = true
+                        }
+                        SimBug::ReadInvalid => scenario.commit_bugs.read_only_reads_invalid = true,
+                        SimBug::IgnorePendingCommit => scenario.bugs.ignore_pending_commit = true,
+                        SimBug::LocalCommitRecovery => scenario.bugs.local_commit_recovery = true,
+                        SimBug::ReadWithoutAccess => scenario.bugs.read_without_access = true,
+                        SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
+                            bail!("--planted {} is a register bug", Self::name(*bug))
                         }
                     }
                 }

@@ -156,3 +156,42 @@ fn roost_sim_runs_the_reliable_commit_and_finds_its_planted_bugs() {
         String::from_utf8_lossy(&wrong.stderr)
     );
 }
+
+/// Zeus composed under `roost sim`: a bounded campaign passes, a planted
+/// bug of the glue between the protocols fails it with a command that
+/// replays it, and a bug of no protocol it runs is refused.
+#[test]
+fn roost_sim_runs_zeus_composed_and_finds_its_planted_bugs() {
+    let ok = roost_sim(&["--protocol", "zeus", "--seeds", "30"]);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(stdout.contains("no violations"), "{stdout}");
+    for bug in ["ignore-pending-commit", "read-without-access"] {
+        let bad = roost_sim(&["--protocol", "zeus", "--seeds", "200", "--planted", bug]);
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(!bad.status.success(), "{bug} was not found: {stderr}");
+        assert!(
+            stderr.contains("replay it: roost sim --protocol zeus"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(&format!("--planted {bug}")), "{stderr}");
+    }
+    let wrong = roost_sim(&["--protocol", "zeus", "--planted", "quorum-minus-one"]);
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("is a register bug"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+    let misplaced = roost_sim(&["--protocol", "commit", "--planted", "ignore-pending-commit"]);
+    assert!(!misplaced.status.success());
+    assert!(
+        String::from_utf8_lossy(&misplaced.stderr).contains("is a bug of Zeus composed"),
+        "{}",
+        String::from_utf8_lossy(&misplaced.stderr)
+    );
+}

@@ -2282,6 +2282,16 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         if !answered {
             return;
         }
+        if !self.store.commit_recovery_done() {
+            // A replay finishes only once the reliable commit's recovery
+            // is over at every live node (the seed: ownership "starts
+            // accepting again" then): until then a reader may lack a
+            // version a failed coordinator's R-INV still carries to it,
+            // and would become the owner without it. The replay timer
+            // collects again.
+            self.stats.replays_held_for_commit_recovery += 1;
+            return;
+        }
         let collect = arb.collect.take().expect("collecting");
         let val_to = val_targets(&arb.ackers, &entry.o_replicas, &dir);
         debug_assert!(val_to.contains(&me));

@@ -112,6 +112,9 @@ pub struct Stats {
     /// SYNCs sent: objects' metadata taught to directory replicas that
     /// joined or restarted (directory re-replication).
     pub synced: u64,
+    /// Replays whose every ACK was in but that waited, because the
+    /// reliable commit's recovery was not over at every live node.
+    pub replays_held_for_commit_recovery: u64,
     /// Arbitrations finished without their (dead) requester.
     pub finished_without_requester: u64,
     /// REQ retransmissions.

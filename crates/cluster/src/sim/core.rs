@@ -80,6 +80,12 @@ pub struct SimConfig {
     /// ask for a serving cluster at the end. 0: faults until the end.
     #[serde(default)]
     pub calm_tail_ms: u64,
+    /// No faults before this virtual time: a warm-up in which a protocol
+    /// that keeps its data in memory places its first replicas (before it,
+    /// a node holding the only copy of a new object may be cut off, which
+    /// loses the object by design). 0: faults from the start.
+    #[serde(default)]
+    pub faults_after_ms: u64,
 }
 
 impl Default for SimConfig {
@@ -108,6 +114,7 @@ impl Default for SimConfig {
             membership_bugs: MembershipBugs::default(),
             crash_majorities: false,
             calm_tail_ms: 0,
+            faults_after_ms: 0,
         }
     }
 }
@@ -135,6 +142,8 @@ pub enum SimConfigError {
     Clients(u32),
     #[error("calm_tail_ms = {0} exceeds duration_ms = {1}")]
     CalmTail(u64, u64),
+    #[error("faults_after_ms = {0} exceeds duration_ms = {1}")]
+    FaultsAfter(u64, u64),
     #[error("membership: {0}")]
     Membership(#[from] MembershipConfigError),
     /// A protocol's own settings (its scenario checks them).
@@ -186,6 +195,12 @@ impl SimConfig {
         if self.calm_tail_ms > self.duration_ms {
             return Err(SimConfigError::CalmTail(
                 self.calm_tail_ms,
+                self.duration_ms,
+            ));
+        }
+        if self.faults_after_ms > self.duration_ms {
+            return Err(SimConfigError::FaultsAfter(
+                self.faults_after_ms,
                 self.duration_ms,
             ));
         }
@@ -894,6 +909,10 @@ where
                 self.note(|| "heal (calm tail)".to_owned());
             }
             self.cut.clear();
+            return;
+        }
+        // (Before any draw: runs without a warm-up keep their traces.)
+        if self.now_ms < self.config.faults_after_ms {
             return;
         }
         if !self.rng.random_bool(self.config.fault_probability) {

@@ -26,7 +26,7 @@ use roost_reactor::ReactorError;
 
 use crate::commands::{check_value, integer, syntax_error, take, take_all, wrong_arity};
 use crate::members::{
-    parse_scan_options, Fail, KeyRows, Members, ScanOptions, HASH_FIELDS, MAX_MEMBER_BYTES,
+    parse_scan_options, Fail, Field, KeyRows, Members, ScanOptions, HASH_FIELDS, MAX_MEMBER_BYTES,
 };
 use crate::protocol::Frame;
 use crate::sets::{scan_reply, MAX_RANDOM_COUNT};
@@ -506,7 +506,7 @@ pub(crate) async fn apply(tx: &Tx, op: &HashOp) -> Result<Frame, ReactorError> {
 
 /// HRANDFIELD's reply of `picked` fields: the fields, or with their values
 /// (pairs in RESP3, one flat array in RESP2).
-fn fields_reply(picked: Vec<(Vec<u8>, Vec<u8>)>, with_values: bool) -> Frame {
+fn fields_reply(picked: Vec<Field>, with_values: bool) -> Frame {
     if with_values {
         Frame::Pairs(
             picked

@@ -147,6 +147,9 @@ pub(crate) enum Members {
     ZSet,
 }
 
+/// A hash's field and its value.
+pub(crate) type Field = (Vec<u8>, Vec<u8>);
+
 /// What a member row carries beside its member, as [`copy_chunk`] reads
 /// it: nothing (a set's), a score or a field's value.
 #[derive(Debug, Clone)]
@@ -756,7 +759,7 @@ impl<'a> KeyRows<'a> {
     }
 
     /// Every field and its value, in position order.
-    pub(crate) fn hfields(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, ReactorError> {
+    pub(crate) fn hfields(&self) -> Result<Vec<Field>, ReactorError> {
         let mut fields = Vec::new();
         walk(
             self.ctx,
@@ -773,7 +776,7 @@ impl<'a> KeyRows<'a> {
 
     /// A random field and its value, as [`set_random`](Self::set_random)
     /// picks a member.
-    pub(crate) fn hrandom(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, ReactorError> {
+    pub(crate) fn hrandom(&self) -> Result<Option<Field>, ReactorError> {
         Ok(self
             .random_row(&HASH_FIELDS)?
             .map(|(field, value)| (field, value.0)))

@@ -14,7 +14,7 @@ use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
 use crate::strings::{self, BitOpKind, StrOp};
-use crate::{sets, zsets};
+use crate::{hashes, sets, zsets};
 
 /// How a command is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,6 +371,21 @@ pub(crate) static COMMANDS: &[Spec] = &[
     data("hget", 3, false, (1, 1, 1), "Returns a field of a hash."),
     data("hset", -4, true, (1, 1, 1), "Sets fields of a hash."),
     data(
+        "hsetnx",
+        4,
+        true,
+        (1, 1, 1),
+        "Sets a field of a hash only if it is not there.",
+    ),
+    data(
+        "hmset",
+        -4,
+        true,
+        (1, 1, 1),
+        "Sets fields of a hash (replies OK).",
+    ),
+    data("hmget", -3, false, (1, 1, 1), "Returns fields of a hash."),
+    data(
         "hgetall",
         2,
         false,
@@ -378,6 +393,57 @@ pub(crate) static COMMANDS: &[Spec] = &[
         "Returns all fields and values of a hash.",
     ),
     data("hdel", -3, true, (1, 1, 1), "Deletes fields of a hash."),
+    data(
+        "hlen",
+        2,
+        false,
+        (1, 1, 1),
+        "Returns the number of fields of a hash.",
+    ),
+    data(
+        "hexists",
+        3,
+        false,
+        (1, 1, 1),
+        "Whether a field is in a hash.",
+    ),
+    data("hkeys", 2, false, (1, 1, 1), "Returns the fields of a hash."),
+    data("hvals", 2, false, (1, 1, 1), "Returns the values of a hash."),
+    data(
+        "hstrlen",
+        3,
+        false,
+        (1, 1, 1),
+        "Returns the length of a field's value.",
+    ),
+    data(
+        "hincrby",
+        4,
+        true,
+        (1, 1, 1),
+        "Increments the integer value of a field.",
+    ),
+    data(
+        "hincrbyfloat",
+        4,
+        true,
+        (1, 1, 1),
+        "Increments the float value of a field.",
+    ),
+    data(
+        "hrandfield",
+        -2,
+        false,
+        (1, 1, 1),
+        "Returns random fields of a hash (WITHVALUES; a negative count may repeat them).",
+    ),
+    data(
+        "hscan",
+        -3,
+        false,
+        (1, 1, 1),
+        "Iterates over the fields and values of a hash.",
+    ),
     data("sadd", -3, true, (1, 1, 1), "Adds members to a set."),
     data("srem", -3, true, (1, 1, 1), "Removes members from a set."),
     data("smembers", 2, false, (1, 1, 1), "Returns every member of a set."),
@@ -886,7 +952,7 @@ pub(crate) fn check_keys(keys: &[Vec<u8>]) -> Result<(), Frame> {
     keys.iter().try_for_each(|k| check_key(k))
 }
 
-fn check_value(value: &[u8]) -> Result<(), Frame> {
+pub(crate) fn check_value(value: &[u8]) -> Result<(), Frame> {
     if value.len() > MAX_VALUE_BYTES {
         return Err(Frame::error(format!(
             "ERR value exceeds the maximum allowed size ({MAX_VALUE_BYTES} bytes)"
@@ -943,7 +1009,10 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             i += spec.step.max(1) as usize;
         }
     }
-    if let Some(op) = sets::parse(spec.name, a).or_else(|| zsets::parse(spec.name, a)) {
+    if let Some(op) = hashes::parse(spec.name, a)
+        .or_else(|| sets::parse(spec.name, a))
+        .or_else(|| zsets::parse(spec.name, a))
+    {
         return op;
     }
     Ok(match spec.name {
@@ -1091,22 +1160,6 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
             stop: integer(&a[2])?,
         },
         "llen" => Op::LLen(take(a, 0)),
-        "hget" => Op::HGet(take(a, 0), take(a, 1)),
-        "hset" => {
-            if a.len() % 2 != 1 {
-                return Err(wrong_arity("hset"));
-            }
-            let mut pairs = Vec::with_capacity(a.len() / 2);
-            for pair in a[1..].chunks_exact(2) {
-                check_value(&pair[1])?;
-            }
-            for pair in a[1..].chunks_exact_mut(2) {
-                pairs.push((take(pair, 0), take(pair, 1)));
-            }
-            Op::HSet(take(a, 0), pairs)
-        }
-        "hgetall" => Op::HGetAll(take(a, 0)),
-        "hdel" => Op::HDel(take(a, 0), take_all(&mut a[1..])),
         "bc.create" => {
             if a.len() > 4 {
                 return Err(syntax_error());
@@ -1469,6 +1522,7 @@ pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
         Kind::Data if spec.name.starts_with("fcall") || spec.name.starts_with("eval") => {
             "scripting"
         }
+        Kind::Data if hashes::is_hash_command(spec.name) => "hash",
         Kind::Data if sets::is_set_command(spec.name) => "set",
         Kind::Data if zsets::is_zset_command(spec.name) => "sorted-set",
         Kind::Data => "generic",
@@ -1488,6 +1542,7 @@ pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hashes::HashOp;
     use crate::sets::SetOp;
     use crate::zsets::ZSetOp;
 
@@ -1564,19 +1619,67 @@ mod tests {
             ("llen k", |op| matches!(op, Op::LLen(key) if key == b"k")),
             (
                 "hget k f",
-                |op| matches!(op, Op::HGet(key, field) if key == b"k" && field == b"f"),
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Get { key, field } if key == b"k" && field == b"f")),
             ),
             (
                 "hset k f v g w",
-                |op| matches!(op, Op::HSet(key, pairs) if key == b"k" && pairs.len() == 2),
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Set { key, pairs, ok: false } if key == b"k" && pairs.len() == 2 && pairs[1] == (b"g".to_vec(), b"w".to_vec()))),
+            ),
+            (
+                "hsetnx k f v",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::SetNx { field, value, .. } if field == b"f" && value == b"v")),
+            ),
+            (
+                "hmset k f v",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Set { ok: true, pairs, .. } if pairs.len() == 1)),
+            ),
+            (
+                "hmget k f g",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::MGet { fields, .. } if fields.len() == 2)),
             ),
             (
                 "hgetall k",
-                |op| matches!(op, Op::HGetAll(key) if key == b"k"),
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::GetAll(key) if key == b"k")),
             ),
             (
                 "hdel k f g",
-                |op| matches!(op, Op::HDel(key, fields) if key == b"k" && fields.len() == 2),
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Del { key, fields } if key == b"k" && fields.len() == 2)),
+            ),
+            (
+                "hlen k",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Len(_))),
+            ),
+            (
+                "hexists k f",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Exists { .. })),
+            ),
+            (
+                "hkeys k",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Keys(_))),
+            ),
+            (
+                "hvals k",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Vals(_))),
+            ),
+            (
+                "hstrlen k f",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::StrLen { .. })),
+            ),
+            (
+                "hincrby k f -5",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::IncrBy { by: -5, .. })),
+            ),
+            (
+                "hincrbyfloat k f 1.5",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::IncrByFloat { field, .. } if field == b"f")),
+            ),
+            (
+                "hrandfield k -3 withvalues",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::RandField { count: Some(-3), with_values: true, .. })),
+            ),
+            (
+                "hscan k 0 match f* count 5",
+                |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Scan { cursor: 0, options: Ok(o), .. } if o.count == 5 && o.pattern.as_deref() == Some(&b"f*"[..]))),
             ),
             ("bc.create k lower 0 10", |op| {
                 matches!(
@@ -2064,6 +2167,78 @@ mod tests {
         assert!(matches!(
             parse_op_examples(spec, args("set k v ex 0")),
             Op::Reply(Frame::Error(e)) if e == "ERR invalid expire time in 'set' command"
+        ));
+    }
+
+    /// The hash commands' argument errors, with Redis 7.0's texts, found
+    /// before the key is looked at (answered in the command's place).
+    #[test]
+    fn hash_argument_errors() {
+        let error = |line: &str| {
+            let a = args(line);
+            let spec = lookup(&a[0]).unwrap();
+            assert!(arity_ok(spec, a.len()), "{line}: arity");
+            match parse_op_examples(spec, a) {
+                Op::Reply(Frame::Error(e)) => e,
+                other => panic!("{line}: parsed as {other:?}"),
+            }
+        };
+        assert_eq!(
+            error("hset k f v g"),
+            "ERR wrong number of arguments for 'hset' command"
+        );
+        assert_eq!(
+            error("hmset k f v g"),
+            "ERR wrong number of arguments for 'hmset' command"
+        );
+        assert_eq!(
+            error("hincrby k f x"),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            error("hincrby k f 9223372036854775808"),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            error("hincrbyfloat k f abc"),
+            "ERR value is not a valid float"
+        );
+        assert_eq!(
+            error("hincrbyfloat k f nan"),
+            "ERR value is not a valid float"
+        );
+        assert_eq!(
+            error("hincrbyfloat k f inf"),
+            "ERR value is NaN or Infinity"
+        );
+        assert_eq!(
+            error("hrandfield k x"),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            error("hrandfield k -9223372036854775808"),
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+        );
+        assert_eq!(error("hrandfield k 1 withvalue"), "ERR syntax error");
+        assert_eq!(error("hrandfield k 1 withvalues x"), "ERR syntax error");
+        assert_eq!(
+            error("hrandfield k 9223372036854775807 withvalues"),
+            "ERR value is out of range"
+        );
+        assert_eq!(error("hscan k x"), "ERR invalid cursor");
+        let long = format!("hget k {}", "f".repeat(2049));
+        assert_eq!(error(&long), "ERR field is longer than 2048 bytes");
+        // COUNT 0 is answered after the key's type (the key may not be a hash).
+        let spec = lookup(b"hscan").unwrap();
+        assert!(matches!(
+            parse_op_examples(spec, args("hscan k 0 count 0")),
+            Op::Hashes(h) if matches!(&*h, HashOp::Scan { options: Err(_), .. })
+        ));
+        // HRANDFIELD's WITHVALUES bound is for a count with values only.
+        let spec = lookup(b"hrandfield").unwrap();
+        assert!(matches!(
+            parse_op_examples(spec, args("hrandfield k 9223372036854775807")),
+            Op::Hashes(h) if matches!(&*h, HashOp::RandField { count: Some(i64::MAX), with_values: false, .. })
         ));
     }
 

@@ -413,6 +413,7 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
             match sub {
                 ObjectSub::Encoding if entry.value.members() != Members::None => {
                     let (kind, len) = match entry.value {
+                        Value::Hash(n) => (Members::Hash, n),
                         Value::Set(n) => (Members::Set, n),
                         Value::ZSet(n) => (Members::ZSet, n),
                         _ => (Members::None, 0),
@@ -444,20 +445,13 @@ fn encoding(value: &Value) -> &'static str {
         Value::Str(_) | Value::Counter(_) | Value::Unread => "raw",
         // Read from the members (`members::KeyRows::encoding`); these are
         // the large ones'.
-        Value::Set(_) => "hashtable",
+        Value::Hash(_) | Value::Set(_) => "hashtable",
         Value::ZSet(_) => "skiplist",
         Value::List(_) => "quicklist",
-        Value::Hash(fields)
-            if fields.len() <= 128
-                && fields.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) =>
-        {
-            "listpack"
-        }
-        Value::Hash(_) => "hashtable",
     }
 }
 
-/// Writes `entry` (a set's or sorted set's, read from `src`) as `dst`'s,
+/// Writes `entry` (a hash's, set's or sorted set's, read from `src`) as `dst`'s,
 /// with a copy of every member row: `dst` is deleted first (whatever it
 /// held), then the rows are copied a chunk at a time, then the entry.
 async fn copy_collection(
@@ -889,10 +883,7 @@ mod tests {
         assert_eq!(encoding(&Value::Str(b"0123".to_vec())), "embstr");
         assert_eq!(encoding(&Value::Str(vec![b'a'; 45])), "raw");
         assert_eq!(encoding(&Value::List(Default::default())), "quicklist");
-        assert_eq!(
-            encoding(&Value::Hash(vec![(b"f".to_vec(), vec![b'v'; 65])])),
-            "hashtable"
-        );
+        assert_eq!(encoding(&Value::Hash(200)), "hashtable");
         assert_eq!(Value::Counter(Vec::new()).type_name(), "bcounter");
     }
 }

@@ -21,6 +21,7 @@ pub mod config;
 mod connection;
 mod expiry;
 pub mod functions;
+mod hashes;
 mod keyspace;
 mod members;
 mod metrics;
@@ -124,7 +125,7 @@ pub mod fuzzing {
 
     impl StoreHarness {
         /// The keyspace's member rows checked against the entries: all
-        /// zero unless a set's or sorted set's rows were left behind,
+        /// zero unless a hash's, set's or sorted set's rows were left behind,
         /// miscounted or unindexed.
         pub fn member_audit(&self) -> Result<crate::members::MemberAudit, ReactorError> {
             self.runtime.block_on(self.store.member_audit())

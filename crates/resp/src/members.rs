@@ -1,19 +1,25 @@
-//! Sets and sorted sets as rows: one row per member, beside the key's entry.
+//! Hashes, sets and sorted sets as rows: one row per field or member,
+//! beside the key's entry.
 //!
-//! A set's or sorted set's entry in `kv` holds its cardinality alone
-//! ([`Value::Set`], [`Value::ZSet`]); its members are rows of three ordered
-//! relations of the key's reactor, so adding or removing a member writes
-//! that member's rows and the small entry, never the whole collection:
+//! A hash's, set's or sorted set's entry in `kv` holds its cardinality
+//! alone ([`Value::Hash`], [`Value::Set`], [`Value::ZSet`]); its fields or
+//! members are rows of four ordered relations of the key's reactor, so
+//! adding, changing or removing one writes that one's rows and the small
+//! entry, never the whole collection:
+//! - `hash_fields`: `(key, position, field)` to the field's value;
 //! - `set_members`: `(key, position, member)` to `()`;
 //! - `zset_members`: `(key, position, member)` to the member's score;
 //! - `zset_scores`: `(key, score, member)` to `()`: the order ZRANGE,
 //!   ZRANK, ZCOUNT and ZPOPMIN walk.
 //!
+//! A hash's field is a "member" below: it is stored, scanned, copied and
+//! dropped as a set's member is, with its value beside it.
+//!
 //! A row key starts with the key's length (2 bytes) and bytes, so one key's
 //! rows are one contiguous range of each relation and no key's range holds
 //! another key's rows. `position` is the member's scan position (the 48
 //! bits of SipHash the key index uses, [`keyspace::scan_position`]), so
-//! SSCAN and ZSCAN have SCAN's cursor and guarantees: a member present for
+//! HSCAN, SSCAN and ZSCAN have SCAN's cursor and guarantees: a member present for
 //! the whole scan is returned exactly once. A score is stored as 8 bytes
 //! that sort as the doubles do (`-inf` first), with `-0` stored as `0`
 //! (Redis's small sorted sets, listpacks, do the same; its large ones keep
@@ -34,8 +40,8 @@
 //! `store::modify_row`, which drops a collection's rows when its entry is
 //! deleted or replaced by a value of another kind, and keeps them when the
 //! write is the collection's own (the commands here maintain the rows
-//! themselves). An entry read for its header alone still gives a set's or
-//! sorted set's value whole (its count: a few bytes), so DEL, FLUSHALL, the
+//! themselves). An entry read for its header alone still gives a hash's,
+//! set's or sorted set's value whole (its count: a few bytes), so DEL, FLUSHALL, the
 //! expiry sweep and these commands know a key's kind without decoding
 //! another value (a string of 8 MiB, say).
 
@@ -51,6 +57,7 @@ use crate::store::{
 };
 use crate::store::{KvKey, RowChange};
 use roost_reactor::RelationDef;
+use serde::{Deserialize, Serialize};
 
 /// Longest member accepted: a row key holds the key (up to 1 KiB), a score
 /// or position and the member, within the storage engine's 4 KiB keys.
@@ -70,7 +77,7 @@ pub(crate) fn check_members(members: &[Vec<u8>]) -> Result<(), Frame> {
     members.iter().try_for_each(|m| check_member(m))
 }
 
-/// SSCAN's and ZSCAN's options, as Redis's SCAN reads them.
+/// HSCAN's, SSCAN's and ZSCAN's options, as Redis's SCAN reads them.
 #[derive(Debug, Clone)]
 pub(crate) struct ScanOptions {
     pub(crate) pattern: Option<Vec<u8>>,
@@ -113,6 +120,9 @@ pub(crate) const CHUNK: usize = 512;
 /// Past the last position: a cursor's end.
 const POSITION_END: u64 = 1 << POSITION_BITS;
 
+/// A hash's fields and their values.
+pub(crate) static HASH_FIELDS: RelationDef<MemberKey, FieldValue> =
+    RelationDef::new(REACTOR_TYPE, "hash_fields");
 /// A set's members.
 pub(crate) static SET_MEMBERS: RelationDef<MemberKey, ()> =
     RelationDef::new(REACTOR_TYPE, "set_members");
@@ -123,12 +133,30 @@ pub(crate) static ZSET_MEMBERS: RelationDef<MemberKey, f64> =
 pub(crate) static ZSET_SCORES: RelationDef<ScoreKey, ()> =
     RelationDef::new(REACTOR_TYPE, "zset_scores");
 
+/// A hash field's value as its row stores it: the bytes as serde bytes
+/// (copied at once, not byte by byte).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct FieldValue(#[serde(with = "crate::store::raw_bytes")] pub(crate) Vec<u8>);
+
 /// Which member rows a value has beside its entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Members {
     None,
+    Hash,
     Set,
     ZSet,
+}
+
+/// A hash's field and its value.
+pub(crate) type Field = (Vec<u8>, Vec<u8>);
+
+/// What a member row carries beside its member, as [`copy_chunk`] reads
+/// it: nothing (a set's), a score or a field's value.
+#[derive(Debug, Clone)]
+pub(crate) enum RowData {
+    Member,
+    Score(f64),
+    Value(FieldValue),
 }
 
 fn encode_key_prefix(key: &[u8], out: &mut Vec<u8>) {
@@ -163,8 +191,8 @@ fn take_u64(input: &mut &[u8]) -> u64 {
     u64::from_be_bytes(head.try_into().expect("8 bytes"))
 }
 
-/// A row of `set_members` or `zset_members`: key, member's scan position,
-/// member.
+/// A row of `hash_fields`, `set_members` or `zset_members`: key, member's
+/// (field's) scan position, member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemberKey {
     pub(crate) key: Vec<u8>,
@@ -374,9 +402,9 @@ impl LexRange {
 /// Bounds of a range of `zset_scores` rows.
 type RowBounds = (Bound<ScoreKey>, Bound<ScoreKey>);
 
-/// What one SSCAN/ZSCAN call found: the next cursor, and the members (with
-/// their scores, for a sorted set).
-pub(crate) type ScanStep = (u64, Vec<(Vec<u8>, Option<f64>)>);
+/// What one HSCAN/SSCAN/ZSCAN call found: the next cursor, and the members
+/// with what their rows carry (a score, a field's value; `()` for a set).
+pub(crate) type ScanStep<V> = (u64, Vec<(Vec<u8>, V)>);
 
 /// A range of a sorted set's rows in (score, member) order.
 #[derive(Debug, Clone, PartialEq)]
@@ -417,6 +445,19 @@ pub(crate) struct Found {
 pub(crate) fn drop_all(ctx: &ReactorCtx, key: &[u8], kind: Members) -> Result<(), ReactorError> {
     match kind {
         Members::None => Ok(()),
+        Members::Hash => walk(
+            ctx,
+            &HASH_FIELDS,
+            (
+                Bound::Included(MemberKey::at(key, 0)),
+                Bound::Excluded(MemberKey::end(key)),
+            ),
+            ScanDirection::Forward,
+            |row, _| {
+                ctx.delete(&HASH_FIELDS, &row)?;
+                Ok(true)
+            },
+        ),
         Members::Set => walk(
             ctx,
             &SET_MEMBERS,
@@ -478,8 +519,8 @@ fn walk<K: KeyCodec + Clone, V: serde::de::DeserializeOwned>(
     }
 }
 
-/// A key's rows in its reactor, inside a transaction: what the set and
-/// sorted-set commands run on.
+/// A key's rows in its reactor, inside a transaction: what the hash, set
+/// and sorted-set commands run on.
 pub(crate) struct KeyRows<'a> {
     pub(crate) ctx: &'a ReactorCtx,
     shared: &'a Shared,
@@ -531,7 +572,7 @@ impl<'a> KeyRows<'a> {
             return Ok(None);
         }
         let kind = entry.value.members();
-        if kind == Members::None {
+        if !matches!(kind, Members::Set | Members::ZSet) {
             return Err(Fail::Reply(Frame::error(WRONGTYPE)));
         }
         Ok(Some((kind, found_of(&entry, kind)?)))
@@ -573,6 +614,7 @@ impl<'a> KeyRows<'a> {
         }
         let write = match (len, kind) {
             (0, _) => Write::Delete,
+            (_, Members::Hash) => Write::Put(Value::Hash(len), found.deadline),
             (_, Members::Set) => Write::Put(Value::Set(len), found.deadline),
             (_, Members::ZSet) => Write::Put(Value::ZSet(len), found.deadline),
             (_, Members::None) => unreachable!("a collection's entry"),
@@ -655,10 +697,19 @@ impl<'a> KeyRows<'a> {
     /// after a wide gap of positions come up more often; the positions are
     /// a keyed hash, so no client can choose which.
     pub(crate) fn set_random(&self) -> Result<Option<Vec<u8>>, ReactorError> {
+        Ok(self.random_row(&SET_MEMBERS)?.map(|(member, ())| member))
+    }
+
+    /// The row of `def` at or after a random position of this key's,
+    /// wrapping around (see [`set_random`](Self::set_random)).
+    fn random_row<V: serde::de::DeserializeOwned>(
+        &self,
+        def: &RelationDef<MemberKey, V>,
+    ) -> Result<Option<(Vec<u8>, V)>, ReactorError> {
         let from = rand::random::<u64>() % POSITION_END;
         let end = Bound::Excluded(MemberKey::end(self.key));
         let after = self.ctx.scan(
-            &SET_MEMBERS,
+            def,
             (Bound::Included(MemberKey::at(self.key, from)), end),
             ScanDirection::Forward,
             1,
@@ -667,11 +718,68 @@ impl<'a> KeyRows<'a> {
             Some(row) => Some(row),
             None => self
                 .ctx
-                .scan(&SET_MEMBERS, self.all_members(), ScanDirection::Forward, 1)?
+                .scan(def, self.all_members(), ScanDirection::Forward, 1)?
                 .into_iter()
                 .next(),
         };
-        Ok(found.map(|(row, ())| row.member))
+        Ok(found.map(|(row, value)| (row.member, value)))
+    }
+
+    // ---- hashes ----
+
+    /// `field`'s value, `None`: no such field.
+    pub(crate) fn hget(&self, field: &[u8]) -> Result<Option<Vec<u8>>, ReactorError> {
+        Ok(self
+            .ctx
+            .get(&HASH_FIELDS, &MemberKey::of(self.key, field))?
+            .map(|v| v.0))
+    }
+
+    /// Whether `field` is there (its value is not read).
+    pub(crate) fn hcontains(&self, field: &[u8]) -> Result<bool, ReactorError> {
+        Ok(self
+            .ctx
+            .get(&HASH_FIELDS, &MemberKey::of(self.key, field))?
+            .is_some())
+    }
+
+    /// Sets `field` to `value`; whether the field is new.
+    pub(crate) fn hput(&self, field: &[u8], value: &[u8]) -> Result<bool, ReactorError> {
+        let value = FieldValue(value.to_vec());
+        self.ctx
+            .modify(&HASH_FIELDS, &MemberKey::of(self.key, field), |old| {
+                (Some(value), old.is_none())
+            })
+    }
+
+    /// Removes `field`; whether it was there.
+    pub(crate) fn hremove(&self, field: &[u8]) -> Result<bool, ReactorError> {
+        self.ctx
+            .delete(&HASH_FIELDS, &MemberKey::of(self.key, field))
+    }
+
+    /// Every field and its value, in position order.
+    pub(crate) fn hfields(&self) -> Result<Vec<Field>, ReactorError> {
+        let mut fields = Vec::new();
+        walk(
+            self.ctx,
+            &HASH_FIELDS,
+            self.all_members(),
+            ScanDirection::Forward,
+            |row, value| {
+                fields.push((row.member, value.0));
+                Ok(true)
+            },
+        )?;
+        Ok(fields)
+    }
+
+    /// A random field and its value, as [`set_random`](Self::set_random)
+    /// picks a member.
+    pub(crate) fn hrandom(&self) -> Result<Option<Field>, ReactorError> {
+        Ok(self
+            .random_row(&HASH_FIELDS)?
+            .map(|(field, value)| (field, value.0)))
     }
 
     // ---- sorted sets ----
@@ -884,35 +992,25 @@ impl<'a> KeyRows<'a> {
 
     // ---- both ----
 
-    /// One SSCAN/ZSCAN call: up to `count` rows from position `cursor`
-    /// (plus the rest of the last position), the ones matching `pattern`
-    /// with their score for a sorted set, and the next cursor (0: done).
-    pub(crate) fn scan(
+    /// One HSCAN/SSCAN/ZSCAN call over `def`'s rows of this key: up to
+    /// `count` rows from position `cursor` (plus the rest of the last
+    /// position), the ones whose member matches `pattern` with what their
+    /// rows carry, and the next cursor (0: done).
+    pub(crate) fn scan<V: serde::de::DeserializeOwned>(
         &self,
-        kind: Members,
+        def: &RelationDef<MemberKey, V>,
         cursor: u64,
         count: usize,
         pattern: Option<&[u8]>,
-    ) -> Result<ScanStep, ReactorError> {
+    ) -> Result<ScanStep<V>, ReactorError> {
         if cursor >= POSITION_END {
             return Ok((0, Vec::new()));
         }
         let from = Bound::Included(MemberKey::at(self.key, cursor));
         let end = Bound::Excluded(MemberKey::end(self.key));
-        let mut rows: Vec<(MemberKey, Option<f64>)> = match kind {
-            Members::Set => self
-                .ctx
-                .scan(&SET_MEMBERS, (from, end), ScanDirection::Forward, count)?
-                .into_iter()
-                .map(|(row, ())| (row, None))
-                .collect(),
-            _ => self
-                .ctx
-                .scan(&ZSET_MEMBERS, (from, end), ScanDirection::Forward, count)?
-                .into_iter()
-                .map(|(row, score)| (row, Some(score)))
-                .collect(),
-        };
+        let mut rows = self
+            .ctx
+            .scan(def, (from, end), ScanDirection::Forward, count)?;
         let mut next = 0;
         if rows.len() == count {
             let last = rows.last().expect("count is at least 1").0.clone();
@@ -921,26 +1019,16 @@ impl<'a> KeyRows<'a> {
                 Bound::Excluded(last.clone()),
                 Bound::Excluded(MemberKey::at(self.key, last.pos + 1)),
             );
-            match kind {
-                Members::Set => rows.extend(
-                    self.ctx
-                        .scan(&SET_MEMBERS, same, ScanDirection::Forward, usize::MAX)?
-                        .into_iter()
-                        .map(|(row, ())| (row, None)),
-                ),
-                _ => rows.extend(
-                    self.ctx
-                        .scan(&ZSET_MEMBERS, same, ScanDirection::Forward, usize::MAX)?
-                        .into_iter()
-                        .map(|(row, score)| (row, Some(score))),
-                ),
-            }
+            rows.extend(
+                self.ctx
+                    .scan(def, same, ScanDirection::Forward, usize::MAX)?,
+            );
             next = (last.pos + 1) % POSITION_END;
         }
         let found = rows
             .into_iter()
             .filter(|(row, _)| pattern.is_none_or(|p| glob_match(p, &row.member)))
-            .map(|(row, score)| (row.member, score))
+            .map(|(row, value)| (row.member, value))
             .collect();
         Ok((next, found))
     }
@@ -950,6 +1038,16 @@ impl<'a> KeyRows<'a> {
     /// converts back, so one that shrank may say otherwise there).
     pub(crate) fn encoding(&self, kind: Members, len: u64) -> Result<&'static str, ReactorError> {
         Ok(match kind {
+            // Redis 7.0's hash-max-listpack-entries and -value.
+            Members::Hash if len <= 128 => {
+                let fields = self.hfields()?;
+                if fields.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) {
+                    "listpack"
+                } else {
+                    "hashtable"
+                }
+            }
+            Members::Hash => "hashtable",
             Members::Set if len <= 512 => {
                 let members = self.set_members()?;
                 let ints = members
@@ -978,7 +1076,9 @@ impl<'a> KeyRows<'a> {
 
 fn found_of(entry: &Entry, kind: Members) -> Result<Found, Frame> {
     match (&entry.value, kind) {
-        (Value::Set(n), Members::Set) | (Value::ZSet(n), Members::ZSet) => Ok(Found {
+        (Value::Hash(n), Members::Hash)
+        | (Value::Set(n), Members::Set)
+        | (Value::ZSet(n), Members::ZSet) => Ok(Found {
             len: *n,
             deadline: entry.deadline,
         }),
@@ -994,19 +1094,28 @@ pub(crate) fn copy_chunk(
     src: &[u8],
     kind: Members,
     after: Option<MemberKey>,
-) -> Result<Vec<(MemberKey, f64)>, ReactorError> {
+) -> Result<Vec<(MemberKey, RowData)>, ReactorError> {
     let lower = match after {
         Some(row) => Bound::Excluded(row),
         None => Bound::Included(MemberKey::at(src, 0)),
     };
     let range = (lower, Bound::Excluded(MemberKey::end(src)));
     Ok(match kind {
+        Members::Hash => from
+            .scan(&HASH_FIELDS, range, ScanDirection::Forward, CHUNK)?
+            .into_iter()
+            .map(|(row, value)| (row, RowData::Value(value)))
+            .collect(),
         Members::Set => from
             .scan(&SET_MEMBERS, range, ScanDirection::Forward, CHUNK)?
             .into_iter()
-            .map(|(row, ())| (row, 0.0))
+            .map(|(row, ())| (row, RowData::Member))
             .collect(),
-        Members::ZSet => from.scan(&ZSET_MEMBERS, range, ScanDirection::Forward, CHUNK)?,
+        Members::ZSet => from
+            .scan(&ZSET_MEMBERS, range, ScanDirection::Forward, CHUNK)?
+            .into_iter()
+            .map(|(row, score)| (row, RowData::Score(score)))
+            .collect(),
         Members::None => Vec::new(),
     })
 }
@@ -1016,21 +1125,22 @@ pub(crate) fn paste_chunk(
     to: &ReactorCtx,
     dst: &[u8],
     kind: Members,
-    rows: &[(MemberKey, f64)],
+    rows: &[(MemberKey, RowData)],
 ) -> Result<(), ReactorError> {
-    for (row, score) in rows {
+    for (row, data) in rows {
         let at = MemberKey {
             key: dst.to_vec(),
             pos: row.pos,
             member: row.member.clone(),
         };
-        match kind {
-            Members::Set => to.put(&SET_MEMBERS, &at, &())?,
-            Members::ZSet => {
+        match (kind, data) {
+            (Members::Hash, RowData::Value(value)) => to.put(&HASH_FIELDS, &at, value)?,
+            (Members::Set, _) => to.put(&SET_MEMBERS, &at, &())?,
+            (Members::ZSet, RowData::Score(score)) => {
                 to.put(&ZSET_MEMBERS, &at, score)?;
                 to.put(&ZSET_SCORES, &ScoreKey::of(dst, *score, &row.member), &())?;
             }
-            Members::None => {}
+            _ => {}
         }
     }
     Ok(())
@@ -1063,6 +1173,9 @@ pub(crate) fn audit(ctx: &ReactorCtx) -> Result<MemberAudit, ReactorError> {
     use std::collections::HashMap;
     let mut audit = MemberAudit::default();
     let mut rows: HashMap<(Vec<u8>, Members), u64> = HashMap::new();
+    for (row, _) in ctx.scan(&HASH_FIELDS, .., ScanDirection::Forward, usize::MAX)? {
+        *rows.entry((row.key, Members::Hash)).or_default() += 1;
+    }
     for (row, ()) in ctx.scan(&SET_MEMBERS, .., ScanDirection::Forward, usize::MAX)? {
         *rows.entry((row.key, Members::Set)).or_default() += 1;
     }
@@ -1083,6 +1196,9 @@ pub(crate) fn audit(ctx: &ReactorCtx) -> Result<MemberAudit, ReactorError> {
     for ((key, kind), count) in rows {
         let entry: Option<Entry> = ctx.get(&KV, &KvKey(key))?;
         match entry.map(|e| e.value) {
+            Some(Value::Hash(n)) if kind == Members::Hash => {
+                audit.miscounted += usize::from(n != count);
+            }
             Some(Value::Set(n)) if kind == Members::Set => {
                 audit.miscounted += usize::from(n != count);
             }

@@ -18,6 +18,7 @@ use roost_reactor::ReactorError;
 use crate::commands::{check_key, check_keys, integer, syntax_error, take, take_all};
 use crate::members::{
     check_member, check_members, parse_scan_options, Found, KeyRows, Members, ScanOptions,
+    SET_MEMBERS,
 };
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, Tx};
@@ -505,8 +506,12 @@ pub(crate) async fn apply(tx: &Tx, op: &SetOp) -> Result<Frame, ReactorError> {
                     return Ok(scan_reply(0, Vec::new()));
                 }
                 let options = options?;
-                let (next, found) =
-                    rows.scan(SET, cursor, options.count, options.pattern.as_deref())?;
+                let (next, found) = rows.scan(
+                    &SET_MEMBERS,
+                    cursor,
+                    options.count,
+                    options.pattern.as_deref(),
+                )?;
                 Ok(scan_reply(
                     next,
                     found.into_iter().map(|(m, _)| Frame::Bulk(m)).collect(),
@@ -517,7 +522,7 @@ pub(crate) async fn apply(tx: &Tx, op: &SetOp) -> Result<Frame, ReactorError> {
     })
 }
 
-/// SSCAN's and ZSCAN's reply: the next cursor and the elements.
+/// HSCAN's, SSCAN's and ZSCAN's reply: the next cursor and the elements.
 pub(crate) fn scan_reply(next: u64, elements: Vec<Frame>) -> Frame {
     Frame::Array(vec![
         Frame::Bulk(next.to_string().into_bytes()),

@@ -50,8 +50,11 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::expiry::{self, Clock, ExpireOp, ExpiryKey, SetTtl};
 use crate::functions::{run_call, FCall, Writes};
+use crate::hashes::{self, HashOp};
 use crate::keyspace::{self, IndexKey, KeyOp};
-use crate::members::{self, Fail, KeyRows, Members, SET_MEMBERS, ZSET_MEMBERS, ZSET_SCORES};
+use crate::members::{
+    self, Fail, KeyRows, Members, HASH_FIELDS, SET_MEMBERS, ZSET_MEMBERS, ZSET_SCORES,
+};
 use crate::protocol::Frame;
 use crate::sets::{self, SetOp};
 use crate::sites::SiteCounters;
@@ -146,8 +149,11 @@ pub(crate) struct Entry {
 }
 
 /// The version of [`Entry`]'s encoding. 1: stamp, deadline, value (before
-/// deadlines, entries had no version byte; nothing stored them durably).
-pub(crate) const ENTRY_FORMAT: u8 = 1;
+/// deadlines, entries had no version byte; nothing stored them durably);
+/// 2: a hash's value is its field count, its fields rows of their own (in
+/// format 1 it held every field: a node of either build refuses the
+/// other's entries rather than misread a hash).
+pub(crate) const ENTRY_FORMAT: u8 = 2;
 
 impl Serialize for Entry {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -214,8 +220,8 @@ impl<'de> Deserialize<'de> for Entry {
     }
 }
 
-/// A stored [`Value`] as a header-only read gives it: a set's or sorted
-/// set's whole (its count), anything else [`Value::Unread`].
+/// A stored [`Value`] as a header-only read gives it: a hash's, set's or
+/// sorted set's whole (its count), anything else [`Value::Unread`].
 struct ValueHead(Value);
 
 impl<'de> Deserialize<'de> for ValueHead {
@@ -236,6 +242,7 @@ impl<'de> Deserialize<'de> for ValueHead {
                 // variants' contents are never read.
                 let (index, contents): (u32, _) = data.variant()?;
                 Ok(ValueHead(match index {
+                    3 => Value::Hash(contents.newtype_variant()?),
                     5 => Value::Set(contents.newtype_variant()?),
                     6 => Value::ZSet(contents.newtype_variant()?),
                     _ => Value::Unread,
@@ -255,7 +262,8 @@ thread_local! {
 }
 
 /// Runs `f` with every entry it decodes (on this thread) read without its
-/// value ([`Value::Unread`]; a set's or sorted set's, a count, whole): for
+/// value ([`Value::Unread`]; a hash's, set's or sorted set's, a count,
+/// whole): for
 /// what needs only whether a key exists, its deadline and stamp and whether
 /// it has member rows, and not the copy of a value of up to 8 MiB.
 pub(crate) fn headers_only<R>(f: impl FnOnce() -> R) -> R {
@@ -277,8 +285,9 @@ pub(crate) enum Value {
     /// it. Every command reads it as its decimal string.
     Int(i64),
     List(VecDeque<Vec<u8>>),
-    /// Fields in insertion order.
-    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A hash of this many fields, each a row of `hash_fields` (see
+    /// [`crate::members`]).
+    Hash(u64),
     /// A bounded counter in roost-bcounter's versioned wire encoding (JSON):
     /// that encoding reads optional fields, which postcard's non-self-describing
     /// format cannot carry, so it is stored as bytes inside the entry.
@@ -289,8 +298,8 @@ pub(crate) enum Value {
     /// A sorted set of this many members, each a row of `zset_members` and
     /// one of `zset_scores`.
     ZSet(u64),
-    /// A value not read ([`headers_only`]; a set's or sorted set's is
-    /// read whole): never stored (serializing it fails), never answered.
+    /// A value not read ([`headers_only`]; a hash's, set's or sorted
+    /// set's is read whole): never stored (serializing it fails), never answered.
     /// Last, so that skipping it leaves the other variants' indexes.
     #[serde(skip)]
     Unread,
@@ -332,6 +341,7 @@ impl Value {
     /// Which member rows this value has beside its entry.
     pub(crate) fn members(&self) -> Members {
         match self {
+            Value::Hash(_) => Members::Hash,
             Value::Set(_) => Members::Set,
             Value::ZSet(_) => Members::ZSet,
             _ => Members::None,
@@ -342,15 +352,15 @@ impl Value {
 /// A byte string as serde bytes rather than a sequence of `u8`: the same
 /// postcard encoding (a length, then the bytes), copied at once instead of
 /// byte by byte.
-mod raw_bytes {
+pub(crate) mod raw_bytes {
     use serde::de::{Deserializer, SeqAccess, Visitor};
     use serde::Serializer;
 
-    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(bytes)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         d.deserialize_byte_buf(BytesVisitor)
     }
 
@@ -429,10 +439,6 @@ pub(crate) enum Op {
         stop: i64,
     },
     LLen(Vec<u8>),
-    HGet(Vec<u8>, Vec<u8>),
-    HSet(Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>),
-    HGetAll(Vec<u8>),
-    HDel(Vec<u8>, Vec<Vec<u8>>),
     /// Commands over keys and the keyspace (`keyspace`).
     Key(KeyOp),
     /// Commands about time to live (`expiry`).
@@ -464,7 +470,9 @@ pub(crate) enum Op {
     },
     /// Read the keys' stamps (WATCH).
     Stamps(Vec<Vec<u8>>),
-    /// The set commands (`sets`); boxed, to keep `Op` small.
+    /// The hash commands (`hashes`); boxed, to keep `Op` small.
+    Hashes(Box<HashOp>),
+    /// The set commands (`sets`).
     Sets(Box<SetOp>),
     /// The sorted-set commands (`zsets`).
     ZSets(Box<ZSetOp>),
@@ -487,10 +495,6 @@ impl Op {
             | Op::Push { key: k, .. }
             | Op::LRange { key: k, .. }
             | Op::LLen(k)
-            | Op::HGet(k, _)
-            | Op::HSet(k, _)
-            | Op::HGetAll(k)
-            | Op::HDel(k, _)
             | Op::BcCreate { key: k, .. }
             | Op::BcAdd { key: k, .. }
             | Op::BcGet(k)
@@ -502,6 +506,7 @@ impl Op {
             Op::Key(op) => op.first_key(),
             Op::Expire(op) => op.first_key(),
             Op::Str(op) => op.first_key(),
+            Op::Hashes(op) => op.first_key(),
             Op::Sets(op) => op.first_key(),
             Op::ZSets(op) => op.first_key(),
             Op::FCall(call) => call.first_key(),
@@ -514,11 +519,10 @@ impl Op {
     pub(crate) fn payload_bytes(&self) -> usize {
         match self {
             Op::Set { key, value, .. } => key.len() + value.len(),
-            Op::MSet(pairs) | Op::HSet(_, pairs) => {
-                pairs.iter().map(|(k, v)| k.len() + v.len()).sum()
-            }
+            Op::MSet(pairs) => pairs.iter().map(|(k, v)| k.len() + v.len()).sum(),
             Op::Push { values, .. } => values.iter().map(Vec::len).sum(),
             Op::Str(op) => op.payload_bytes(),
+            Op::Hashes(op) => op.payload_bytes(),
             Op::Sets(op) => op.payload_bytes(),
             Op::ZSets(op) => op.payload_bytes(),
             Op::FCall(call) => call.payload_bytes(),
@@ -612,6 +616,7 @@ impl Store {
                     &SET_MEMBERS,
                     &ZSET_MEMBERS,
                     &ZSET_SCORES,
+                    &HASH_FIELDS,
                 ],
             )
             .map_err(|e| e.to_string())?;
@@ -1296,8 +1301,8 @@ impl Tx {
             .await
     }
 
-    /// Runs `f` on `key`'s rows in its reactor (the set and sorted-set
-    /// commands); an error reply `f` gives is the command's reply.
+    /// Runs `f` on `key`'s rows in its reactor (the hash, set and
+    /// sorted-set commands); an error reply `f` gives is the command's reply.
     pub(crate) async fn on_key<T, F>(
         &self,
         key: &[u8],
@@ -1744,79 +1749,11 @@ impl Tx {
                 Some(Value::List(list)) => Frame::Integer(list.len() as i64),
                 Some(_) => Frame::error(WRONGTYPE),
             },
-            Op::HGet(key, field) => match self.read(key).await?.map(|e| e.value) {
-                None => Frame::Null,
-                Some(Value::Hash(fields)) => fields
-                    .into_iter()
-                    .find(|(f, _)| f == field)
-                    .map_or(Frame::Null, |(_, v)| Frame::Bulk(v)),
-                Some(_) => Frame::error(WRONGTYPE),
-            },
-            Op::HSet(key, pairs) => {
-                self.modify(key, |old| {
-                    let (mut fields, deadline) = match old {
-                        None => (Vec::new(), 0),
-                        Some(Entry {
-                            value: Value::Hash(fields),
-                            deadline,
-                            ..
-                        }) => (fields, deadline),
-                        Some(_) => return (Write::Keep, Frame::error(WRONGTYPE)),
-                    };
-                    let mut added = 0;
-                    for (field, value) in pairs {
-                        match fields.iter_mut().find(|(f, _)| f == field) {
-                            Some((_, v)) => v.clone_from(value),
-                            None => {
-                                fields.push((field.clone(), value.clone()));
-                                added += 1;
-                            }
-                        }
-                    }
-                    (
-                        Write::Put(Value::Hash(fields), deadline),
-                        Frame::Integer(added),
-                    )
-                })
-                .await?
-            }
-            Op::HGetAll(key) => match self.read(key).await?.map(|e| e.value) {
-                None => Frame::Map(Vec::new()),
-                Some(Value::Hash(fields)) => Frame::Map(
-                    fields
-                        .into_iter()
-                        .map(|(f, v)| (Frame::Bulk(f), Frame::Bulk(v)))
-                        .collect(),
-                ),
-                Some(_) => Frame::error(WRONGTYPE),
-            },
-            Op::HDel(key, to_delete) => {
-                self.modify(key, |old| {
-                    let (mut fields, deadline) = match old {
-                        None => return (Write::Keep, Frame::Integer(0)),
-                        Some(Entry {
-                            value: Value::Hash(fields),
-                            deadline,
-                            ..
-                        }) => (fields, deadline),
-                        Some(_) => return (Write::Keep, Frame::error(WRONGTYPE)),
-                    };
-                    let before = fields.len();
-                    fields.retain(|(f, _)| !to_delete.contains(f));
-                    let removed = before - fields.len();
-                    let write = match (removed, fields.is_empty()) {
-                        (0, _) => Write::Keep,
-                        (_, true) => Write::Delete,
-                        (_, false) => Write::Put(Value::Hash(fields), deadline),
-                    };
-                    (write, Frame::Integer(removed as i64))
-                })
-                .await?
-            }
             // Boxed: their futures would otherwise size every batch's.
             Op::Key(op) => Box::pin(keyspace::apply(self, op)).await?,
             Op::Expire(op) => Box::pin(expiry::apply(self, op)).await?,
             Op::Str(op) => Box::pin(strings::apply(self, op)).await?,
+            Op::Hashes(op) => Box::pin(hashes::apply(self, op)).await?,
             Op::Sets(op) => Box::pin(sets::apply(self, op)).await?,
             Op::ZSets(op) => Box::pin(zsets::apply(self, op)).await?,
             Op::Stamps(keys) => {
@@ -2054,10 +1991,7 @@ mod tests {
             (Value::Str(b"x".to_vec()), Members::None),
             (Value::Int(3), Members::None),
             (Value::List(VecDeque::from([b"a".to_vec()])), Members::None),
-            (
-                Value::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
-                Members::None,
-            ),
+            (Value::Hash(4), Members::Hash),
             (Value::Counter(b"{}".to_vec()), Members::None),
             (Value::Set(3), Members::Set),
             (Value::ZSet(2), Members::ZSet),
@@ -2076,6 +2010,7 @@ mod tests {
             assert_eq!(header.deadline, 5);
             assert_eq!(header.value.members(), members);
             match header.value {
+                Value::Hash(n) => assert_eq!(n, 4),
                 Value::Set(n) => assert_eq!(n, 3),
                 Value::ZSet(n) => assert_eq!(n, 2),
                 Value::Unread => assert_eq!(members, Members::None),

@@ -31,8 +31,8 @@ use crate::store::{parse_i64, Entry, Tx, Value, Write, MAX_VALUE_BYTES, NOT_INTE
 const TOO_LONG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 pub(crate) const BIT_OFFSET: &str = "ERR bit offset is not an integer or out of range";
 pub(crate) const NOT_A_BIT: &str = "ERR bit is not an integer or out of range";
-const NOT_A_FLOAT: &str = "ERR value is not a valid float";
-const NAN_OR_INFINITY: &str = "ERR increment would produce NaN or Infinity";
+pub(crate) const NOT_A_FLOAT: &str = "ERR value is not a valid float";
+pub(crate) const NAN_OR_INFINITY: &str = "ERR increment would produce NaN or Infinity";
 /// Redis's `proto-max-bulk-len` default: the bit offsets GETBIT accepts
 /// (reading past the end costs nothing).
 const REDIS_MAX_STRING_BYTES: u64 = 512 << 20;
@@ -513,7 +513,7 @@ fn bit_op(op: BitOpKind, values: &[Vec<u8>]) -> Vec<u8> {
 
 /// An exact decimal: `mantissa / 10^scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Decimal {
+pub(crate) struct Decimal {
     mantissa: i128,
     scale: u32,
 }
@@ -585,15 +585,25 @@ impl Decimal {
     }
 }
 
-/// A number INCRBYFLOAT reads.
+/// A number INCRBYFLOAT (and HINCRBYFLOAT) reads.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Number {
+pub(crate) enum Number {
     Decimal(Decimal),
     /// Beyond an exact decimal (or hex, or infinite).
     Float(f64),
 }
 
 impl Number {
+    pub(crate) const ZERO: Number = Number::Decimal(Decimal::ZERO);
+
+    /// Neither infinite nor NaN (a decimal always is).
+    pub(crate) fn is_finite(self) -> bool {
+        match self {
+            Number::Decimal(_) => true,
+            Number::Float(f) => f.is_finite(),
+        }
+    }
+
     fn to_f64(self) -> f64 {
         match self {
             Number::Decimal(d) => d.to_f64(),
@@ -604,7 +614,7 @@ impl Number {
 
 /// What C's `strtold` reads, as Redis's `string2ld` accepts it: no leading
 /// space, nothing after the number, not NaN. `None`: not a valid float.
-fn parse_number(text: &[u8]) -> Option<Number> {
+pub(crate) fn parse_number(text: &[u8]) -> Option<Number> {
     if text.is_empty() || text.len() > 5 * 1024 || text[0].is_ascii_whitespace() {
         return None;
     }
@@ -724,7 +734,7 @@ fn parse_hex_float(text: &str) -> Option<f64> {
 }
 
 /// `a + b` as INCRBYFLOAT prints it; `None` for NaN or infinity.
-fn add_numbers(a: Number, b: Number) -> Option<String> {
+pub(crate) fn add_numbers(a: Number, b: Number) -> Option<String> {
     if let (Number::Decimal(a), Number::Decimal(b)) = (a, b) {
         let scale = a.scale.max(b.scale);
         if let (Some(a), Some(b)) = (a.with_scale(scale), b.with_scale(scale)) {

@@ -22,7 +22,7 @@ use roost_reactor::{ReactorError, ScanDirection};
 use crate::commands::{check_keys, integer, syntax_error, take, take_all, wrong_arity};
 use crate::members::{
     check_member, check_members, parse_scan_options, Fail, Found, Interval, KeyRows, LexBound,
-    LexRange, Members, ScanOptions, ScoreBound, ScoreRange, MAX_MEMBER_BYTES,
+    LexRange, Members, ScanOptions, ScoreBound, ScoreRange, MAX_MEMBER_BYTES, ZSET_MEMBERS,
 };
 use crate::protocol::{format_double, Frame};
 use crate::sets::scan_reply;
@@ -1045,12 +1045,16 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                     return Ok(scan_reply(0, Vec::new()));
                 }
                 let options = options?;
-                let (next, found) =
-                    rows.scan(ZSET, cursor, options.count, options.pattern.as_deref())?;
+                let (next, found) = rows.scan(
+                    &ZSET_MEMBERS,
+                    cursor,
+                    options.count,
+                    options.pattern.as_deref(),
+                )?;
                 let elements = found
                     .into_iter()
                     .flat_map(|(m, s)| {
-                        let score = format_double(s.unwrap_or(0.0)).into_bytes();
+                        let score = format_double(s).into_bytes();
                         [Frame::Bulk(m), Frame::Bulk(score)]
                     })
                     .collect();

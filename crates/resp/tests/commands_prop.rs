@@ -1,12 +1,13 @@
-//! Random sequences of data commands (the keyspace, expiry, string, set and
-//! sorted-set commands among them) with arguments drawn from what their
+//! Random sequences of data commands (the keyspace, expiry, string, hash,
+//! set and sorted-set commands among them) with arguments drawn from what their
 //! parsers treat specially (options, huge and negative numbers, globs,
 //! empty strings, score bounds), run as one batch each on a keyspace that
 //! keeps what earlier batches left: no panic, one reply per command, every
 //! reply well-formed RESP3, and the keyspace's own invariants hold
 //! afterwards (DBSIZE equals the keys KEYS and a full SCAN return, each key
-//! once; every set's and sorted set's member rows belong to a live entry of
-//! their kind and number what it says, also after expired ones are swept).
+//! once; every hash's, set's and sorted set's member rows belong to a live
+//! entry of their kind and number what it says, also after expired ones are
+//! swept).
 //!
 //! And models: sets and sorted sets of up to 1,500 members (past the
 //! walks' 512-row chunks) driven by random commands whose replies must be
@@ -71,8 +72,21 @@ const COMMANDS: &[&str] = &[
     "RPUSH",
     "LRANGE",
     "HSET",
+    "HSETNX",
+    "HMSET",
+    "HGET",
+    "HMGET",
     "HGETALL",
     "HDEL",
+    "HLEN",
+    "HEXISTS",
+    "HKEYS",
+    "HVALS",
+    "HSTRLEN",
+    "HINCRBY",
+    "HINCRBYFLOAT",
+    "HRANDFIELD",
+    "HSCAN",
     "SADD",
     "SREM",
     "SMEMBERS",
@@ -181,6 +195,8 @@ const ARGS: &[&str] = &[
     "536870912",
     "set",
     "zset",
+    "hash",
+    "WITHVALUES",
     "(1",
     "(-inf",
     "+inf",

@@ -13,8 +13,9 @@
 //! - `k`: INFO keyspace's `keys=` and `expires=` (not `avg_ttl`).
 //!
 //! The table covers the keyspace, expiry and string commands of issue 20,
-//! the set and sorted-set commands (their replies and every error text, in
-//! Redis's order of checks; SSCAN and ZSCAN compared as whole scans) and the
+//! the hash, set and sorted-set commands (their replies and every error
+//! text, in Redis's order of checks; HSCAN, SSCAN and ZSCAN compared as
+//! whole scans) and the
 //! connection and server commands clients send on connect. A missing
 //! redis-server fails the test: run `scripts/install-deps.sh`.
 
@@ -1470,6 +1471,212 @@ INCRBYFLOAT f 1.5
 
 /// Sets and sorted sets in RESP3: sets for SMEMBERS and the like, doubles
 /// for scores, pairs for WITHSCORES.
+const HASHES: &str = r#"
+FLUSHALL
+HSET h a 1 b 2
+HSET h a 10 c 3
+HSET h d x d y
+HSET h f
+HSET h f v g
+HSET h
+HMSET h e 5 a 1
+HMSET h e
+HMSET h e 5 f
+HSETNX h a no
+HSETNX h z 26
+HSETNX h z
+HSETNX h z 1 2
+HSETNX newh f v
+HGET h a
+HGET h d
+HGET h nofield
+HGET nokey a
+HGET h
+HGET h a b
+HMGET h a nofield b
+HMGET nokey a b
+HMGET h
+HLEN h
+HLEN nokey
+HLEN
+HEXISTS h a
+HEXISTS h nofield
+HEXISTS nokey a
+HEXISTS h
+s HKEYS h
+s HVALS h
+s HGETALL h
+HKEYS nokey
+HVALS nokey
+HGETALL nokey
+HKEYS
+HVALS h x
+HGETALL h x
+HSET h long "hello world" empty ""
+HSTRLEN h long
+HSTRLEN h empty
+HSTRLEN h nofield
+HSTRLEN nokey a
+HSTRLEN h
+HGET h empty
+HDEL h a b nofield a
+HDEL h nofield
+HDEL nokey a
+HDEL h
+HLEN h
+TYPE h
+OBJECT ENCODING h
+HSET wide f 0123456789012345678901234567890123456789012345678901234567890123456789
+OBJECT ENCODING wide
+HINCRBY h n 5
+HINCRBY h n -15
+HINCRBY h n 0
+HGET h n
+HINCRBY fresh n -3
+HINCRBY h long 1
+HINCRBY h n x
+HINCRBY h n 1.5
+HINCRBY h n 9223372036854775808
+HINCRBY h n ""
+HINCRBY h n
+HSET h big 9223372036854775800 small -9223372036854775800
+HINCRBY h big 100
+HINCRBY h big 7
+HINCRBY h big 1
+HINCRBY h small -9
+HINCRBY h small -8
+HINCRBY h small -1
+HSET h padded " 1" plus +1 zero 01
+HINCRBY h padded 1
+HINCRBY h plus 1
+HINCRBY h zero 1
+HINCRBYFLOAT h fl 10.5
+HINCRBYFLOAT h fl 0.1
+HINCRBYFLOAT h fl -10.6
+HINCRBYFLOAT h fl 1e3
+HINCRBYFLOAT h fl 0x10
+HINCRBYFLOAT h fl 5.0e3
+HINCRBYFLOAT h n 2.5
+HINCRBYFLOAT h long 1
+HINCRBYFLOAT h fl abc
+HINCRBYFLOAT h fl nan
+HINCRBYFLOAT h fl inf
+HINCRBYFLOAT h fl -inf
+HINCRBYFLOAT h fl ""
+HINCRBYFLOAT h fl "1 "
+HINCRBYFLOAT h fl
+HINCRBYFLOAT h padded 1
+HINCRBYFLOAT h plus 1
+HINCRBYFLOAT h zero 1
+HGET h fl
+HINCRBYFLOAT freshf f 1.25
+HSET one only x
+HRANDFIELD one
+HRANDFIELD one 1
+HRANDFIELD one 5
+HRANDFIELD one -3
+HRANDFIELD one 1 WITHVALUES
+HRANDFIELD one -2 WITHVALUES
+HRANDFIELD one 0
+HRANDFIELD one 0 WITHVALUES
+HRANDFIELD nokey
+HRANDFIELD nokey 3
+HRANDFIELD nokey -3 WITHVALUES
+HRANDFIELD one x
+HRANDFIELD one 1 WITHVALUE
+HRANDFIELD one 1 WITHVALUES x
+HRANDFIELD one -9223372036854775808
+HRANDFIELD one 9223372036854775807 WITHVALUES
+HRANDFIELD one -4611686018427387904 WITHVALUES
+HRANDFIELD one 4611686018427387903 WITHVALUES
+HRANDFIELD nokey 9223372036854775807 WITHVALUES
+HRANDFIELD nokey x
+HSCAN one 0
+HSCAN one 0 MATCH o*
+HSCAN one 0 MATCH x*
+HSCAN one 0 COUNT 10
+HSCAN nokey 0
+HSCAN nokey 0 COUNT 0
+HSCAN one 0 COUNT 0
+HSCAN one 0 COUNT -1
+HSCAN one 0 COUNT abc
+HSCAN one 0 FOO bar
+HSCAN one 0 MATCH
+HSCAN one abc
+HSCAN one
+SET str v
+SADD set a
+HSET str f v
+HSETNX str f v
+HMSET set f v
+HGET str f
+HMGET set f
+HGETALL str
+HDEL set a
+HLEN str
+HEXISTS set a
+HKEYS str
+HVALS set
+HSTRLEN str f
+HINCRBY set f 1
+HINCRBY str f x
+HINCRBYFLOAT str f 1
+HINCRBYFLOAT set f abc
+HRANDFIELD str
+HRANDFIELD set 0
+HRANDFIELD str -1 WITHVALUES
+HSCAN str 0
+HSCAN set 0 COUNT 0
+HSCAN set x
+GET one
+SADD one a
+ZADD one 1 a
+SCARD one
+LRANGE one 0 -1
+HSET gone a 1
+HDEL gone a
+EXISTS gone
+TYPE gone
+HLEN gone
+DEL one h
+HSET r a 1 b 2
+EXPIRE r 100
+HSET r c 3
+HDEL r a
+~1 TTL r
+RENAME r r2
+HLEN r2
+s HGETALL r2
+~1 TTL r2
+COPY r2 r3
+HINCRBY r3 b 10
+HGET r2 b
+HGET r3 b
+SET r2 str
+HGET r2 b
+k INFO keyspace
+"#;
+
+/// The hash commands in RESP3 (after HELLO 3): HGETALL a map, HRANDFIELD
+/// WITHVALUES pairs of arrays.
+const HASHES_RESP3: &str = r#"
+FLUSHALL
+HSET h k v
+HGETALL h
+HGETALL nokey
+HRANDFIELD h 1 WITHVALUES
+HRANDFIELD h -2 WITHVALUES
+HRANDFIELD h 2 WITHVALUES
+HRANDFIELD h -2
+HRANDFIELD nokey 2 WITHVALUES
+HRANDFIELD nokey
+HMGET h k nofield
+HGET h nofield
+HSCAN h 0
+HINCRBYFLOAT h f 1.5
+HKEYS nokey
+"#;
+
 const SETS_RESP3: &str = r#"
 FLUSHALL
 SADD s a b c
@@ -1616,9 +1823,9 @@ async fn scan_all(raw: &mut Raw, options: &[&str]) -> Vec<Vec<u8>> {
     scan_elements(raw, &["SCAN"], options, false).await
 }
 
-/// Every element `command` (SCAN, or SSCAN/ZSCAN and a key) returns to
-/// cursor 0 with these options, sorted, each once; with `pairs`, each
-/// member joined to its score (ZSCAN).
+/// Every element `command` (SCAN, or HSCAN/SSCAN/ZSCAN and a key) returns
+/// to cursor 0 with these options, sorted, each once; with `pairs`, each
+/// member joined to its score or field to its value (ZSCAN, HSCAN).
 async fn scan_elements(
     raw: &mut Raw,
     command: &[&str],
@@ -1730,19 +1937,22 @@ DEL goneset:14
     }
 }
 
-/// A large set and sorted set (Redis's hash-table and skiplist
-/// encodings): whole SSCANs and ZSCANs with each set of options return the
-/// same members (and scores) from both servers.
+/// A large hash, set and sorted set (Redis's hash-table and skiplist
+/// encodings) and small ones: whole HSCANs, SSCANs and ZSCANs with each set
+/// of options return the same fields and values, members (and scores) from
+/// both servers.
 async fn compare_member_scans(redis: &mut Raw, roost: &mut Raw, differences: &mut Vec<String>) {
     let mut table = String::from("FLUSHALL\n");
     let mut sadd = String::from("SADD big");
     let mut zadd = String::from("ZADD zbig");
+    let mut hset = String::from("HSET hbig");
     for i in 0..600 {
         sadd.push_str(&format!(" m:{i}"));
         zadd.push_str(&format!(" {}.5 m:{i}", i % 37));
+        hset.push_str(&format!(" m:{i} v:{}", i % 41));
     }
     table.push_str(&format!(
-        "{sadd}\n{zadd}\nSADD small a b c\nZADD zsmall 1 a 2 b\n"
+        "{sadd}\n{zadd}\n{hset}\nSADD small a b c\nZADD zsmall 1 a 2 b\nHSET hsmall a 1 b 2\n"
     ));
     compare(&table, redis, roost, differences).await;
     for (command, pairs) in [
@@ -1750,6 +1960,8 @@ async fn compare_member_scans(redis: &mut Raw, roost: &mut Raw, differences: &mu
         (&["ZSCAN", "zbig"], true),
         (&["SSCAN", "small"], false),
         (&["ZSCAN", "zsmall"], true),
+        (&["HSCAN", "hbig"], true),
+        (&["HSCAN", "hsmall"], true),
     ] {
         for options in [
             &[][..],
@@ -1782,7 +1994,7 @@ async fn replies_match_a_real_redis_server() {
     let mut theirs = Raw::connect(redis.addr).await;
     let mut ours = Raw::connect(roost.addr()).await;
     let mut differences = Vec::new();
-    for table in [KEYS, EXPIRY, STRINGS, SERVER, SETS, ZSETS] {
+    for table in [KEYS, EXPIRY, STRINGS, SERVER, HASHES, SETS, ZSETS] {
         compare(table, &mut theirs, &mut ours, &mut differences).await;
     }
     compare_globs(&mut theirs, &mut ours, &mut differences).await;
@@ -1796,6 +2008,7 @@ async fn replies_match_a_real_redis_server() {
     assert_eq!((a[0], b[0]), (b'%', b'%'), "HELLO 3 answers a map");
     compare(RESP3, &mut theirs, &mut ours, &mut differences).await;
     compare(SETS_RESP3, &mut theirs, &mut ours, &mut differences).await;
+    compare(HASHES_RESP3, &mut theirs, &mut ours, &mut differences).await;
     assert!(
         differences.is_empty(),
         "{} replies differ from redis-server's:\n{}",

@@ -48,6 +48,8 @@ use roost_resp::Keyspace;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use roost_zeus::{Recovered, Recoveries};
+
 use crate::replicas::{DegreeError, ReplicaManager, ReplicationConfig, REPLICA_TIMER};
 use crate::zeus::{refresh_replica, NodeOwnership, NodeReactor, Shared};
 
@@ -72,6 +74,9 @@ pub enum ZeusMsg {
     StopReading {
         key: NodeReactor,
     },
+    /// The members the sender knows finished the reliable commit's
+    /// recovery in this epoch ([`Recoveries`]).
+    Recovered(Recovered),
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +147,9 @@ pub struct Zeus {
     /// entry per reactor this node wrote as owner).
     followers_of: HashMap<NodeReactor, Vec<NodeId>>,
     replicas: ReplicaManager,
+    /// Which members finished the reliable commit's recovery: ownership
+    /// serves again only once every one did (the seed).
+    recoveries: Recoveries,
 }
 
 struct InFlight {
@@ -166,7 +174,23 @@ impl Zeus {
             starting: None,
             followers_of: HashMap::new(),
             replicas: ReplicaManager::new(replication),
+            recoveries: Recoveries::new(),
         })
+    }
+
+    /// Records this node's recovery (telling the other members once it is
+    /// over) and sets what ownership reads (`commit_recovery_done`): every
+    /// member recovered. One's own recovery is not enough: a reader with
+    /// nothing to replay could become owner while another node still
+    /// replays a failed coordinator's newer version to it (the composed
+    /// simulation, `roost sim --protocol zeus`, found it).
+    fn note_recovery(&mut self, ctx: &Context<'_>, fx: &mut Effects<ZeusMsg, ZeusOut>) {
+        let here = !self.commit.recovering();
+        self.recoveries
+            .note(ctx, here, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
+        let all = self.recoveries.all_recovered(ctx);
+        self.shared.commit.set_recovering(!all);
+        debug_assert!(!all || here, "every member includes this one");
     }
 
     /// The replication settings now.
@@ -430,7 +454,27 @@ impl Protocol for Zeus {
             Input::Timer(RETRANSMIT_TIMER) => {
                 self.drive_commit(ctx, Input::Timer(RETRANSMIT_TIMER), fx)
             }
-            Input::Timer(REPLICA_TIMER) => self.replicas.on_tick(ctx, &self.ownership, fx),
+            Input::Timer(REPLICA_TIMER) => {
+                // A recovery report, ours or a member's, may have been lost.
+                self.recoveries
+                    .on_tick(ctx, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
+                self.replicas.on_tick(ctx, &self.ownership, fx)
+            }
+            Input::Message {
+                from,
+                msg: ZeusMsg::Recovered(msg),
+            } => {
+                let here = !self.commit.recovering();
+                let taken = self
+                    .recoveries
+                    .on_message(ctx, from, msg, here, &mut |to, m| {
+                        fx.send(to, ZeusMsg::Recovered(m))
+                    });
+                if let Err(refusal) = taken {
+                    self.shared.commit.count_bad_recovery_report();
+                    tracing::debug!(%from, ?refusal, "a recovery report refused");
+                }
+            }
             Input::Message {
                 from,
                 msg: ZeusMsg::BecomeReader { key },
@@ -459,7 +503,7 @@ impl Protocol for Zeus {
                 // The reliable commit first: ownership's recovery waits for
                 // its (`commit_recovery_done`).
                 self.drive_commit(ctx, Input::ViewChange, fx);
-                self.shared.commit.set_recovering(self.commit.recovering());
+                self.note_recovery(ctx, fx);
                 self.drive_ownership(ctx, Input::ViewChange, fx);
             }
             Input::Command(ZeusCmd::Ownership(cmd)) => {
@@ -472,7 +516,7 @@ impl Protocol for Zeus {
                 members,
             }) => self.start_commit(ctx, req, seq, changes, members, fx),
         }
-        self.shared.commit.set_recovering(self.commit.recovering());
+        self.note_recovery(ctx, fx);
         self.replicas.arm(ctx, fx);
         debug_assert!(self.in_flight.len() <= self.commit.in_flight());
     }
@@ -736,6 +780,7 @@ struct CommitCounters {
     bad_applies: AtomicU64,
     exported_first: AtomicU64,
     bad_asks: AtomicU64,
+    bad_recovery_reports: AtomicU64,
     without_copy: AtomicU64,
 }
 
@@ -866,6 +911,12 @@ impl CommitShared {
 
     fn count_without_copy(&self) {
         self.counters.without_copy.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_bad_recovery_report(&self) {
+        self.counters
+            .bad_recovery_reports
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     fn count_bad_ask(&self) {
@@ -1060,6 +1111,11 @@ impl CommitShared {
                 "roost_commit_follower_without_copy_total",
                 "R-INV writes for reactors this node holds no copy of (its owner's metadata was behind).",
                 c.without_copy.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_commit_bad_recovery_reports_total",
+                "Recovery reports dropped: of another epoch, or malformed.",
+                c.bad_recovery_reports.load(Ordering::Relaxed),
             ),
             (
                 "roost_replication_bad_asks_total",

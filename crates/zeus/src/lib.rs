@@ -12,8 +12,11 @@
 //! over. The node crate's `Zeus` composes the same two state machines by
 //! the same rules over the reactor database.
 
+mod recoveries;
 mod replica;
 pub mod sim;
+
+pub use recoveries::{Recovered, RecoveredRefusal, Recoveries};
 
 pub use replica::{
     commit_key, Copy, Object, Objects, OwnershipStore, ReadValue, Refusal, WriteRecord, ZeusBugs,

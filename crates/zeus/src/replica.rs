@@ -15,7 +15,7 @@
 //!   first; ownership serves again (takes new requests, finishes replayed
 //!   ones) only once it has **at every live node** (the seed: "once all
 //!   live nodes finish the recovery"): each node tells the others
-//!   ([`ZeusMsg::Recovered`]) when no R-INV of a failed coordinator is
+//!   ([`ZeusMsg::Recovered`], [`Recoveries`]) when no R-INV of a failed coordinator is
 //!   pending there. So a reader that becomes owner holds every version a
 //!   failed coordinator's R-INV carried to some live node. (With the
 //!   local check alone, the simulator found a reader becoming owner at
@@ -34,7 +34,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use roost_cluster::{Context, Effects, EpochId, Input, NodeId, Protocol, TimerId};
+use roost_cluster::{Context, Effects, Input, NodeId, Protocol, TimerId};
 use roost_commit::{
     CommitBugs, CommitCmd, CommitConfig, CommitError, CommitMsg, CommitOut, Key, ObjectState,
     ObjectStore as CommitObjectStore, ReliableCommit, Transaction, TxId, Write, RETRANSMIT_TIMER,
@@ -44,6 +44,8 @@ use roost_ownership::{
     OwnershipCmd, OwnershipConfig, OwnershipMsg, OwnershipOut, ReqId, RequestKind,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::recoveries::{Recovered, Recoveries};
 
 /// An object's key, for ownership (the reliable commit keys it by
 /// [`commit_key`]).
@@ -217,13 +219,9 @@ impl CommitObjectStore for CommitStore {
 pub enum ZeusMsg {
     Ownership(OwnershipMsg<Object>),
     Commit(CommitMsg),
-    /// The sender knows these members finished the reliable commit's
-    /// recovery in `epoch` (the sender among them). Re-sent on the tick
-    /// until every member did; a receiver that knows more answers.
-    Recovered {
-        epoch: EpochId,
-        done: BTreeSet<NodeId>,
-    },
+    /// The sender's knowledge of the reliable commit's recovery
+    /// ([`Recoveries`]).
+    Recovered(Recovered),
 }
 
 /// A client's transaction, tagged by the client (tags are unique).
@@ -365,10 +363,10 @@ pub struct ZeusReplica {
     /// Home objects this incarnation saw created (or exist).
     created: BTreeSet<Object>,
     next_req: u64,
-    /// The members known to have finished the reliable commit's recovery
-    /// in `recovery_epoch`.
-    recovered: BTreeSet<NodeId>,
-    recovery_epoch: EpochId,
+    /// Which members finished the reliable commit's recovery.
+    recoveries: Recoveries,
+    /// Recovery reports refused (another epoch, malformed).
+    refused_reports: u64,
 }
 
 impl ZeusReplica {
@@ -401,8 +399,8 @@ impl ZeusReplica {
             starting: None,
             created: BTreeSet::new(),
             next_req: 0,
-            recovered: BTreeSet::new(),
-            recovery_epoch: EpochId(0),
+            recoveries: Recoveries::new(),
+            refused_reports: 0,
         }
     }
 
@@ -417,6 +415,11 @@ impl ZeusReplica {
     /// The copy held here.
     pub fn copy(&self, object: Object) -> Option<Copy> {
         self.shared.borrow().copies.get(&object).cloned()
+    }
+
+    /// Recovery reports refused (another epoch, malformed).
+    pub fn refused_reports(&self) -> u64 {
+        self.refused_reports
     }
 
     pub fn stale_installs(&self) -> u64 {
@@ -437,75 +440,19 @@ impl ZeusReplica {
         })
     }
 
-    /// Every member of the view finished the reliable commit's recovery
-    /// (as far as this node heard).
-    pub fn cluster_recovered(&self, ctx: &Context<'_>) -> bool {
-        self.recovery_epoch == ctx.view.epoch
-            && ctx.view.members.keys().all(|n| self.recovered.contains(n))
-    }
-
-    /// Brings the recovery knowledge to the current view, adds this node
-    /// once its own recovery is over (telling the others), and sets the
+    /// Records this node's recovery (telling the others) and sets the
     /// flag ownership reads.
     fn note_recovery(&mut self, ctx: &Context<'_>, fx: &mut Effects<ZeusMsg, ZeusOut>) {
-        if self.recovery_epoch != ctx.view.epoch {
-            self.recovery_epoch = ctx.view.epoch;
-            self.recovered.clear();
-        }
-        if ctx.member && !self.commit.recovering() && self.recovered.insert(self.me) {
-            self.tell_recovered(ctx, fx, None);
-        }
+        let here = !self.commit.recovering();
+        self.recoveries
+            .note(ctx, here, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
         let done = if self.shared.borrow().bugs.local_commit_recovery {
             // Planted: this node's recovery alone.
-            ctx.member && !self.commit.recovering()
+            ctx.member && here
         } else {
-            ctx.member && self.cluster_recovered(ctx)
+            self.recoveries.all_recovered(ctx)
         };
         self.shared.borrow_mut().recovering = !done;
-        debug_assert!(self.recovered.len() <= ctx.nodes.len());
-    }
-
-    /// Sends what this node knows of the recovery to `to` (every other
-    /// member if `None`).
-    fn tell_recovered(
-        &self,
-        ctx: &Context<'_>,
-        fx: &mut Effects<ZeusMsg, ZeusOut>,
-        to: Option<NodeId>,
-    ) {
-        debug_assert_eq!(self.recovery_epoch, ctx.view.epoch);
-        let msg = ZeusMsg::Recovered {
-            epoch: self.recovery_epoch,
-            done: self.recovered.clone(),
-        };
-        match to {
-            Some(node) => fx.send(node, msg),
-            None => {
-                for &node in ctx.view.members.keys().filter(|&&n| n != self.me) {
-                    fx.send(node, msg.clone());
-                }
-            }
-        }
-    }
-
-    fn on_recovered(
-        &mut self,
-        ctx: &Context<'_>,
-        from: NodeId,
-        epoch: EpochId,
-        done: BTreeSet<NodeId>,
-        fx: &mut Effects<ZeusMsg, ZeusOut>,
-    ) {
-        if epoch != ctx.view.epoch || !ctx.member || !done.contains(&from) {
-            return;
-        }
-        self.note_recovery(ctx, fx);
-        let members = &ctx.view.members;
-        self.recovered
-            .extend(done.iter().copied().filter(|n| members.contains_key(n)));
-        if !self.recovered.is_subset(&done) && self.recovered.contains(&self.me) {
-            self.tell_recovered(ctx, fx, Some(from));
-        }
     }
 
     fn req(&mut self, asked: Asked) -> ReqId {
@@ -825,10 +772,9 @@ impl ZeusReplica {
     /// The replica manager: create home objects, read the ones not held.
     fn on_tick(&mut self, ctx: &Context<'_>, fx: &mut Effects<ZeusMsg, ZeusOut>) {
         fx.set_timer(REPLICA_TIMER, REPLICA_TICK_MS);
-        if ctx.member && self.recovered.contains(&self.me) && !self.cluster_recovered(ctx) {
-            // Someone's report, or ours to them, may have been lost.
-            self.tell_recovered(ctx, fx, None);
-        }
+        // Someone's recovery report, or ours to them, may have been lost.
+        self.recoveries
+            .on_tick(ctx, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
         if !ctx.serving || self.ownership.recovering() {
             return;
         }
@@ -903,8 +849,19 @@ impl Protocol for ZeusReplica {
             } => self.drive_commit(ctx, Input::Message { from, msg }, fx),
             Input::Message {
                 from,
-                msg: ZeusMsg::Recovered { epoch, done },
-            } => self.on_recovered(ctx, from, epoch, done, fx),
+                msg: ZeusMsg::Recovered(msg),
+            } => {
+                let here = !self.commit.recovering();
+                // A refused report (another epoch, malformed) changes nothing.
+                let taken = self
+                    .recoveries
+                    .on_message(ctx, from, msg, here, &mut |to, m| {
+                        fx.send(to, ZeusMsg::Recovered(m))
+                    });
+                if taken.is_err() {
+                    self.refused_reports += 1;
+                }
+            }
             Input::Timer(RETRANSMIT_TIMER) => {
                 self.drive_commit(ctx, Input::Timer(RETRANSMIT_TIMER), fx)
             }

@@ -70,7 +70,11 @@ unset RUSTC_WRAPPER CARGO_BUILD_RUSTFLAGS CARGO_ENCODED_RUSTFLAGS
 build_start=$(date +%s)
 bins=()
 for t in "${targets[@]}"; do bins+=(--bin "$t"); done
-cargo build --release --locked --manifest-path fuzz/Cargo.toml --target "$host" "${bins[@]}"
+# Their own target directory, whatever CARGO_TARGET_DIR says: the
+# instrumented builds must not mix with the workspace's, and the runs below
+# look for them there.
+cargo build --release --locked --manifest-path fuzz/Cargo.toml --target "$host" \
+  --target-dir fuzz/target "${bins[@]}"
 echo "fuzz.sh: built ${#targets[@]} targets in $(( $(date +%s) - build_start )) s"
 
 failed=()

@@ -744,3 +744,53 @@ fn a_duplicate_resp_does_not_void_the_attempt_in_flight() {
     assert_eq!(world.owners(key), vec![n(4)]);
     settled(&world, key);
 }
+
+/// A replay whose ACKs are all in still waits while the reliable commit's
+/// recovery runs (at every live node, as the store reports it): a reader
+/// must not become owner before a failed coordinator's newer version,
+/// still being replayed, reached it (the composed simulation,
+/// `roost sim --protocol zeus`, found that). Once recovery is over, the
+/// replay timer finishes it.
+#[test]
+fn a_replay_waits_for_the_reliable_commits_recovery() {
+    let (mut world, key) = setup(4, n(3), &[]);
+    world.acquire(n(4), key, 1, RequestKind::AddOwner);
+    world.deliver_where(|m| m.msg.body.name() == "REQ");
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(2));
+    world.deliver_where(|m| m.msg.body.name() == "INV" && m.to == n(3));
+    world.crash(n(1));
+    world.net.retain(|m| m.msg.body.name() != "ACK");
+    for id in world.live() {
+        world.node_mut(id).store_mut().recovering = true;
+    }
+    for id in world.live() {
+        world.install(id);
+    }
+    let outs = world.deliver_all(10_000);
+    assert!(
+        !outputs_of(&outs, n(4))
+            .iter()
+            .any(|o| matches!(o, OwnershipOut::Acquired { .. })),
+        "acquired during the reliable commit's recovery"
+    );
+    assert!(world.owners(key).is_empty(), "{:?}", world.owners(key));
+    let held: u64 = world
+        .live()
+        .iter()
+        .map(|&id| world.node(id).stats().replays_held_for_commit_recovery)
+        .sum();
+    assert!(held >= 1, "no replay waited");
+    for id in world.live() {
+        world.node_mut(id).store_mut().recovering = false;
+    }
+    let outs = world.run_until_quiet(10_000);
+    assert!(
+        outputs_of(&outs, n(4))
+            .iter()
+            .any(|o| matches!(o, OwnershipOut::Acquired { .. })),
+        "{}",
+        world.dump()
+    );
+    assert_eq!(world.owners(key), vec![n(4)]);
+    settled(&world, key);
+}

@@ -294,14 +294,14 @@ impl Applier {
                 self.driver_drains.load(Ordering::Relaxed),
             ),
         ] {
-            text.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            ));
+            crate::prom::counter(&mut text, name, help, value);
         }
-        text.push_str(&format!(
-            "# HELP roost_commit_apply_queued_rows R-INV rows acknowledged and not yet in the replicas.\n\
-             # TYPE roost_commit_apply_queued_rows gauge\nroost_commit_apply_queued_rows {queued}\n"
-        ));
+        crate::prom::gauge(
+            &mut text,
+            "roost_commit_apply_queued_rows",
+            "R-INV rows acknowledged and not yet in the replicas.",
+            queued as u64,
+        );
         text
     }
 }

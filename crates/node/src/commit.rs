@@ -1128,9 +1128,7 @@ impl CommitShared {
                 c.bad_applies.load(Ordering::Relaxed),
             ),
         ] {
-            text.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            ));
+            crate::prom::counter(&mut text, name, help, value);
         }
         text
     }

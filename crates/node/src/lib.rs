@@ -37,6 +37,7 @@ use thiserror::Error;
 
 pub mod applier;
 pub mod commit;
+mod prom;
 pub mod replicas;
 pub mod zeus;
 

@@ -214,14 +214,14 @@ impl Shared {
                 c.install_ns.load(Ordering::Relaxed),
             ),
         ] {
-            text.push_str(&format!(
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            ));
+            crate::prom::counter(&mut text, name, help, value);
         }
-        text.push_str(&format!(
-            "# HELP roost_ownership_reactors_owned Reactors this node owns.\n\
-             # TYPE roost_ownership_reactors_owned gauge\nroost_ownership_reactors_owned {owned}\n"
-        ));
+        crate::prom::gauge(
+            &mut text,
+            "roost_ownership_reactors_owned",
+            "Reactors this node owns.",
+            owned as u64,
+        );
         text.push_str(&self.commit.prometheus());
         text.push_str(&self.applier.prometheus());
         text

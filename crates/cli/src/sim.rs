@@ -67,6 +67,9 @@ pub enum SimBug {
     /// Zeus: a read-only transaction reads a copy ownership does not let
     /// this node read.
     ReadWithoutAccess,
+    /// Zeus: the client is answered at the local commit, before every
+    /// follower acknowledged.
+    AnswerEarly,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -193,7 +196,8 @@ impl SimArgs {
                         }
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
-                        | SimBug::ReadWithoutAccess => {
+                        | SimBug::ReadWithoutAccess
+                        | SimBug::AnswerEarly => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -221,7 +225,8 @@ impl SimArgs {
                         }
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
-                        | SimBug::ReadWithoutAccess => {
+                        | SimBug::ReadWithoutAccess
+                        | SimBug::AnswerEarly => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -247,7 +252,8 @@ impl SimArgs {
                         }
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
-                        | SimBug::ReadWithoutAccess => {
+                        | SimBug::ReadWithoutAccess
+                        | SimBug::AnswerEarly => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -281,6 +287,7 @@ impl SimArgs {
                         SimBug::IgnorePendingCommit => scenario.bugs.ignore_pending_commit = true,
                         SimBug::LocalCommitRecovery => scenario.bugs.local_commit_recovery = true,
                         SimBug::ReadWithoutAccess => scenario.bugs.read_without_access = true,
+                        SimBug::AnswerEarly => scenario.bugs.answer_before_replication = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }

@@ -89,6 +89,9 @@ pub struct ZeusBugs {
     /// ownership says of it (a copy whose reader was dropped, or one an
     /// arbitration invalidated).
     pub read_without_access: bool,
+    /// The client is answered at the local commit, before the followers
+    /// acknowledged (the seed: only once reliably committed).
+    pub answer_before_replication: bool,
 }
 
 /// What the node holds of one object.
@@ -360,6 +363,8 @@ pub struct ZeusReplica {
     /// The transaction being handed to the reliable commit now (its
     /// `Started` or `Refused` comes in the same call).
     starting: Option<(u64, Vec<(Object, u64)>)>,
+    /// Planted `answer_before_replication`: transactions answered already.
+    answered_early: BTreeSet<TxId>,
     /// Home objects this incarnation saw created (or exist).
     created: BTreeSet<Object>,
     next_req: u64,
@@ -397,6 +402,7 @@ impl ZeusReplica {
             waiting: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             starting: None,
+            answered_early: BTreeSet::new(),
             created: BTreeSet::new(),
             next_req: 0,
             recoveries: Recoveries::new(),
@@ -562,6 +568,15 @@ impl ZeusReplica {
                 let started = self.starting.take();
                 debug_assert!(started.is_some(), "a Started answers a commit");
                 if let Some(started) = started {
+                    if self.shared.borrow().bugs.answer_before_replication {
+                        // Planted: the client hears "committed" now.
+                        fx.output(ZeusOut::Committed {
+                            tag: started.0,
+                            tx_id,
+                            writes: started.1.clone(),
+                        });
+                        self.answered_early.insert(tx_id);
+                    }
                     self.in_flight.insert(tx_id, started);
                 }
             }
@@ -577,13 +592,17 @@ impl ZeusReplica {
             CommitOut::Committed { tx_id } => {
                 if let Some((tag, writes)) = self.in_flight.remove(&tx_id) {
                     self.finished(&writes);
-                    fx.output(ZeusOut::Committed { tag, tx_id, writes });
+                    if !self.answered_early.remove(&tx_id) {
+                        fx.output(ZeusOut::Committed { tag, tx_id, writes });
+                    }
                 }
             }
             CommitOut::Unknown { tx_id } => {
                 if let Some((tag, writes)) = self.in_flight.remove(&tx_id) {
                     self.finished(&writes);
-                    fx.output(ZeusOut::Unknown { tag });
+                    if !self.answered_early.remove(&tx_id) {
+                        fx.output(ZeusOut::Unknown { tag });
+                    }
                 }
             }
             CommitOut::Applied { .. } | CommitOut::Recovered { .. } => {}

@@ -125,3 +125,22 @@ fn planted_reliable_commit_bugs_are_found_in_the_composition() {
         assert_eq!(first_violation(&commit(bugs), 50), checker, "{bugs:?}");
     }
 }
+
+#[test]
+fn planted_answer_before_every_follower_acknowledged_loses_acknowledged_writes() {
+    // Reads off: a read at a follower would see the acknowledged version
+    // missing first. What is left to catch it is the loss itself, when the
+    // coordinator goes down with its R-INVs undelivered.
+    let scenario = ZeusScenario {
+        bugs: ZeusBugs {
+            answer_before_replication: true,
+            ..ZeusBugs::default()
+        },
+        read_probability: 0.0,
+        ..ZeusScenario::default()
+    };
+    assert_eq!(
+        first_violation(&scenario, 1_000),
+        "no acknowledged write is lost"
+    );
+}

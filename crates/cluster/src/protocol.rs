@@ -113,6 +113,23 @@ impl<M, O> Effects<M, O> {
         self.outputs.clear();
         self.logs.clear();
     }
+
+    /// Takes in the effects of a protocol this one composes: its messages
+    /// wrapped by `wrap`, its timers and logs as they are. Its outputs are
+    /// returned for the caller to interpret.
+    pub fn absorb<N, P>(&mut self, inner: Effects<N, P>, wrap: impl Fn(N) -> M) -> Vec<P> {
+        let Effects {
+            sends,
+            timers,
+            outputs,
+            logs,
+        } = inner;
+        self.sends
+            .extend(sends.into_iter().map(|(to, m)| (to, wrap(m))));
+        self.timers.extend(timers);
+        self.logs.extend(logs);
+        outputs
+    }
 }
 
 /// A replicated protocol running on every node.

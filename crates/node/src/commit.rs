@@ -336,17 +336,7 @@ impl Zeus {
         cfx: Effects<CommitMsg, CommitOut>,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
-        let Effects {
-            sends,
-            timers,
-            outputs,
-            logs,
-        } = cfx;
-        fx.sends
-            .extend(sends.into_iter().map(|(to, m)| (to, ZeusMsg::Commit(m))));
-        fx.timers.extend(timers);
-        fx.logs.extend(logs);
-        for out in outputs {
+        for out in fx.absorb(cfx, ZeusMsg::Commit) {
             match out {
                 CommitOut::Committed { tx_id } => {
                     if let Some(f) = self.in_flight.remove(&tx_id) {
@@ -388,16 +378,7 @@ impl Zeus {
         ofx: Effects<OwnershipMsg<NodeReactor>, OwnershipOut<NodeReactor>>,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
-        let Effects {
-            sends,
-            timers,
-            outputs,
-            logs,
-        } = ofx;
-        fx.sends
-            .extend(sends.into_iter().map(|(to, m)| (to, ZeusMsg::Ownership(m))));
-        fx.timers.extend(timers);
-        fx.logs.extend(logs);
+        let outputs = fx.absorb(ofx, ZeusMsg::Ownership);
         fx.outputs
             .extend(outputs.into_iter().map(ZeusOut::Ownership));
     }

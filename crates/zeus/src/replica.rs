@@ -476,17 +476,7 @@ impl ZeusReplica {
     ) {
         let mut ofx = Effects::default();
         self.ownership.on_input(ctx, input, &mut ofx);
-        let Effects {
-            sends,
-            timers,
-            outputs,
-            logs,
-        } = ofx;
-        fx.sends
-            .extend(sends.into_iter().map(|(to, m)| (to, ZeusMsg::Ownership(m))));
-        fx.timers.extend(timers);
-        fx.logs.extend(logs);
-        for out in outputs {
+        for out in fx.absorb(ofx, ZeusMsg::Ownership) {
             self.on_ownership_out(ctx, out, fx);
         }
     }
@@ -499,17 +489,7 @@ impl ZeusReplica {
     ) {
         let mut cfx = Effects::default();
         self.commit.on_input(ctx, input, &mut cfx);
-        let Effects {
-            sends,
-            timers,
-            outputs,
-            logs,
-        } = cfx;
-        fx.sends
-            .extend(sends.into_iter().map(|(to, m)| (to, ZeusMsg::Commit(m))));
-        fx.timers.extend(timers);
-        fx.logs.extend(logs);
-        for out in outputs {
+        for out in fx.absorb(cfx, ZeusMsg::Commit) {
             self.on_commit_out(out, fx);
         }
     }

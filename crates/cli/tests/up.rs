@@ -74,7 +74,7 @@ impl Scratch {
             .args(extra)
             .env("PATH", path)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("up.stderr")).unwrap())
             .spawn()
             .expect("roost up starts");
         let stdout = child.stdout.take().unwrap();
@@ -135,20 +135,33 @@ fn free_run(n: u16) -> u16 {
     panic!("no {n} consecutive free ports");
 }
 
-/// The first stdout lines of `roost up`, up to the one that lists the nodes.
-fn first_lines(lines: &mpsc::Receiver<String>) -> Vec<String> {
-    let deadline = Instant::now() + PATIENCE;
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        if let Ok(line) = lines.recv_timeout(Duration::from_millis(100)) {
-            let done = line.contains(" nodes, membership ");
-            seen.push(line);
-            if done {
-                return seen;
+/// How long `roost up` may take to list its nodes: starting an etcd alone
+/// may take its 15 s readiness wait on a loaded 2-core machine.
+const FIRST_LINES_PATIENCE: Duration = Duration::from_secs(60);
+
+impl Scratch {
+    /// The first stdout lines of `roost up`, up to the one that lists the
+    /// nodes. If it exits or stalls first, the panic shows what it said on
+    /// stderr (the reason a CI run failed is then in the log).
+    fn first_lines(&self, lines: &mpsc::Receiver<String>) -> Vec<String> {
+        let deadline = Instant::now() + FIRST_LINES_PATIENCE;
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => {
+                    let done = line.contains(" nodes, membership ");
+                    seen.push(line);
+                    if done {
+                        return seen;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
+        let stderr = std::fs::read_to_string(self.dir.join("up.stderr")).unwrap_or_default();
+        panic!("roost up never listed its nodes; printed {seen:?}; stderr: {stderr}");
     }
-    panic!("roost up never listed its nodes; printed {seen:?}");
 }
 
 /// A running `roost up`: a failing test still stops it (and so its nodes).
@@ -182,7 +195,7 @@ fn without_etcd_roost_up_says_so_and_uses_the_built_in_membership() {
     let etcd_port = scratch.etcd_port.to_string();
     // PATH is an empty directory: no etcd to find, none running on that port.
     let (up, lines) = scratch.up(&scratch.dir.join("bin"), &["--etcd-port", &etcd_port]);
-    let first = first_lines(&lines);
+    let first = scratch.first_lines(&lines);
     assert!(
         first[0].contains("membership: built-in") && first[0].contains("scripts/install-deps.sh"),
         "{first:?}"
@@ -234,14 +247,14 @@ fn roost_up_again_continues_the_last_runs_views() {
     let etcd_port = scratch.etcd_port.to_string();
     let bin = scratch.dir.join("bin");
     let (up, lines) = scratch.up(&bin, &["--etcd-port", &etcd_port]);
-    first_lines(&lines);
+    scratch.first_lines(&lines);
     let first = scratch.wait_for_three_live();
     assert_eq!(first.membership, "peer");
     up.stop();
     let last = recorded_epoch(&scratch.dir.join("data"));
     assert!(last >= first.epoch);
     let (up, lines) = scratch.up(&bin, &["--etcd-port", &etcd_port]);
-    first_lines(&lines);
+    scratch.first_lines(&lines);
     let second = scratch.wait_for_three_live();
     assert!(
         second.epoch > last,
@@ -260,7 +273,7 @@ fn with_etcd_installed_roost_up_starts_one() {
     let etcd_port = scratch.etcd_port.to_string();
     let path = std::env::var_os("PATH").unwrap();
     let (up, lines) = scratch.up(Path::new(&path), &["--etcd-port", &etcd_port]);
-    let first = first_lines(&lines);
+    let first = scratch.first_lines(&lines);
     assert!(
         first[0].contains("membership: etcd at") && first[0].contains("started by roost up"),
         "{first:?}"
@@ -288,7 +301,7 @@ fn with_etcd_running_roost_up_uses_it() {
         &scratch.dir.join("bin"),
         &["--etcd-port", &port.to_string()],
     );
-    let first = first_lines(&lines);
+    let first = scratch.first_lines(&lines);
     assert!(
         first[0].contains(&format!(
             "membership: etcd already running at 127.0.0.1:{port}"

@@ -79,7 +79,11 @@ pub fn run_cluster_register(config: &ClusterRunConfig) -> Result<ClusterRun, Str
         config.fault_interval_ms,
         &config.faults,
     );
-    let faults = nemesis::run(&mut cluster, &schedule, base, &stop);
+    let readiness = nemesis::Readiness {
+        ready: &every_node_reads,
+        patience: RECOVERY_PATIENCE,
+    };
+    let faults = nemesis::run(&mut cluster, &schedule, base, &stop, &readiness);
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -94,6 +98,21 @@ pub fn run_cluster_register(config: &ClusterRunConfig) -> Result<ClusterRun, Str
         history: recorder.into_history(Meta::new(WorkloadKind::RwRegister)),
         faults,
         heal_errors,
+    })
+}
+
+/// How long a new fault waits for every replica to serve reads again.
+const RECOVERY_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Does every node answer a register read (so every restarted replica has
+/// recovered)? ABD recovers a restarted replica from a majority of
+/// recovered ones.
+fn every_node_reads(cluster: &LocalCluster) -> bool {
+    (0..cluster.nodes()).all(|node| {
+        matches!(
+            cluster.admin(node, "/register/read", Duration::from_secs(2)),
+            Ok((200, body)) if body.contains("ReadDone")
+        )
     })
 }
 

@@ -9,7 +9,12 @@
 //!   the non-cycle anomalies; [`check`] returns a [`Report`];
 //! - [`runner`]: the workloads against the storage engine (`roost check`);
 //! - [`reactor_run`]: the scan workload against the reactor layer
-//!   (`roost check scan --reactors`).
+//!   (`roost check scan --reactors`);
+//! - [`cluster_run`]: the register against a multi-process cluster under
+//!   the [`nemesis`];
+//! - [`resp_run`]: list-append, rw-register and bank through RESP against
+//!   one database over a multi-process Zeus cluster, under the nemesis
+//!   (`roost check list-append --cluster 3`).
 
 mod budget;
 pub mod checker;
@@ -17,6 +22,7 @@ pub mod cluster_run;
 pub mod history;
 pub mod nemesis;
 pub mod reactor_run;
+pub mod resp_run;
 pub mod runner;
 pub mod workload;
 

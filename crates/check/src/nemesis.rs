@@ -237,46 +237,48 @@ fn strikes(fault: &Fault) -> bool {
     )
 }
 
-/// How long a new fault waits for every replica to serve reads again.
-const RECOVERY_PATIENCE: Duration = Duration::from_secs(10);
+/// What must hold before a new fault strikes (every replica serves again:
+/// for the register, every node reads; for Zeus, every node is a live
+/// member and every reactor has its copies back), and how long to wait
+/// for it. Striking while a restarted replica is still recovering could
+/// leave too few to make progress with, a liveness loss outside the
+/// protocol's fault model that would only make the run useless.
+pub struct Readiness<'a> {
+    pub ready: &'a dyn Fn(&LocalCluster) -> bool,
+    pub patience: Duration,
+}
 
-/// Waits until every node answers a register read (so every restarted
-/// replica has recovered), at most `RECOVERY_PATIENCE`. ABD recovers a
-/// restarted replica from a majority of recovered ones; striking while one
-/// is still recovering could leave no such majority, a liveness loss outside
-/// the protocol's fault model that would only make the run useless.
-fn wait_for_recovery(cluster: &LocalCluster, stop: &std::sync::atomic::AtomicBool) -> bool {
-    let deadline = Instant::now() + RECOVERY_PATIENCE;
-    for node in 0..cluster.nodes() {
-        loop {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                return false;
-            }
-            let ok = matches!(
-                cluster.admin(node, "/register/read", Duration::from_secs(2)),
-                Ok((200, body)) if body.contains("ReadDone")
-            );
-            if ok {
-                break;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+fn wait_for_recovery(
+    cluster: &LocalCluster,
+    readiness: &Readiness<'_>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> bool {
+    let deadline = Instant::now() + readiness.patience;
+    // Bounded by the deadline: each probe is a few requests with timeouts.
+    loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
         }
+        if (readiness.ready)(cluster) {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    true
 }
 
 /// Runs `schedule` against `cluster` from `start` (the history's time base),
 /// until done or `stop` is set; returns what was done. A fault strikes only
-/// once every replica serves reads (see `wait_for_recovery`), so it may run
+/// once the cluster is ready again (see [`Readiness`]), so it may run
 /// later than scheduled; its record has the time it ran.
 pub fn run(
     cluster: &mut LocalCluster,
     schedule: &[ScheduledFault],
     base: Instant,
     stop: &std::sync::atomic::AtomicBool,
+    readiness: &Readiness<'_>,
 ) -> Vec<FaultRecord> {
     let mut records = Vec::with_capacity(schedule.len());
     for scheduled in schedule {
@@ -287,7 +289,7 @@ pub fn run(
             }
             std::thread::sleep((due - Instant::now()).min(Duration::from_millis(20)));
         }
-        if strikes(&scheduled.fault) && !wait_for_recovery(cluster, stop) {
+        if strikes(&scheduled.fault) && !wait_for_recovery(cluster, readiness, stop) {
             tracing::warn!(fault = ?scheduled.fault, "a replica did not recover in time; striking anyway");
         }
         let error = inject(cluster, &scheduled.fault).err();

@@ -12,12 +12,16 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use std::collections::BTreeSet;
 
-use roost_check::cluster_run::{run_cluster_register, ClusterRunConfig};
+use roost_check::cluster_run::{run_cluster_register, ClusterRun, ClusterRunConfig};
 use roost_check::nemesis::FaultKind;
 use roost_check::reactor_run::{run_reactors, ReactorRunConfig, DEFAULT_REACTORS};
+use roost_check::resp_run::{run_cluster_resp, RespRunConfig};
 use roost_check::runner::{run_engine, RunConfig};
+use roost_check::workload::WorkloadConfig;
 use roost_check::{History, Report, WorkloadKind};
 use roost_cluster::register::RegisterBugs;
+
+use crate::cluster::PlantedZeusBug;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -57,11 +61,21 @@ pub struct CheckArgs {
     /// Plant a bug (every range scan skips the first record the index returns).
     #[arg(long, hide = true)]
     scan_skips_record: bool,
-    /// Run against a local cluster of this many `roost node` processes (with
-    /// a local etcd) instead of the single-node engine; the workload must be
-    /// rw-register (the cluster's replicated register).
+    /// Run against one database spread over a local cluster of this many
+    /// `roost node --protocol ownership` processes (Zeus, with a local etcd)
+    /// instead of the single-node engine: RESP clients on every node, the
+    /// nemesis striking; list-append, bank or rw-register.
     #[arg(long, value_name = "NODES", value_parser = clap::value_parser!(u32).range(1..=9))]
     cluster: Option<u32>,
+    /// With --cluster and rw-register: check the cluster substrate's
+    /// replicated register (`roost node --protocol register`) instead of
+    /// the Zeus keyspace.
+    #[arg(long, requires = "cluster")]
+    register: bool,
+    /// With --cluster: RESP client threads per node, each on its own
+    /// connection.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    clients_per_node: u32,
     /// With --cluster: the nemesis's faults, comma-separated, from kill,
     /// pause, partition, loss, delay, dup, cut-etcd, or `all` / `none`.
     #[arg(long, value_name = "FAULTS", default_value = "all", value_parser = parse_faults)]
@@ -69,9 +83,13 @@ pub struct CheckArgs {
     /// With --cluster: a fault strikes every this many milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     fault_interval_ms: u64,
-    /// With --cluster: plant a bug in the nodes' register (checker self-test).
+    /// With --cluster --register: plant a bug in the nodes' register
+    /// (checker self-test).
     #[arg(long, hide = true)]
     planted_quorum_minus_one: bool,
+    /// With --cluster: plant a Zeus bug in every node (checker self-test).
+    #[arg(long, hide = true, value_enum)]
+    planted_zeus: Vec<PlantedZeusBug>,
 }
 
 /// The faults `--nemesis` names (one flag value, hence not a bare `Vec`).
@@ -317,13 +335,23 @@ fn run_seed(args: &CheckArgs, config: &RunConfig, seed: u64) -> anyhow::Result<R
     Ok(report)
 }
 
-/// `roost check rw-register --cluster N`: clients and nemesis against a
+/// `roost check <workload> --cluster N`: clients and nemesis against a
 /// local cluster.
 fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
-    if args.workload != WorkloadArg::RwRegister {
-        anyhow::bail!(
-            "--cluster runs the rw-register workload only (the cluster's protocol is one replicated register)"
-        );
+    let resp = !args.register;
+    match (args.workload, resp) {
+        (WorkloadArg::ListAppend | WorkloadArg::Bank | WorkloadArg::RwRegister, true) => {}
+        (WorkloadArg::RwRegister, false) => {}
+        (_, true) => anyhow::bail!(
+            "--cluster runs list-append, bank or rw-register (the keyspace's workloads over RESP)"
+        ),
+        (_, false) => anyhow::bail!("--register runs the rw-register workload only"),
+    }
+    if resp && args.planted_quorum_minus_one {
+        anyhow::bail!("--planted-quorum-minus-one plants a bug in the register: add --register");
+    }
+    if !resp && !args.planted_zeus.is_empty() {
+        anyhow::bail!("--planted-zeus plants a bug in Zeus: drop --register");
     }
     let faults: Vec<FaultKind> = args
         .nemesis
@@ -338,30 +366,86 @@ fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
         (true, None) => CLUSTER_QUICK_SECONDS,
         (false, None) => DEFAULT_SECONDS,
     };
+    let duration_ms = (seconds * 1000.0).round().max(1.0) as u64;
     let dir = std::env::temp_dir().join(format!("roost-check-cluster-{}", std::process::id()));
-    let config = ClusterRunConfig {
-        roost_bin: std::env::current_exe()?,
-        dir: dir.clone(),
-        nodes,
-        duration_ms: (seconds * 1000.0).round().max(1.0) as u64,
-        seed: args.seed,
-        faults: faults.clone(),
-        fault_interval_ms: args.fault_interval_ms,
-        register_bugs: RegisterBugs {
-            quorum_minus_one: args.planted_quorum_minus_one,
-            ..RegisterBugs::default()
-        },
-    };
-    println!(
-        "roost check rw-register: {nodes} node processes + etcd, one client per node for {seconds:.1} s, \
-         nemesis {:?} every {} ms (seed {}){}",
-        faults,
-        args.fault_interval_ms,
-        args.seed,
-        if args.planted_quorum_minus_one { ", PLANTED BUG: register quorums one short" } else { "" }
-    );
-    let run = run_cluster_register(&config)
-        .map_err(|e| anyhow::anyhow!("{e} (node logs in {})", dir.display()))?;
+    let workload = args.workload.kind().name();
+    let run = if resp {
+        let planted: Vec<String> = args
+            .planted_zeus
+            .iter()
+            .map(|bug| planted_zeus_name(*bug))
+            .collect();
+        let node_args = planted
+            .iter()
+            .flat_map(|bug| ["--planted-zeus".to_string(), bug.clone()])
+            .collect();
+        println!(
+            "roost check {workload}: one database over {nodes} roost node processes (Zeus) + etcd, \
+             {} RESP clients per node for {seconds:.1} s, nemesis {:?} every {} ms (seed {}){}",
+            args.clients_per_node,
+            faults,
+            args.fault_interval_ms,
+            args.seed,
+            if planted.is_empty() {
+                String::new()
+            } else {
+                format!(", PLANTED BUG: {}", planted.join(", "))
+            }
+        );
+        let config = RespRunConfig {
+            roost_bin: std::env::current_exe()?,
+            dir: dir.clone(),
+            nodes,
+            clients_per_node: args.clients_per_node,
+            duration_ms,
+            seed: args.seed,
+            faults: faults.clone(),
+            fault_interval_ms: args.fault_interval_ms,
+            workload: WorkloadConfig::new(args.workload.kind()),
+            node_args,
+        };
+        run_cluster_resp(&config)
+    } else {
+        println!(
+            "roost check rw-register --register: {nodes} node processes + etcd, one client per node for {seconds:.1} s, \
+             nemesis {:?} every {} ms (seed {}){}",
+            faults,
+            args.fault_interval_ms,
+            args.seed,
+            if args.planted_quorum_minus_one { ", PLANTED BUG: register quorums one short" } else { "" }
+        );
+        let config = ClusterRunConfig {
+            roost_bin: std::env::current_exe()?,
+            dir: dir.clone(),
+            nodes,
+            duration_ms,
+            seed: args.seed,
+            faults: faults.clone(),
+            fault_interval_ms: args.fault_interval_ms,
+            register_bugs: RegisterBugs {
+                quorum_minus_one: args.planted_quorum_minus_one,
+                ..RegisterBugs::default()
+            },
+        };
+        run_cluster_register(&config)
+    }
+    .map_err(|e| anyhow::anyhow!("{e} (node logs in {})", dir.display()))?;
+    report_cluster_run(args, &run)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The node's flag value of a planted Zeus bug.
+fn planted_zeus_name(bug: PlantedZeusBug) -> String {
+    use clap::ValueEnum;
+    bug.to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .expect("every planted bug has a name")
+}
+
+/// Saves the history and the faults, checks the history and prints the
+/// verdict with the counts; an error if it is not strictly serializable.
+fn report_cluster_run(args: &CheckArgs, run: &ClusterRun) -> anyhow::Result<()> {
     let out = args.out_path();
     run.history
         .save_to_path(&out)
@@ -386,6 +470,10 @@ fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
         println!("heal: {error}");
     }
     println!(
+        "lost acknowledged writes: {}",
+        report.count(roost_check::AnomalyKind::LostWrite)
+    );
+    println!(
         "history: {} ops written to {}",
         run.history.ops.len(),
         out.display()
@@ -394,7 +482,6 @@ fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
         let total: usize = report.counts.values().sum();
         anyhow::bail!("the history is not strictly serializable ({total} anomalies)");
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -16,7 +16,15 @@ fn check_cluster(name: &str, extra: &[&str]) -> (bool, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("history.jsonl");
     let output = Command::new(env!("CARGO_BIN_EXE_roost"))
-        .args(["check", "rw-register", "--cluster", "3", "--seconds", "6"])
+        .args([
+            "check",
+            "rw-register",
+            "--cluster",
+            "3",
+            "--register",
+            "--seconds",
+            "6",
+        ])
         .args([
             "--fault-interval-ms",
             "600",

@@ -439,7 +439,10 @@ impl Protocol for Zeus {
                 // A recovery report, ours or a member's, may have been lost.
                 self.recoveries
                     .on_tick(ctx, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
-                self.replicas.on_tick(ctx, &self.ownership, fx)
+                let adopt = self.replicas.on_tick(ctx, &self.ownership, fx);
+                for cmd in adopt {
+                    self.drive_ownership(ctx, Input::Command(cmd), fx);
+                }
             }
             Input::Message {
                 from,

@@ -137,6 +137,26 @@ pub enum NodeError {
     Commit(#[source] roost_commit::ConfigError),
     #[error("the replication configuration: {0}")]
     Replication(#[source] DegreeError),
+    #[error(
+        "nodes {id} and {other} tag WATCH stamps alike (node ids must differ modulo {}); renumber one",
+        u32::from(roost_resp::MAX_STAMP_ORIGIN) + 1
+    )]
+    StampOrigin { id: u32, other: u32 },
+}
+
+/// Node `id`'s tag in WATCH stamps: its id modulo the tags there are, which
+/// no other configured node may share.
+fn stamp_origin(cluster: &ClusterConfig, id: u32) -> Result<u16, NodeError> {
+    let tags = u32::from(roost_resp::MAX_STAMP_ORIGIN) + 1;
+    if let Some(other) = cluster
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .find(|&other| other != id && other % tags == id % tags)
+    {
+        return Err(NodeError::StampOrigin { id, other });
+    }
+    Ok(u16::try_from(id % tags).expect("below the tag count"))
 }
 
 /// The cluster side of a running node.
@@ -203,6 +223,8 @@ impl Node {
         let mut resp = resp.unwrap_or_default();
         // One metrics endpoint per node: the admin port's.
         resp.metrics_bind = None;
+        // Writes at different nodes never share a WATCH stamp.
+        resp.stamp_origin = stamp_origin(&cluster, id)?;
         let zeus = match &protocol {
             NodeProtocol::Zeus { .. } => Some(zeus::Shared::new(Deployment::shared_everything(
                 resp.executors,

@@ -13,6 +13,12 @@
 //! commit's followers are exactly they. A node that restarted, or one a
 //! view change dropped, gets its replicas back the same way.
 //!
+//! A reactor whose owner died has no owner until a transaction writes it,
+//! and so nobody to keep its count: its first live reader in rendezvous
+//! order (one node, by the same rule everywhere) takes ownership itself
+//! (the protocol's add-owner, arbitrated like any request), and then keeps
+//! the count as above.
+//!
 //! The degree is per reactor type (default 3: owner plus two readers),
 //! capped by the live members, and changeable at run time
 //! (`GET /replication/degree?degree=N[&type=T]` on each node, or
@@ -21,7 +27,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use roost_cluster::{Context, Effects, NodeId, TimerId};
-use roost_ownership::{directory, Access, OwnershipCmd, ReqId, RequestKind};
+use roost_ownership::{directory, Access, OState, OwnershipCmd, ReqId, RequestKind};
 use thiserror::Error;
 
 use crate::commit::{ZeusMsg, ZeusOut};
@@ -114,6 +120,8 @@ pub(crate) struct ReplicaManager {
     next_internal: u64,
     pub(crate) asks_sent: u64,
     pub(crate) requests_made: u64,
+    /// Ownerless reactors this node asked to own.
+    pub(crate) adoptions: u64,
 }
 
 impl ReplicaManager {
@@ -126,6 +134,7 @@ impl ReplicaManager {
             next_internal: INTERNAL_REQUESTS,
             asks_sent: 0,
             requests_made: 0,
+            adoptions: 0,
         }
     }
 
@@ -138,17 +147,19 @@ impl ReplicaManager {
     }
 
     /// The check: visits a batch of entries, asks for missing readers and
-    /// for surplus ones to leave, then re-arms.
+    /// for surplus ones to leave, then re-arms. Returns the ownership
+    /// requests to make here: add-owner for the ownerless reactors this
+    /// node is to adopt.
     pub(crate) fn on_tick(
         &mut self,
         ctx: &Context<'_>,
         ownership: &NodeOwnership,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
-    ) {
+    ) -> Vec<OwnershipCmd<NodeReactor>> {
         self.armed = false;
         self.arm(ctx, fx);
         if !ctx.serving {
-            return;
+            return Vec::new();
         }
         let now = ctx.now_ms;
         let again = self.config.ask_again_ms;
@@ -165,20 +176,57 @@ impl ReplicaManager {
         } else {
             batch.last().map(|(k, _)| k.clone())
         };
-        let owned = batch
-            .into_iter()
-            .filter(|(_, access)| *access == Access::Owner)
-            .map(|(k, _)| k);
-        for key in owned {
+        let mut adopt = Vec::new();
+        for (key, access) in batch {
             if self.asked.len() >= self.config.max_asks {
                 break;
             }
             if self.asked.contains_key(&key) {
                 continue;
             }
-            self.check(ctx, ownership, &key, &live, fx);
+            match access {
+                Access::Owner => self.check(ctx, ownership, &key, &live, fx),
+                Access::Reader if self.adopts(ctx, ownership, &key, &live) => {
+                    let req = ReqId(self.next_internal);
+                    self.next_internal += 1;
+                    self.requests_made += 1;
+                    self.adoptions += 1;
+                    self.asked.insert(key.clone(), now);
+                    adopt.push(OwnershipCmd::Acquire {
+                        key,
+                        req,
+                        kind: RequestKind::AddOwner,
+                    });
+                }
+                _ => {}
+            }
         }
         debug_assert!(self.asked.len() <= self.config.max_asks);
+        debug_assert!(adopt.len() <= self.config.checks_per_tick);
+        adopt
+    }
+
+    /// Whether this reader is to take ownership of `key`: it has no live
+    /// owner, nothing is moving it, and this node is its first live reader
+    /// in rendezvous order.
+    fn adopts(
+        &self,
+        ctx: &Context<'_>,
+        ownership: &NodeOwnership,
+        key: &NodeReactor,
+        live: &[NodeId],
+    ) -> bool {
+        let Some(meta) = ownership.meta(key) else {
+            return false;
+        };
+        let orphan = meta.o_replicas.owner.is_none_or(|o| !live.contains(&o));
+        if !orphan || meta.o_state != OState::Valid || ownership.is_requesting(key) {
+            return false;
+        }
+        let first = directory(key, live, live.len())
+            .into_iter()
+            .find(|n| meta.o_replicas.readers.contains(n));
+        first == Some(ctx.me)
     }
 
     fn check(

@@ -145,6 +145,8 @@ struct Counters {
     /// Acquisitions transactions waited for, and those that failed.
     acquires: AtomicU64,
     acquire_failures: AtomicU64,
+    /// Requests tried again after losing to a competing one.
+    acquire_retries: AtomicU64,
     /// Exports or installs that failed (logged; the protocol saw no data).
     store_failures: AtomicU64,
     /// Time the protocol driver spent in exports and installs (ns).
@@ -197,6 +199,11 @@ impl Shared {
                 "roost_ownership_acquire_failures_total",
                 "Acquisitions that failed (the transaction answered an error).",
                 c.acquire_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_ownership_acquire_retries_total",
+                "Ownership requests tried again after losing to a competing request.",
+                c.acquire_retries.load(Ordering::Relaxed),
             ),
             (
                 "roost_ownership_store_failures_total",
@@ -399,13 +406,34 @@ impl Placement for ZeusPlacement {
         // request runs on the node's, the answer comes back by channel.
         runtime.spawn(async move {
             let probe = key.0.clone();
-            let req = ReqId(handle.next_request_id());
-            let cmd = OwnershipCmd::Acquire {
-                key,
-                req,
-                kind: RequestKind::AddOwner,
-            };
-            let outcome = acquired(handle.request(cmd).await).and_then(|()| {
+            // A request lost to another of this node's transactions (one
+            // already in flight here) or to a competing node is tried
+            // again, with a growing pause, until the patience runs out: two
+            // clients on one node wanting one reactor is the common case.
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(ACQUIRE_PATIENCE_MS);
+            let mut pause_ms = 1u64;
+            let mut outcome = Err(AcquireError::Contended);
+            for _ in 0..ACQUIRE_MAX_TRIES {
+                let req = ReqId(handle.next_request_id());
+                let cmd = OwnershipCmd::Acquire {
+                    key: key.clone(),
+                    req,
+                    kind: RequestKind::AddOwner,
+                };
+                let answer = handle.request(cmd).await;
+                let transient = is_transient(&answer);
+                outcome = acquired(answer);
+                if !transient || tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                shared
+                    .counters
+                    .acquire_retries
+                    .fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                pause_ms = (pause_ms * 2).min(ACQUIRE_MAX_PAUSE_MS);
+            }
+            let outcome = outcome.and_then(|()| {
                 if shared.is_lost(&probe) {
                     Err(AcquireError::Lost)
                 } else {
@@ -424,18 +452,43 @@ impl Placement for ZeusPlacement {
     }
 }
 
+/// How long an acquisition keeps trying when it loses to competing requests
+/// (under the client's own time-out, so the client hears why).
+const ACQUIRE_PATIENCE_MS: u64 = 3_000;
+/// The longest pause between two tries, and a bound on the tries.
+const ACQUIRE_MAX_PAUSE_MS: u64 = 20;
+const ACQUIRE_MAX_TRIES: u32 = 1_000;
+
+/// Whether a failed acquisition may succeed if asked again: it lost to a
+/// request already in flight (here or at the arbiter), or the arbiter was
+/// busy, recovering or waiting on a reliable commit.
+fn is_transient(outcome: &Result<OwnershipOut<NodeReactor>, RequestError>) -> bool {
+    match outcome {
+        Ok(OwnershipOut::Failed { reason, .. }) => match reason {
+            FailReason::Busy | FailReason::TooManyPending => true,
+            FailReason::Nacked(nack) => !nack.is_permanent(),
+            _ => false,
+        },
+        Err(RequestError::Busy) => true,
+        _ => false,
+    }
+}
+
 fn acquired(outcome: Result<OwnershipOut<NodeReactor>, RequestError>) -> Result<(), AcquireError> {
     match outcome {
         Ok(OwnershipOut::Acquired { .. }) => Ok(()),
         Ok(OwnershipOut::Failed { reason, .. }) => Err(match reason {
             FailReason::TimedOut => AcquireError::TimedOut,
+            FailReason::NotServing => AcquireError::NotServing,
+            FailReason::Busy | FailReason::TooManyPending => AcquireError::Contended,
+            FailReason::Nacked(nack) if !nack.is_permanent() => AcquireError::Contended,
             _ => AcquireError::NoOwner,
         }),
         Ok(other) => {
             tracing::error!(?other, "an acquire answered by another output");
             Err(AcquireError::NoOwner)
         }
-        Err(RequestError::Busy) => Err(AcquireError::TimedOut),
+        Err(RequestError::Busy) => Err(AcquireError::Contended),
         Err(RequestError::Stopped) => Err(AcquireError::Shutdown),
     }
 }

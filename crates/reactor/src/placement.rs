@@ -127,6 +127,12 @@ pub enum AcquireError {
     NoOwner,
     #[error("the reactor's holder did not hand it over in time")]
     TimedOut,
+    #[error("this node is not serving (no lease, or not a member of the cluster)")]
+    NotServing,
+    #[error(
+        "other requests for the reactor kept winning until the acquisition's patience ran out"
+    )]
+    Contended,
     #[error("the placement is shutting down")]
     Shutdown,
     #[error(

@@ -104,6 +104,22 @@ impl ReactorError {
     fn is_conflict(&self) -> bool {
         matches!(self, ReactorError::Tx(TxError::Conflict(_)))
     }
+
+    /// Whether the error surely means nothing was applied: the transaction
+    /// ended before its commit (a conflict, a user abort, a reactor that
+    /// could not be brought here). Not so for a failed replication (it
+    /// committed here; whether it survives is unknown) or a shutdown (it may
+    /// have come after the commit), which a client must treat as unknown.
+    pub fn applied_nothing(&self) -> bool {
+        match self {
+            ReactorError::Tx(_)
+            | ReactorError::Schema(_)
+            | ReactorError::Directory(_)
+            | ReactorError::WrongReactorType { .. }
+            | ReactorError::Unavailable { .. } => true,
+            ReactorError::Shutdown | ReactorError::Replication(_) => false,
+        }
+    }
 }
 
 struct Member {
@@ -607,5 +623,13 @@ mod tests {
         assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).is_conflict());
         assert!(!ReactorError::user_abort("x").is_conflict());
         assert!(!ReactorError::Replication(ReplicationError::OutcomeUnknown).is_conflict());
+    }
+
+    #[test]
+    fn only_errors_before_the_commit_applied_nothing() {
+        assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).applied_nothing());
+        assert!(ReactorError::user_abort("x").applied_nothing());
+        assert!(!ReactorError::Replication(ReplicationError::OutcomeUnknown).applied_nothing());
+        assert!(!ReactorError::Shutdown.applied_nothing());
     }
 }

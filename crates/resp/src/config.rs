@@ -117,6 +117,10 @@ pub struct Config {
     /// whose default this is; Redis only starts answering BUSY then).
     pub lua_time_limit_ms: u64,
     pub users: Vec<User>,
+    /// This server's tag in the stamps WATCH compares (0..=1023): each node
+    /// of a cluster has its own (a cluster node sets its node id), so no
+    /// two nodes ever give two writes the same stamp.
+    pub stamp_origin: u16,
 }
 
 impl Default for Config {
@@ -146,6 +150,7 @@ impl Default for Config {
             expire_sweep_batch: 200,
             lua_time_limit_ms: crate::scripting::DEFAULT_TIME_LIMIT_MS,
             users: Vec::new(),
+            stamp_origin: 0,
         }
     }
 }
@@ -211,6 +216,13 @@ impl Config {
             60_000,
         )?;
         range("expire_sweep_batch", self.expire_sweep_batch, 1 << 20)?;
+        if self.stamp_origin > crate::store::MAX_STAMP_ORIGIN {
+            return Err(ConfigError::Invalid(format!(
+                "stamp_origin must be 0..={}, got {}",
+                crate::store::MAX_STAMP_ORIGIN,
+                self.stamp_origin
+            )));
+        }
         if self.lua_time_limit_ms == 0 || self.lua_time_limit_ms > 3_600_000 {
             return Err(ConfigError::Invalid(format!(
                 "lua_time_limit_ms must be 1..=3600000, got {}",

@@ -927,6 +927,20 @@ fn single_reply(outcome: BatchOutcome) -> Frame {
     }
 }
 
+/// The error answer of a failed transaction, saying what became of it: a
+/// reactor that could not be brought here is `TRYAGAIN` (as Redis Cluster
+/// answers while slots move: nothing applied, ask again); any other error
+/// before the commit says nothing was applied; one after it (a replication
+/// that failed) says the outcome is unknown, so a client neither retries a
+/// write that may have landed nor counts it as lost.
 fn transaction_failed(error: &roost_reactor::ReactorError) -> Frame {
-    Frame::error(format!("ERR transaction failed: {error}"))
+    match error {
+        roost_reactor::ReactorError::Unavailable { .. } => Frame::error(format!(
+            "TRYAGAIN transaction aborted, nothing applied: {error}"
+        )),
+        _ if error.applied_nothing() => {
+            Frame::error(format!("ERR transaction aborted, nothing applied: {error}"))
+        }
+        _ => Frame::error(format!("ERR transaction outcome unknown: {error}")),
+    }
 }

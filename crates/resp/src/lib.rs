@@ -40,7 +40,9 @@ pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functi
 pub use members::{MemberAudit, MAX_MEMBER_BYTES};
 pub use server::{Keyspace, RunningServer, Server, ServerError, Services};
 pub use sites::{LocalApplied, SiteCounters, SiteOutcome};
-pub use store::{keyspace_index, keyspace_reactor, SiteRow, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use store::{
+    keyspace_index, keyspace_reactor, SiteRow, MAX_KEY_BYTES, MAX_STAMP_ORIGIN, MAX_VALUE_BYTES,
+};
 
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick
 /// features; Roost speaks the RESP2/RESP3 of Redis 7.

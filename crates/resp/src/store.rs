@@ -546,6 +546,61 @@ fn fnv1a64(key: &[u8]) -> u64 {
     hash
 }
 
+/// The largest [`Config::stamp_origin`](crate::Config::stamp_origin).
+pub const MAX_STAMP_ORIGIN: u16 = (1 << STAMP_ORIGIN_BITS) - 1;
+const STAMP_ORIGIN_BITS: u32 = 10;
+
+/// The stamps of writes (WATCH compares them): unique across the cluster
+/// and across restarts. A stamp is a hybrid clock (Unix microseconds, or
+/// one past the last stamp's if that is later) above the node's origin
+/// tag: two nodes never share a tag, and a restarted node starts above
+/// every stamp it gave before (its clock moved on while it was down). A
+/// node-local counter from 1 is not enough once keys move between nodes: a
+/// write elsewhere could give a watched key the very stamp it had, and the
+/// EXEC would miss the change.
+pub(crate) struct Stamps {
+    origin: u64,
+    /// The clock part of the last stamp.
+    last: AtomicU64,
+}
+
+impl Stamps {
+    pub(crate) fn new(origin: u16) -> Stamps {
+        assert!(
+            origin <= MAX_STAMP_ORIGIN,
+            "stamp origin {origin} too large"
+        );
+        Stamps {
+            origin: u64::from(origin),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn next(&self) -> u64 {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut last = self.last.load(Ordering::Relaxed);
+        let clock = loop {
+            let clock = now_us.max(last + 1);
+            match self
+                .last
+                .compare_exchange_weak(last, clock, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break clock,
+                Err(seen) => last = seen,
+            }
+        };
+        // Microseconds since 1970 need 51 bits until the year 2041; with
+        // the tag the stamp stays a positive i64 (WATCH's replies) for
+        // centuries.
+        debug_assert!(clock < 1 << (63 - STAMP_ORIGIN_BITS));
+        let stamp = (clock << STAMP_ORIGIN_BITS) | self.origin;
+        debug_assert_eq!(stamp & u64::from(MAX_STAMP_ORIGIN), self.origin);
+        stamp
+    }
+}
+
 /// The database, its keyspace reactors and the server's counters.
 pub(crate) struct Store {
     db: Database,
@@ -555,7 +610,7 @@ pub(crate) struct Store {
 /// What a transaction's procedure needs (shared with every attempt).
 pub(crate) struct Shared {
     pub(crate) reactors: Vec<ReactorId>,
-    next_stamp: AtomicU64,
+    stamps: Stamps,
     pub(crate) stats: Arc<Stats>,
     pub(crate) clock: Clock,
     /// With sites: the site's counters (procedures' bounded counters are
@@ -646,7 +701,7 @@ impl Store {
             db,
             shared: Arc::new(Shared {
                 reactors,
-                next_stamp: AtomicU64::new(1),
+                stamps: Stamps::new(config.stamp_origin),
                 stats,
                 clock: Clock::default(),
                 sites: OnceLock::new(),
@@ -1077,7 +1132,7 @@ pub(crate) fn modify_row<R>(
     header_only: bool,
     f: impl FnOnce(Option<Entry>) -> (Write, R),
 ) -> Result<(R, RowChange), ReactorError> {
-    let next_stamp = &shared.next_stamp;
+    let stamps = &shared.stamps;
     // The stored entry's deadline and whether it had expired; `None`: none.
     let mut before = None;
     // The member rows the stored value has, if the write drops them.
@@ -1101,7 +1156,7 @@ pub(crate) fn modify_row<R>(
             Write::Delete => (None, (result, After::Delete)),
             Write::Put(value, deadline) => (
                 Some(Entry {
-                    stamp: next_stamp.fetch_add(1, Ordering::Relaxed),
+                    stamp: stamps.next(),
                     deadline,
                     value,
                 }),
@@ -1916,6 +1971,42 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stamps_are_unique_across_nodes_and_restarts() {
+        let a = Stamps::new(1);
+        let b = Stamps::new(2);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            assert!(seen.insert(a.next()));
+            assert!(seen.insert(b.next()));
+        }
+        let last_a = a.next();
+        assert_eq!(last_a & u64::from(MAX_STAMP_ORIGIN), 1);
+        assert!(
+            i64::try_from(last_a).is_ok(),
+            "WATCH replies stamps as integers"
+        );
+        // A restart of node 1 (a new counter) starts above what it gave,
+        // once the clock has passed its last stamp (a burst of more than one
+        // write a microsecond runs ahead of it; a restart takes seconds).
+        let ahead_us = (last_a >> STAMP_ORIGIN_BITS).saturating_sub(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as u64,
+        );
+        std::thread::sleep(std::time::Duration::from_micros(ahead_us + 1_000));
+        let restarted = Stamps::new(1);
+        assert!(restarted.next() > last_a);
+        // One node's stamps only grow.
+        let mut before = restarted.next();
+        for _ in 0..1_000 {
+            let next = restarted.next();
+            assert!(next > before);
+            before = next;
+        }
+    }
 
     #[test]
     fn integers_follow_redis() {

@@ -49,6 +49,9 @@ pub const KEYSPACE_REACTORS: usize = 64;
 const DEGREE: usize = 3;
 /// Process ids of the final reads (one per node), beyond any client's.
 const FINAL_PROCESS: u64 = 1 << 40;
+/// Keys one transaction of the final read reads (well under the MULTI
+/// queue's 10,000 commands, and quick enough for the client's time-out).
+const FINAL_READ_KEYS: usize = 500;
 
 #[derive(Debug, Clone)]
 pub struct RespRunConfig {
@@ -168,16 +171,17 @@ pub fn run_cluster_resp(config: &RespRunConfig) -> Result<ClusterRun, String> {
     }
     let final_ops = generator.lock().expect("no client panicked").final_read();
     for node in 0..nodes {
-        final_read(
-            &Client {
-                addr: addrs[node as usize],
-                kind,
-                accounts: config.workload.accounts,
-                first_process: FINAL_PROCESS + u64::from(node),
-            },
-            &recorder,
-            &final_ops,
-        )?;
+        let client = Client {
+            addr: addrs[node as usize],
+            kind,
+            accounts: config.workload.accounts,
+            first_process: FINAL_PROCESS + u64::from(node),
+        };
+        let mut process = client.first_process;
+        // In chunks: a long run's keys are more than one MULTI may queue.
+        for chunk in final_ops.chunks(FINAL_READ_KEYS) {
+            final_read(&client, &mut process, &recorder, chunk)?;
+        }
     }
     let recorder = Arc::try_unwrap(recorder).map_err(|_| "a client still holds the recorder")?;
     Ok(ClusterRun {
@@ -581,19 +585,25 @@ fn list(value: &Value) -> Option<Vec<u64>> {
     }
 }
 
-/// The final read at one node, repeated until it is answered.
-fn final_read(client: &Client, recorder: &Recorder, ops: &[MicroOp]) -> Result<(), String> {
+/// One chunk of the final read at one node, repeated until it is answered
+/// (`process`: the reading process, a new one after an unknown outcome).
+fn final_read(
+    client: &Client,
+    process: &mut u64,
+    recorder: &Recorder,
+    ops: &[MicroOp],
+) -> Result<(), String> {
     let deadline = Instant::now() + SETTLE_PATIENCE;
-    let mut process = client.first_process;
     loop {
         if let Some(mut con) = connect(client.addr) {
-            let invocation = recorder.invoke(process);
+            let invocation = recorder.invoke(*process);
             let (outcome, ops) = client.transaction(&mut con, ops.to_vec());
             recorder.complete(invocation, outcome, ops);
-            if outcome == Outcome::Ok {
-                return Ok(());
+            match outcome {
+                Outcome::Ok => return Ok(()),
+                Outcome::Unknown => *process += FINAL_PROCESS,
+                Outcome::Fail => {}
             }
-            process += FINAL_PROCESS;
         }
         if Instant::now() > deadline {
             return Err(format!(

@@ -440,6 +440,7 @@ impl Protocol for Zeus {
                 self.recoveries
                     .on_tick(ctx, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
                 let adopt = self.replicas.on_tick(ctx, &self.ownership, fx);
+                self.shared.commit.count_adoptions(adopt.len());
                 for cmd in adopt {
                     self.drive_ownership(ctx, Input::Command(cmd), fx);
                 }
@@ -764,6 +765,8 @@ struct CommitCounters {
     bad_applies: AtomicU64,
     exported_first: AtomicU64,
     bad_asks: AtomicU64,
+    /// Ownerless reactors this node asked to own (the replica manager).
+    adoptions: AtomicU64,
     bad_recovery_reports: AtomicU64,
     without_copy: AtomicU64,
 }
@@ -905,6 +908,12 @@ impl CommitShared {
 
     fn count_bad_ask(&self) {
         self.counters.bad_asks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_adoptions(&self, reactors: usize) {
+        self.counters
+            .adoptions
+            .fetch_add(reactors as u64, Ordering::Relaxed);
     }
 
     fn count_exported_first(&self, reactors: usize) {
@@ -1105,6 +1114,11 @@ impl CommitShared {
                 "roost_replication_bad_asks_total",
                 "Replica asks dropped: not from the reactor's owner.",
                 c.bad_asks.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_replication_adoptions_total",
+                "Reactors left without a live owner that this node, their first live reader, asked to own.",
+                c.adoptions.load(Ordering::Relaxed),
             ),
             (
                 "roost_commit_bad_applies_total",

@@ -120,8 +120,6 @@ pub(crate) struct ReplicaManager {
     next_internal: u64,
     pub(crate) asks_sent: u64,
     pub(crate) requests_made: u64,
-    /// Ownerless reactors this node asked to own.
-    pub(crate) adoptions: u64,
 }
 
 impl ReplicaManager {
@@ -134,7 +132,6 @@ impl ReplicaManager {
             next_internal: INTERNAL_REQUESTS,
             asks_sent: 0,
             requests_made: 0,
-            adoptions: 0,
         }
     }
 
@@ -190,7 +187,6 @@ impl ReplicaManager {
                     let req = ReqId(self.next_internal);
                     self.next_internal += 1;
                     self.requests_made += 1;
-                    self.adoptions += 1;
                     self.asked.insert(key.clone(), now);
                     adopt.push(OwnershipCmd::Acquire {
                         key,

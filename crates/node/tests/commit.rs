@@ -355,3 +355,56 @@ fn lowering_the_degree_leaves_the_owner_in_place() {
         node.stop();
     }
 }
+
+#[test]
+fn a_reactor_left_without_its_owner_is_adopted_by_a_reader_without_a_write() {
+    let mut nodes = start_cluster();
+    wait_created(&nodes);
+    let mut writer = client(&nodes[0]);
+    assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
+    assert_eq!(wait_readers(&nodes[0], 2), vec![1, 2]);
+    drop(writer);
+    let adopted_before: u64 = nodes[1..]
+        .iter()
+        .map(|n| metric(n, "roost_replication_adoptions_total"))
+        .sum();
+    nodes.remove(0).stop();
+    // No client asks for the reactor: one of the two readers takes it over
+    // itself (its first live reader in rendezvous order), and, as its
+    // owner, gives it back its copies (the degree capped by two members).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_owner = loop {
+        let owners: Vec<Option<u32>> = nodes.iter().map(owner).collect();
+        if let Some(o) = owners.iter().flatten().find(|o| **o != 0) {
+            if owners.iter().all(|seen| *seen == Some(*o)) {
+                break *o;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reader adopted the reactor: owners {owners:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let at = nodes
+        .iter()
+        .position(|n| inspect(n).owned_total == REACTORS)
+        .expect("the new owner owns the reactor");
+    assert_eq!(
+        wait_readers(&nodes[at], 1),
+        vec![if new_owner == 1 { 2 } else { 1 }]
+    );
+    let adopted_after: u64 = nodes
+        .iter()
+        .map(|n| metric(n, "roost_replication_adoptions_total"))
+        .sum();
+    assert!(adopted_after > adopted_before, "the adoption was counted");
+    // Nothing acknowledged was lost on the way.
+    for node in &nodes {
+        let mut reader = client(node);
+        assert_eq!(get(&mut reader, "k").as_deref(), Some("v1"));
+    }
+    for node in nodes {
+        node.stop();
+    }
+}

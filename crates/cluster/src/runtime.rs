@@ -92,6 +92,7 @@ type Reply<P> = oneshot::Sender<Result<<P as Protocol>::Out, RequestError>>;
 pub struct ProtocolHandle<P: Protocol> {
     driver: mpsc::Sender<AdminRequest<P>>,
     next_request: Arc<AtomicU64>,
+    lease: Arc<Lease>,
 }
 
 impl<P: Protocol> Clone for ProtocolHandle<P> {
@@ -99,7 +100,41 @@ impl<P: Protocol> Clone for ProtocolHandle<P> {
         ProtocolHandle {
             driver: self.driver.clone(),
             next_request: Arc::clone(&self.next_request),
+            lease: Arc::clone(&self.lease),
         }
+    }
+}
+
+/// This node's lease as the driver last saw it, readable from any thread:
+/// a protocol's local reads (Zeus's read-only transactions, which send no
+/// message) are answered only while it holds. The deadline is on the
+/// node's clock, so it lapses even if the driver stops updating it (a node
+/// cut off from etcd keeps its last deadline, which passes before etcd
+/// drops its registration and the others move on).
+#[derive(Debug)]
+pub struct Lease {
+    started: Instant,
+    /// Serving until then (ms since `started`; 0: not serving).
+    serving_until_ms: AtomicU64,
+}
+
+impl Lease {
+    fn new(started: Instant) -> Lease {
+        Lease {
+            started,
+            serving_until_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether this node is a member holding a valid lease now.
+    pub fn serving_now(&self) -> bool {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        now_ms < self.serving_until_ms.load(Ordering::Acquire)
+    }
+
+    fn set(&self, serving_until_ms: u64) {
+        self.serving_until_ms
+            .store(serving_until_ms, Ordering::Release);
     }
 }
 
@@ -112,6 +147,11 @@ where
     /// A fresh request id (unique per node process).
     pub fn next_request_id(&self) -> RequestId {
         self.next_request.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The node's lease, for reads served without the driver.
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// Sends `cmd` (tagged by the caller with [`next_request_id`](Self::next_request_id))
@@ -447,9 +487,11 @@ where
         }
     };
     let coordinator_chaos = coordinator.as_ref().map(|c| c.chaos.clone());
+    let lease = Arc::new(Lease::new(started));
     let driver = Driver {
         config: config.clone(),
         started,
+        lease: Arc::clone(&lease),
         node,
         transport: transport.clone(),
         timers: BTreeMap::new(),
@@ -464,6 +506,7 @@ where
     let handle = ProtocolHandle {
         driver: admin_tx,
         next_request: Arc::new(AtomicU64::new(1)),
+        lease,
     };
     let admin = tokio::spawn(admin_loop::<P>(
         admin_listener,
@@ -498,6 +541,8 @@ async fn next_update(
 struct Driver<P: Protocol> {
     config: ClusterConfig,
     started: Instant,
+    /// What `apply` publishes of the lease (see [`Lease`]).
+    lease: Arc<Lease>,
     node: Node<P>,
     transport: Transport<NodeMsg<P::Msg>>,
     timers: BTreeMap<TimerKey, Instant>,
@@ -633,6 +678,14 @@ where
 
     fn apply(&mut self, fx: &mut NodeEffects<P::Msg, P::Out>) {
         let me = self.node.me();
+        // After every event: a view that dropped this node, or a lease
+        // refreshed or lost, shows at once to reads served without us.
+        let now_ms = self.now_ms();
+        self.lease.set(if self.node.serving(now_ms) {
+            self.node.membership().lease_expiry_ms()
+        } else {
+            0
+        });
         // The record before the messages: a promise or vote reaches no one
         // before it is on disk. Written inline (a few hundred bytes and an
         // fsync, a handful of times per view change): nothing may be sent
@@ -1155,6 +1208,23 @@ pub fn epoch_of(status: &StatusReport) -> EpochId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_lapses_on_the_nodes_clock_without_the_driver() {
+        let lease = Lease::new(Instant::now());
+        assert!(!lease.serving_now(), "no lease before the first view");
+        let now_ms = lease.started.elapsed().as_millis() as u64;
+        lease.set(now_ms + 200);
+        assert!(lease.serving_now());
+        // Nobody updates it (a node cut off from etcd): it lapses anyway.
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!lease.serving_now());
+        // Dropped from the view: not serving at once.
+        lease.set(u64::MAX);
+        assert!(lease.serving_now());
+        lease.set(0);
+        assert!(!lease.serving_now());
+    }
     use crate::protocol::{Context, Effects, Input};
 
     /// A protocol whose commands `(id, hold)` wait until a command with

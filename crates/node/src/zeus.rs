@@ -147,6 +147,8 @@ struct Counters {
     acquire_failures: AtomicU64,
     /// Requests tried again after losing to a competing one.
     acquire_retries: AtomicU64,
+    /// Read-only transactions refused at their barrier: no valid lease.
+    reads_refused_without_lease: AtomicU64,
     /// Exports or installs that failed (logged; the protocol saw no data).
     store_failures: AtomicU64,
     /// Time the protocol driver spent in exports and installs (ns).
@@ -204,6 +206,11 @@ impl Shared {
                 "roost_ownership_acquire_retries_total",
                 "Ownership requests tried again after losing to a competing request.",
                 c.acquire_retries.load(Ordering::Relaxed),
+            ),
+            (
+                "roost_zeus_reads_refused_without_lease_total",
+                "Read-only transactions not answered: this node held no valid lease.",
+                c.reads_refused_without_lease.load(Ordering::Relaxed),
             ),
             (
                 "roost_ownership_store_failures_total",
@@ -334,6 +341,15 @@ impl ZeusPlacement {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         ZeusPlacement { shared }
     }
+
+    /// Whether the node holds a valid lease now (before the cluster
+    /// runtime started: no).
+    fn lease_valid(&self) -> bool {
+        self.shared
+            .handle
+            .get()
+            .is_some_and(|h| h.lease().serving_now())
+    }
 }
 
 impl Placement for ZeusPlacement {
@@ -390,6 +406,21 @@ impl Placement for ZeusPlacement {
     }
 
     fn read_barrier(&self, seq_upto: u64) -> Option<Replication> {
+        // A read-only transaction sends no message: it may be answered only
+        // while this node holds its lease. Checked after the reads were
+        // validated: a node whose lease is valid now was not yet dropped
+        // from the view (the others wait until etcd, or the peers, expire
+        // the lease, which is later than this node's own deadline), so no
+        // write it did not acknowledge as a follower has been answered.
+        if !self.lease_valid() {
+            self.shared
+                .counters
+                .reads_refused_without_lease
+                .fetch_add(1, Ordering::Relaxed);
+            return Some(Box::pin(std::future::ready(Err(
+                roost_reactor::ReplicationError::NotServing,
+            ))));
+        }
         crate::commit::read_barrier_of(&self.shared, seq_upto)
     }
 

@@ -83,6 +83,13 @@ pub enum ReplicationError {
     Refused,
     #[error("the placement shut down before the writes were replicated")]
     Shutdown,
+    /// A read-only transaction's barrier at a node without a valid lease
+    /// (cut off from the cluster, or dropped from its view): its reads may
+    /// be stale, so it is not answered. It wrote nothing.
+    #[error(
+        "this node holds no valid lease (cut off from the cluster?): the read was not answered"
+    )]
+    NotServing,
 }
 
 /// What a transaction's caller waits for once it committed here. Polled on

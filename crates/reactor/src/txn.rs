@@ -117,6 +117,8 @@ impl ReactorError {
             | ReactorError::Directory(_)
             | ReactorError::WrongReactorType { .. }
             | ReactorError::Unavailable { .. } => true,
+            // Only a read-only transaction's barrier says this.
+            ReactorError::Replication(ReplicationError::NotServing) => true,
             ReactorError::Shutdown | ReactorError::Replication(_) => false,
         }
     }

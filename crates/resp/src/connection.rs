@@ -938,6 +938,11 @@ fn transaction_failed(error: &roost_reactor::ReactorError) -> Frame {
         roost_reactor::ReactorError::Unavailable { .. } => Frame::error(format!(
             "TRYAGAIN transaction aborted, nothing applied: {error}"
         )),
+        roost_reactor::ReactorError::Replication(
+            cause @ roost_reactor::ReplicationError::NotServing,
+        ) => Frame::error(format!(
+            "TRYAGAIN transaction aborted, nothing applied: {cause}"
+        )),
         _ if error.applied_nothing() => {
             Frame::error(format!("ERR transaction aborted, nothing applied: {error}"))
         }

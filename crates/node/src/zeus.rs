@@ -331,6 +331,17 @@ impl Shared {
     }
 }
 
+/// A read-only transaction refused for want of a lease (counted).
+fn refuse_read(shared: &Shared) -> Replication {
+    shared
+        .counters
+        .reads_refused_without_lease
+        .fetch_add(1, Ordering::Relaxed);
+    Box::pin(std::future::ready(Err(
+        roost_reactor::ReplicationError::NotServing,
+    )))
+}
+
 /// The database's placement on a cluster node: a reactor is here while the
 /// ownership protocol says this node owns it; any other is acquired.
 pub struct ZeusPlacement {
@@ -413,15 +424,23 @@ impl Placement for ZeusPlacement {
         // the lease, which is later than this node's own deadline), so no
         // write it did not acknowledge as a follower has been answered.
         if !self.lease_valid() {
-            self.shared
-                .counters
-                .reads_refused_without_lease
-                .fetch_add(1, Ordering::Relaxed);
-            return Some(Box::pin(std::future::ready(Err(
-                roost_reactor::ReplicationError::NotServing,
-            ))));
+            return Some(refuse_read(&self.shared));
         }
-        crate::commit::read_barrier_of(&self.shared, seq_upto)
+        let barrier = crate::commit::read_barrier_of(&self.shared, seq_upto)?;
+        // It read writes of this node still being replicated: again once
+        // they are, for a write left unknown when the node lost its place
+        // in the view counts as done, and must not be read back as if it
+        // were reliably committed.
+        let shared = Arc::clone(&self.shared);
+        Some(Box::pin(async move {
+            barrier.await?;
+            let lease = shared.handle.get().is_some_and(|h| h.lease().serving_now());
+            if lease {
+                Ok(())
+            } else {
+                refuse_read(&shared).await
+            }
+        }))
     }
 
     fn acquire(&self, key: &ReactorKey) -> Acquire {

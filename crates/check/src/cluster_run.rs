@@ -72,26 +72,18 @@ pub fn run_cluster_register(config: &ClusterRunConfig) -> Result<ClusterRun, Str
             std::thread::spawn(move || client(node, addr, &recorder, seed, deadline, &stop))
         })
         .collect();
-    let schedule = nemesis::schedule(
-        config.seed,
-        config.nodes,
-        config.duration_ms,
-        config.fault_interval_ms,
-        &config.faults,
-    );
+    let campaign = nemesis::Campaign {
+        seed: config.seed,
+        duration_ms: config.duration_ms,
+        fault_interval_ms: config.fault_interval_ms,
+        faults: &config.faults,
+    };
     let readiness = nemesis::Readiness {
         ready: &every_node_reads,
         patience: RECOVERY_PATIENCE,
     };
-    let faults = nemesis::run(&mut cluster, &schedule, base, &stop, &readiness);
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for handle in clients {
-        let _ = handle.join();
-    }
-    let heal_errors = nemesis::heal_all(&mut cluster);
+    let (faults, heal_errors) =
+        nemesis::run_beside_clients(&mut cluster, &campaign, base, &stop, &readiness, clients);
     final_reads(&cluster, &recorder)?;
     let recorder = Arc::try_unwrap(recorder).map_err(|_| "a client still holds the recorder")?;
     Ok(ClusterRun {

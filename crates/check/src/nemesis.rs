@@ -304,6 +304,46 @@ pub fn run(
     records
 }
 
+/// A run's nemesis: faults drawn from `seed` every `fault_interval_ms` over
+/// the clients' `duration_ms`.
+pub struct Campaign<'a> {
+    pub seed: u64,
+    pub duration_ms: u64,
+    pub fault_interval_ms: u64,
+    pub faults: &'a [FaultKind],
+}
+
+/// What a cluster run does while its clients run: strikes the campaign's
+/// faults from `base` (see [`run`]), waits out the clients' time, stops
+/// them (`stop`) and waits for them, then heals everything. Returns the
+/// faults struck and what could not be healed.
+pub fn run_beside_clients(
+    cluster: &mut LocalCluster,
+    campaign: &Campaign<'_>,
+    base: Instant,
+    stop: &std::sync::atomic::AtomicBool,
+    readiness: &Readiness<'_>,
+    clients: Vec<std::thread::JoinHandle<()>>,
+) -> (Vec<FaultRecord>, Vec<String>) {
+    let schedule = schedule(
+        campaign.seed,
+        cluster.nodes(),
+        campaign.duration_ms,
+        campaign.fault_interval_ms,
+        campaign.faults,
+    );
+    let faults = run(cluster, &schedule, base, stop, readiness);
+    let deadline = base + Duration::from_millis(campaign.duration_ms);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for handle in clients {
+        let _ = handle.join();
+    }
+    (faults, heal_all(cluster))
+}
+
 /// Undoes everything: resumes paused nodes, restarts killed ones, heals
 /// every node's chaos. Used before the final reads.
 pub fn heal_all(cluster: &mut LocalCluster) -> Vec<String> {

@@ -140,26 +140,18 @@ pub fn run_cluster_resp(config: &RespRunConfig) -> Result<ClusterRun, String> {
             }));
         }
     }
-    let schedule = nemesis::schedule(
-        config.seed,
-        nodes,
-        config.duration_ms,
-        config.fault_interval_ms,
-        &config.faults,
-    );
+    let campaign = nemesis::Campaign {
+        seed: config.seed,
+        duration_ms: config.duration_ms,
+        fault_interval_ms: config.fault_interval_ms,
+        faults: &config.faults,
+    };
     let readiness = Readiness {
         ready: &ready,
         patience: RECOVERY_PATIENCE,
     };
-    let faults = nemesis::run(&mut cluster, &schedule, base, &stop, &readiness);
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for handle in clients {
-        let _ = handle.join();
-    }
-    let mut heal_errors = nemesis::heal_all(&mut cluster);
+    let (faults, mut heal_errors) =
+        nemesis::run_beside_clients(&mut cluster, &campaign, base, &stop, &readiness, clients);
     if let Err(e) = wait_until(
         "the cluster to settle after healing",
         || ready(&cluster),

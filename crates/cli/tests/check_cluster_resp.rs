@@ -8,60 +8,32 @@
 //! commit) the same run is invalid. CI runs this bounded slice; the full
 //! campaign is `roost check list-append --cluster 3 --seconds 600`.
 
-use std::process::Command;
 use std::sync::Mutex;
 
+#[path = "common/check_run.rs"]
+mod check_run;
 mod common;
 
+use check_run::{roost_check, CheckRun};
 use common::require_etcd;
 
 /// One cluster at a time: three nodes, etcd and the clients share two cores.
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
-struct Run {
-    ok: bool,
-    text: String,
-    faults: Vec<String>,
-}
-
-fn check_cluster(workload: &str, seconds: &str, extra: &[&str]) -> Run {
+fn check_cluster(workload: &str, seconds: &str, extra: &[&str]) -> CheckRun {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "roost-check-resp-{workload}-{}-{}",
-        extra.len(),
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("history.jsonl");
-    let output = Command::new(env!("CARGO_BIN_EXE_roost"))
-        .args(["check", workload, "--cluster", "3", "--seconds", seconds])
-        .args([
-            "--fault-interval-ms",
-            "600",
-            "--nemesis",
-            "all",
-            "--seed",
-            "5",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .args(extra)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run roost check");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    let faults = std::fs::read_to_string(out.with_extension("faults.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    let _ = std::fs::remove_dir_all(&dir);
-    Run {
-        ok: output.status.success(),
-        text,
-        faults,
-    }
+    let name = format!("roost-check-resp-{workload}-{}", extra.len());
+    let mut args = vec![workload, "--cluster", "3", "--seconds", seconds];
+    args.extend([
+        "--fault-interval-ms",
+        "600",
+        "--nemesis",
+        "all",
+        "--seed",
+        "5",
+    ]);
+    args.extend(extra);
+    roost_check(&name, &args)
 }
 
 /// The number after `label` in the output (`ops ok 123 /`).
@@ -78,7 +50,7 @@ fn count_after(text: &str, label: &str) -> u64 {
 
 /// A valid run: the verdict, real work done, real faults struck, no fault
 /// failed to apply, nothing acknowledged lost.
-fn assert_valid(run: &Run, min_faults: usize) {
+fn assert_valid(run: &CheckRun, min_faults: usize) {
     let text = &run.text;
     assert!(run.ok, "{text}");
     assert!(text.contains("VALID:"), "{text}");
@@ -87,11 +59,7 @@ fn assert_valid(run: &Run, min_faults: usize) {
         "too little done: {text}"
     );
     assert_eq!(count_after(text, "lost acknowledged writes: "), 0, "{text}");
-    let struck: Vec<&String> = run
-        .faults
-        .iter()
-        .filter(|l| l.contains("\"at_ns\""))
-        .collect();
+    let struck = run.struck();
     assert!(
         struck.len() >= min_faults,
         "{} faults, wanted {min_faults}: {text}",

@@ -325,6 +325,12 @@ impl Shared {
         self.reading.lock().expect("reading lock").contains(key)
     }
 
+    /// Whether the node holds a valid lease now (before the cluster
+    /// runtime started: no).
+    fn lease_valid(&self) -> bool {
+        self.handle.get().is_some_and(|h| h.lease().serving_now())
+    }
+
     /// Planted: replicas are readable whatever their state.
     pub(crate) fn reads_invalid(&self) -> bool {
         self.bugs().read_invalid_replicas
@@ -351,15 +357,6 @@ pub struct ZeusPlacement {
 impl ZeusPlacement {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         ZeusPlacement { shared }
-    }
-
-    /// Whether the node holds a valid lease now (before the cluster
-    /// runtime started: no).
-    fn lease_valid(&self) -> bool {
-        self.shared
-            .handle
-            .get()
-            .is_some_and(|h| h.lease().serving_now())
     }
 }
 
@@ -423,7 +420,7 @@ impl Placement for ZeusPlacement {
         // from the view (the others wait until etcd, or the peers, expire
         // the lease, which is later than this node's own deadline), so no
         // write it did not acknowledge as a follower has been answered.
-        if !self.lease_valid() {
+        if !self.shared.lease_valid() {
             return Some(refuse_read(&self.shared));
         }
         let barrier = crate::commit::read_barrier_of(&self.shared, seq_upto)?;
@@ -434,8 +431,7 @@ impl Placement for ZeusPlacement {
         let shared = Arc::clone(&self.shared);
         Some(Box::pin(async move {
             barrier.await?;
-            let lease = shared.handle.get().is_some_and(|h| h.lease().serving_now());
-            if lease {
+            if shared.lease_valid() {
                 Ok(())
             } else {
                 refuse_read(&shared).await

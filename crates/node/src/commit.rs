@@ -27,8 +27,9 @@
 //! reply waits until every write numbered before it finished
 //! ([`CommitShared::read_barrier`]). No wait when nothing is in flight.
 //!
-//! **Ownership.** The owner of a reactor with a pending reliable commit to
-//! a reader NACKs ownership requests (`has_pending_commit`), and ownership
+//! **Ownership.** The owner of a reactor that a transaction still in
+//! reliable commit wrote or read NACKs ownership requests
+//! (`has_pending_commit`), and ownership
 //! waits for the reliable commit's recovery after a view change
 //! (`commit_recovery_done`).
 
@@ -90,7 +91,8 @@ pub enum ZeusCmd {
         seq: u64,
         changes: Vec<ReactorChanges>,
         /// Every member transaction's reactors (one per member that wrote
-        /// it): what the pending-commit counts give back when answered.
+        /// or read it): what the pending-commit counts give back when
+        /// answered.
         members: Vec<ReactorKey>,
     },
     /// Set the replication degree of reactors of `reactor_type` (`None`:
@@ -789,6 +791,9 @@ pub(crate) struct Intake {
 
 pub(crate) struct Arrived {
     changes: Vec<ReactorChanges>,
+    /// Reactors the transaction read without writing them: pending like
+    /// the written ones (their ownership must not move either).
+    read: Vec<ReactorKey>,
     reply: tokio::sync::oneshot::Sender<Result<(), ReplicationError>>,
 }
 
@@ -930,8 +935,8 @@ impl CommitShared {
     pub(crate) fn arrive(&self, seq: u64, arrived: Option<Arrived>) {
         if let Some(a) = &arrived {
             let mut pending = self.pending.lock().expect("pending lock");
-            for c in &a.changes {
-                *pending.entry(c.reactor.clone()).or_insert(0) += 1;
+            for reactor in a.changes.iter().map(|c| &c.reactor).chain(&a.read) {
+                *pending.entry(reactor.clone()).or_insert(0) += 1;
             }
         } else {
             self.counters
@@ -1137,8 +1142,9 @@ pub(crate) fn replication_of(
     shared: &Arc<Shared>,
     seq: u64,
     changes: Vec<ReactorChanges>,
+    read: Vec<ReactorKey>,
 ) -> roost_reactor::Replication {
-    let (arrived, rx) = Arrived::new(changes);
+    let (arrived, rx) = Arrived::new(changes, read);
     shared.commit.arrive(seq, Some(arrived));
     Box::pin(async move { rx.await.map_err(|_| ReplicationError::Shutdown)? })
 }
@@ -1157,12 +1163,20 @@ pub(crate) fn read_barrier_of(
 impl Arrived {
     pub(crate) fn new(
         changes: Vec<ReactorChanges>,
+        read: Vec<ReactorKey>,
     ) -> (
         Arrived,
         tokio::sync::oneshot::Receiver<Result<(), ReplicationError>>,
     ) {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        (Arrived { changes, reply }, rx)
+        (
+            Arrived {
+                changes,
+                read,
+                reply,
+            },
+            rx,
+        )
     }
 }
 
@@ -1174,7 +1188,8 @@ struct Group {
     first: u64,
     last: u64,
     changes: BTreeMap<ReactorKey, Vec<RowChange>>,
-    /// Every member's reactors (a reactor once per member that wrote it).
+    /// Every member's reactors (a reactor once per member that wrote or
+    /// read it): what the pending counts give back when answered.
     reactors: Vec<ReactorKey>,
     replies: Vec<tokio::sync::oneshot::Sender<Result<(), ReplicationError>>>,
 }
@@ -1193,9 +1208,15 @@ impl Group {
     fn add(&mut self, seq: u64, arrived: Option<Arrived>) {
         debug_assert_eq!(seq, self.last + 1, "consecutive numbers");
         self.last = seq;
-        let Some(Arrived { changes, reply }) = arrived else {
+        let Some(Arrived {
+            changes,
+            read,
+            reply,
+        }) = arrived
+        else {
             return;
         };
+        self.reactors.extend(read);
         for change in changes {
             self.reactors.push(change.reactor.clone());
             self.changes

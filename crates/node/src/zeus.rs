@@ -100,6 +100,12 @@ pub struct ZeusBugs {
     /// whose reliable commit is not finished, and then another replica
     /// may still return the older value.
     pub read_invalid_replicas: bool,
+    /// A write transaction's pending reliable commit holds back the
+    /// ownership of the reactors it wrote only, not of those it read: a
+    /// new owner's write to one of those can be answered first, and a
+    /// reader that then misses this transaction's writes closes a cycle
+    /// (G2-realtime).
+    pub pending_ignores_reads: bool,
 }
 
 /// What the placement and the store share: the reactors this node owns
@@ -381,8 +387,11 @@ impl Placement for ZeusPlacement {
                 self.shared.commit.arrive(seq, None);
                 None
             }
-            Sequenced::Committed(changes) => {
-                let replication = crate::commit::replication_of(&self.shared, seq, changes);
+            Sequenced::Committed { changes, mut read } => {
+                if self.shared.bugs().pending_ignores_reads {
+                    read.clear();
+                }
+                let replication = crate::commit::replication_of(&self.shared, seq, changes, read);
                 if self.shared.bugs().reply_before_reliable_commit {
                     // Planted: the reliable commit goes on, unwaited for.
                     if let Some(runtime) = self.shared.runtime.get() {
@@ -778,8 +787,11 @@ impl ObjectStore<NodeReactor> for DbStore {
     }
 
     fn has_pending_commit(&self, key: &NodeReactor) -> bool {
-        // A transaction that wrote the reactor here and is not reliably
-        // committed yet: the owner NACKs (the seed). The answer must stay
+        // A transaction that wrote the reactor here, or read it, and is not
+        // reliably committed yet: the owner NACKs (the seed names writes;
+        // a read counts too, else a new owner's write to what it read is
+        // answered first and a replica that misses its writes closes a
+        // real-time cycle). The answer must stay
         // true until the reactor leaves: so first freeze it (no transaction
         // commits on it any more), then wait for the numbers of those that
         // committed before (microseconds on the way from their executors),

@@ -5,12 +5,12 @@
 //! owner leaves.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
 use roost_cluster::runtime::admin_get;
-use roost_node::{Node, NodeReactor};
+use roost_node::{Node, NodeConfig, NodeProtocol, NodeReactor, ZeusBugs};
 use roost_ownership::{Inspection, Meta, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
@@ -20,6 +20,40 @@ const REACTORS: usize = 1;
 fn start_cluster() -> Vec<Node> {
     let cluster = ClusterConfig::loopback(NODES).unwrap();
     Node::start_in_process(&cluster, REACTORS).unwrap()
+}
+
+/// Three nodes with `reactors` keyspace reactors and planted `bugs`.
+fn start_cluster_with(reactors: usize, bugs: ZeusBugs) -> Vec<Node> {
+    let cluster = ClusterConfig::loopback(NODES).unwrap();
+    let nodes: Vec<Node> = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let mut protocol = NodeProtocol::default();
+            if let NodeProtocol::Zeus { node_bugs, .. } = &mut protocol {
+                *node_bugs = bugs;
+            }
+            Node::start(NodeConfig {
+                cluster: cluster.clone(),
+                id: node.id,
+                resp: Some(roost_resp::Config {
+                    bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    keyspace_reactors: reactors,
+                    executors: 1,
+                    ..roost_resp::Config::default()
+                }),
+                protocol,
+                state_dir: None,
+            })
+            .unwrap()
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != reactors {
+        assert!(Instant::now() < deadline, "the reactors were not created");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nodes
 }
 
 fn inspect(node: &Node) -> Inspection<NodeReactor> {
@@ -101,18 +135,23 @@ fn metric(node: &Node, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
-fn keyspace_reactor() -> NodeReactor {
-    format!("{}", roost_resp::keyspace_reactor(0).unwrap())
+fn keyspace_reactor(index: usize) -> NodeReactor {
+    format!("{}", roost_resp::keyspace_reactor(index).unwrap())
         .parse()
         .unwrap()
 }
 
 /// The keyspace reactor's ownership metadata, as `node` sees it.
 fn meta(node: &Node) -> Option<Meta> {
+    meta_of(node, 0)
+}
+
+/// Keyspace reactor `index`'s ownership metadata, as `node` sees it.
+fn meta_of(node: &Node, index: usize) -> Option<Meta> {
     let handle = node.ownership().unwrap();
     let req = ReqId(handle.next_request_id());
     let cmd = OwnershipCmd::Describe {
-        key: keyspace_reactor(),
+        key: keyspace_reactor(index),
         req,
     };
     match node.block_on(handle.request(cmd)) {
@@ -407,4 +446,111 @@ fn a_reactor_left_without_its_owner_is_adopted_by_a_reader_without_a_write() {
     for node in nodes {
         node.stop();
     }
+}
+
+/// Whether a write at node 2 to a reactor that node 0's pending
+/// transaction only read is answered while that transaction waits for
+/// its reliable commit (node 0 cut off from node 1, a reader of what it
+/// wrote). Node 0 runs `MULTI GET x SET y EXEC`; node 2 then runs `SET x`.
+fn write_to_a_pending_read_answered_first(bugs: ZeusBugs) -> bool {
+    const TWO: usize = 2;
+    let nodes = start_cluster_with(TWO, bugs);
+    // A key on each of the two keyspace reactors.
+    let key_on = |index: usize| {
+        (0..)
+            .map(|i| format!("key{i}"))
+            .find(|k| roost_resp::keyspace_index(k.as_bytes(), TWO) == index)
+            .unwrap()
+    };
+    let (x, y) = (key_on(0), key_on(1));
+    // Node 0 owns both, with both other nodes reading each.
+    let mut owner = client(&nodes[0]);
+    for key in [&x, &y] {
+        assert_eq!(command_ok(&mut owner, &["SET", key, "0"]), "+OK\r\n");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (0..TWO).any(|i| {
+        meta_of(&nodes[0], i).is_none_or(|m| {
+            m.o_replicas.owner.map(|n| n.0) != Some(0) || m.o_replicas.readers.len() != 2
+        })
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "node 0 did not own both with 2 readers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, _) = admin(&nodes[0], "/chaos?partition=1");
+    assert_eq!(status, 200);
+    // T1 reads x, writes y: committed at node 0, its R-INV to node 1 lost.
+    for (args, reply) in [
+        (&["MULTI"][..], "+OK\r\n"),
+        (&["GET", &x][..], "+QUEUED\r\n"),
+        (&["SET", &y, "t1"][..], "+QUEUED\r\n"),
+    ] {
+        send(&mut owner, args);
+        assert_eq!(line(&mut owner), reply);
+    }
+    send(&mut owner, &["EXEC"]);
+    owner
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        owner.read(&mut byte).is_err(),
+        "EXEC was answered before node 1 acknowledged it"
+    );
+    // T2 writes x at node 2 while T1 is pending.
+    let mut other = client(&nodes[2]);
+    send(&mut other, &["SET", &x, "t2"]);
+    other
+        .set_read_timeout(Some(Duration::from_millis(600)))
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n") {
+        match other.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    let answered_first = head == b"+OK\r\n";
+    // Healed: T1 is acknowledged, and T2 (if it waited) goes through.
+    let (status, _) = admin(&nodes[0], "/chaos/heal");
+    assert_eq!(status, 200);
+    owner
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(line(&mut owner), "*2\r\n", "EXEC's reply");
+    if head.is_empty() {
+        other
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let late = line(&mut other);
+        assert!(
+            late == "+OK\r\n" || late.starts_with('-'),
+            "SET after the heal: {late}"
+        );
+    }
+    for node in nodes {
+        node.stop();
+    }
+    answered_first
+}
+
+#[test]
+fn a_reactor_a_pending_transaction_read_keeps_its_owner_until_the_reliable_commit() {
+    assert!(
+        !write_to_a_pending_read_answered_first(ZeusBugs::default()),
+        "node 2's write to x was answered while node 0's transaction that read x was pending"
+    );
+    // Planted: only written reactors hold their owner; the same write is
+    // answered first (the test can tell).
+    let planted = ZeusBugs {
+        pending_ignores_reads: true,
+        ..ZeusBugs::default()
+    };
+    assert!(
+        write_to_a_pending_read_answered_first(planted),
+        "with reads left out of the pending check, node 2's write should have gone first"
+    );
 }

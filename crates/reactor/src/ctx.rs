@@ -133,6 +133,9 @@ impl ReactorCtx {
         if observed.contains(&self.reactor) {
             return;
         }
+        if self.root.db.placement.replicates() {
+            self.root.note_entered(self.reactor);
+        }
         let slot = self
             .root
             .db

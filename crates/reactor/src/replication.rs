@@ -62,8 +62,16 @@ pub struct ReactorChanges {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sequenced {
     /// Committed here, with its changes per reactor (sorted by reactor key;
-    /// never empty: a commit with writes changed rows).
-    Committed(Vec<ReactorChanges>),
+    /// never empty: a commit with writes changed rows), and the reactors
+    /// it read without writing them (sorted, each once). A replicating
+    /// placement must keep both kinds from changing owner until the
+    /// transaction is replicated: a new owner's write to a reactor this
+    /// transaction read, answered first, would follow it in real time and
+    /// precede it in the serial order.
+    Committed {
+        changes: Vec<ReactorChanges>,
+        read: Vec<ReactorKey>,
+    },
     /// Took the number, then failed validation: nothing changed.
     Aborted,
 }

@@ -32,8 +32,9 @@ use crate::replication::{ReactorChanges, Replication, ReplicationError, RowChang
 /// What a sequenced commit tells the placement once the contexts are
 /// unlocked.
 enum Report {
-    /// Committed with this number: its captured rows, by reactor handle.
-    Committed(u64, Vec<(ReactorId, RowChange)>),
+    /// Committed with this number: its captured rows, by reactor handle,
+    /// and every reactor it entered.
+    Committed(u64, Vec<(ReactorId, RowChange)>, Vec<ReactorId>),
     /// Took this number, then failed validation.
     Aborted(u64),
     /// Read-only: the numbers handed out when it had validated.
@@ -148,6 +149,10 @@ struct RootState {
     /// A replica the tree found Invalid: the attempt aborts and waits for
     /// the placement to say it may be read again.
     invalid_replica: Option<ReactorId>,
+    /// Reactors the tree entered (a replicating placement only; repeats
+    /// possible): a sequenced commit reports those it read without writing,
+    /// whose ownership must not move before its replication either.
+    entered: Vec<ReactorId>,
 }
 
 /// One attempt of a root transaction.
@@ -228,6 +233,11 @@ impl RootTxn {
         self.state().read_replica.get_or_insert(reactor);
     }
 
+    /// Notes that the tree entered `reactor` (see [`RootState::entered`]).
+    pub(crate) fn note_entered(&self, reactor: ReactorId) {
+        self.state().entered.push(reactor);
+    }
+
     /// Notes that the tree found the replica `reactor` Invalid, and returns
     /// the error that aborts this attempt.
     pub(crate) fn invalid_replica(&self, reactor: ReactorId) -> ReactorError {
@@ -264,7 +274,7 @@ impl RootTxn {
     /// on their executors. On commit, returns what the caller waits for
     /// before it learns of it (a replicating placement's answer).
     fn finish(&self, body: Result<(), ReactorError>) -> Result<Option<Replication>, ReactorError> {
-        let (mut members, error, unavailable) = {
+        let (mut members, error, unavailable, entered) = {
             let mut state = self.state();
             // A write with a replica read: the replica must be acquired
             // first (else two readers could each write on what the other
@@ -276,6 +286,7 @@ impl RootTxn {
                 std::mem::take(&mut state.members),
                 state.error.take(),
                 state.unavailable.is_some(),
+                std::mem::take(&mut state.entered),
             )
         };
         let mut verdict = body.and(error.map_or(Ok(()), Err));
@@ -322,7 +333,8 @@ impl RootTxn {
                 // the placement's own business, not a change to replicate.
                 Ok(()) if self.relocating.is_none() && self.db.placement.replicates() => {
                     // SAFETY: as above; all descendants have finished.
-                    let (result, sequenced) = unsafe { self.commit_sequenced(&mut refs, &guard) };
+                    let (result, sequenced) =
+                        unsafe { self.commit_sequenced(&mut refs, &guard, entered) };
                     report = Some(sequenced);
                     result.map(|_| ()).map_err(conflict)
                 }
@@ -348,6 +360,7 @@ impl RootTxn {
         &self,
         contexts: &mut [&mut TxContext],
         guard: &Guard,
+        entered: Vec<ReactorId>,
     ) -> (Result<CommitInfo, CommitError>, Report) {
         let db = &*self.db;
         let mut rows: Vec<(ReactorId, RowChange)> = Vec::new();
@@ -376,7 +389,7 @@ impl RootTxn {
             )
         };
         let report = match (seq, &result) {
-            (Some(seq), Ok(_)) => Report::Committed(seq, rows),
+            (Some(seq), Ok(_)) => Report::Committed(seq, rows, entered),
             (Some(seq), Err(_)) => Report::Aborted(seq),
             // Read-only: every writer it may have read took its number
             // before this validation ended.
@@ -415,13 +428,35 @@ impl RootTxn {
         changes
     }
 
+    /// The reactors of `entered` that `changes` does not write, by key,
+    /// sorted, each once.
+    fn read_without_writing(
+        &self,
+        mut entered: Vec<ReactorId>,
+        changes: &[ReactorChanges],
+    ) -> Vec<ReactorKey> {
+        entered.sort_unstable();
+        entered.dedup();
+        let mut read: Vec<ReactorKey> = entered
+            .into_iter()
+            .filter_map(|reactor| self.db.key_of(reactor).ok())
+            .filter(|key| changes.binary_search_by(|c| c.reactor.cmp(key)).is_err())
+            .collect();
+        read.sort_unstable();
+        read
+    }
+
     /// Tells the placement a sequenced commit's outcome (its rows grouped
     /// per reactor), or a read-only commit's barrier; returns what the
     /// caller waits for. Runs with no context locked.
     fn report(&self, report: Report) -> Option<Replication> {
         let placement = &self.db.placement;
         let (seq, outcome) = match report {
-            Report::Committed(seq, rows) => (seq, Sequenced::Committed(self.group(rows))),
+            Report::Committed(seq, rows, entered) => {
+                let changes = self.group(rows);
+                let read = self.read_without_writing(entered, &changes);
+                (seq, Sequenced::Committed { changes, read })
+            }
             Report::Aborted(seq) => (seq, Sequenced::Aborted),
             Report::ReadBarrier(upto) => return placement.read_barrier(upto),
             Report::Nothing => return None,
@@ -432,7 +467,7 @@ impl RootTxn {
         );
         #[cfg(debug_assertions)]
         self.db.sequenced_reported.fetch_add(1, Ordering::Relaxed);
-        let committed = matches!(outcome, Sequenced::Committed(_));
+        let committed = matches!(outcome, Sequenced::Committed { .. });
         let replication = placement.sequenced(seq, outcome);
         // An abort's caller waits for nothing.
         replication.filter(|_| committed)

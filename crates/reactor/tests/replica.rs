@@ -164,7 +164,7 @@ impl Placement for Scripted {
     }
 
     fn sequenced(&self, seq: u64, outcome: Sequenced) -> Option<Replication> {
-        if let Sequenced::Committed(changes) = outcome {
+        if let Sequenced::Committed { changes, .. } = outcome {
             self.committed.lock().unwrap().insert(seq, changes);
         }
         None

@@ -141,7 +141,7 @@ impl Placement for Recording {
     }
 
     fn sequenced(&self, seq: u64, outcome: Sequenced) -> Option<Replication> {
-        if let Sequenced::Committed(changes) = &outcome {
+        if let Sequenced::Committed { changes, .. } = &outcome {
             assert!(!changes.is_empty(), "a write commit changed something");
             assert!(changes.iter().all(|c| !c.rows.is_empty()));
         }
@@ -227,7 +227,7 @@ fn numbers_are_dense_and_reported_once_aborts_included() {
     let values: Vec<u64> = log
         .values()
         .filter_map(|o| match o {
-            Sequenced::Committed(changes) => {
+            Sequenced::Committed { changes, .. } => {
                 Some(decode(changes[0].rows[0].value.as_ref().expect("a put"))[0])
             }
             Sequenced::Aborted => None,
@@ -352,7 +352,7 @@ fn replay(log: &BTreeMap<u64, Sequenced>, keys: &[ReactorKey]) -> (Replica, Opti
     let mut first_violation = None;
     let index_of = |key: &ReactorKey| keys.iter().position(|k| k == key).expect("a cell");
     for (&seq, outcome) in log {
-        let Sequenced::Committed(changes) = outcome else {
+        let Sequenced::Committed { changes, .. } = outcome else {
             continue;
         };
         // Every put of the transaction holds its reads.
@@ -484,7 +484,7 @@ fn a_follower_copy_kept_with_apply_changes_is_the_leaders_export() {
         .map(|k| ExportedReactor::empty(k.clone()))
         .collect();
     for outcome in placement.sequenced().values() {
-        if let Sequenced::Committed(changes) = outcome {
+        if let Sequenced::Committed { changes, .. } = outcome {
             for c in changes {
                 let r = keys.iter().position(|k| *k == c.reactor).unwrap();
                 copies[r] = copies[r].apply_changes(&c.rows, 1).unwrap();
@@ -575,7 +575,13 @@ fn changes_are_captured_per_reactor_deletes_as_none() {
         },
     ];
     expected.sort_by(|a, b| a.reactor.cmp(&b.reactor));
-    assert_eq!(outcome, Sequenced::Committed(expected));
+    assert_eq!(
+        outcome,
+        Sequenced::Committed {
+            changes: expected,
+            read: Vec::new()
+        }
+    );
 
     // Deletes, of a hashed and an ordered row, and of a row inserted in the
     // same transaction: deletions.
@@ -595,21 +601,44 @@ fn changes_are_captured_per_reactor_deletes_as_none() {
     };
     assert_eq!(
         outcome,
-        Sequenced::Committed(vec![ReactorChanges {
-            reactor: kx,
-            rows: vec![rows("cells", 1), rows("cells", 7), rows("notes", 5)],
-        }])
+        Sequenced::Committed {
+            changes: vec![ReactorChanges {
+                reactor: kx.clone(),
+                rows: vec![rows("cells", 1), rows("cells", 7), rows("notes", 5)],
+            }],
+            read: Vec::new()
+        }
     );
+    // A reactor read and not written is reported as read: its ownership
+    // must not move before the transaction is replicated either.
+    db.run_blocking(x, move |ctx| async move {
+        let nine = ctx
+            .call(y, |c| async move { c.get(&CELLS, &9) })
+            .await?
+            .expect("written above");
+        ctx.put(&CELLS, &3, &nine)
+    })
+    .unwrap();
+    let (seq, outcome) = placement.last();
+    assert_eq!(seq, 3);
+    let Sequenced::Committed { changes, read } = outcome else {
+        panic!("committed: {outcome:?}");
+    };
+    assert_eq!(
+        changes.iter().map(|c| &c.reactor).collect::<Vec<_>>(),
+        vec![&kx]
+    );
+    assert_eq!(read, vec![ky.clone()]);
     // A write that deletes nothing changes nothing: read-only.
     db.run_blocking(x, |ctx| async move { ctx.delete(&CELLS, &100).map(|_| ()) })
         .unwrap();
-    assert_eq!(db.last_sequence_number(), 2);
+    assert_eq!(db.last_sequence_number(), 3);
     // Not replicating: no number, nothing reported.
     placement.replicates.store(false, Ordering::Relaxed);
     db.run_blocking(x, |ctx| async move { ctx.put(&CELLS, &3, &vec![3]) })
         .unwrap();
-    assert_eq!(db.last_sequence_number(), 2);
-    assert_eq!(placement.sequenced().len(), 2);
+    assert_eq!(db.last_sequence_number(), 3);
+    assert_eq!(placement.sequenced().len(), 3);
 }
 
 #[test]

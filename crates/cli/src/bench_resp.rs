@@ -77,11 +77,25 @@ pub struct RespBenchArgs {
     #[arg(long, value_name = "S", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub timeout: u64,
+    /// Benchmark one Roost database over N `roost node` processes (Zeus,
+    /// degree 3, etcd) beside a Redis primary with N-1 replicas and `WAIT`
+    /// after every write (results: resp_cluster.*).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(2..=5))]
+    pub cluster: Option<u32>,
+    /// With --cluster: the Rust client's connections per server.
+    #[arg(long, value_name = "C", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub cluster_connections: u32,
+    /// With --cluster: seconds per Rust-client run (default 3, --quick 1).
+    #[arg(long, value_name = "S",
+          value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub cluster_seconds: Option<u32>,
 }
 
 impl RespBenchArgs {
     /// Requests per run at pipeline depth `pipeline`.
-    fn requests(&self, pipeline: u32) -> u64 {
+    pub(crate) fn requests(&self, pipeline: u32) -> u64 {
         self.requests.unwrap_or(match (self.quick, pipeline) {
             (false, 1) => FULL_REQUESTS_UNPIPELINED,
             (true, 1) => QUICK_REQUESTS_UNPIPELINED,
@@ -90,8 +104,16 @@ impl RespBenchArgs {
         })
     }
 
+    /// Seconds per Rust-client run of `--cluster`.
+    pub(crate) fn cluster_seconds(&self) -> f64 {
+        f64::from(
+            self.cluster_seconds
+                .unwrap_or(if self.quick { 1 } else { 3 }),
+        )
+    }
+
     /// The depths, in the order given, each once.
-    fn pipelines(&self) -> Vec<u32> {
+    pub(crate) fn pipelines(&self) -> Vec<u32> {
         let mut depths = Vec::new();
         for &depth in &self.pipelines {
             if !depths.contains(&depth) {
@@ -103,10 +125,10 @@ impl RespBenchArgs {
 }
 
 /// A server process, killed (and reaped) when dropped.
-struct ServerProcess {
-    name: &'static str,
-    addr: SocketAddr,
-    child: Child,
+pub(crate) struct ServerProcess {
+    pub(crate) name: &'static str,
+    pub(crate) addr: SocketAddr,
+    pub(crate) child: Child,
 }
 
 impl Drop for ServerProcess {
@@ -116,13 +138,27 @@ impl Drop for ServerProcess {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// `redis-server` on `port` of loopback, persistence off.
+pub(crate) fn redis_server_command(port: u16) -> Command {
+    let mut command = Command::new(REDIS_SERVER);
+    command.arg("--port").arg(port.to_string()).args([
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]);
+    command
+}
+
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Fails clearly when a program is not on `PATH` (or does not run).
-fn require(program: &str) -> anyhow::Result<String> {
+pub(crate) fn require(program: &str) -> anyhow::Result<String> {
     match Command::new(program).arg("--version").output() {
         Ok(output) if output.status.success() => {
             Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
@@ -136,7 +172,11 @@ fn require(program: &str) -> anyhow::Result<String> {
     }
 }
 
-fn spawn(name: &'static str, mut command: Command, port: u16) -> anyhow::Result<ServerProcess> {
+pub(crate) fn spawn(
+    name: &'static str,
+    mut command: Command,
+    port: u16,
+) -> anyhow::Result<ServerProcess> {
     command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -163,7 +203,7 @@ fn ping(addr: SocketAddr) -> std::io::Result<bool> {
 }
 
 /// Waits until the server answers PING, or fails if it exits or stays silent.
-fn wait_ready(server: &mut ServerProcess) -> anyhow::Result<()> {
+pub(crate) fn wait_ready(server: &mut ServerProcess) -> anyhow::Result<()> {
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         if let Some(status) = server.child.try_wait()? {
@@ -186,20 +226,20 @@ fn wait_ready(server: &mut ServerProcess) -> anyhow::Result<()> {
 
 /// One command's result from one redis-benchmark run.
 #[derive(Debug, Clone, PartialEq)]
-struct CommandResult {
-    command: String,
-    rps: f64,
-    avg_ms: f64,
-    p50_ms: f64,
-    p95_ms: f64,
-    p99_ms: f64,
-    max_ms: f64,
+pub(crate) struct CommandResult {
+    pub(crate) command: String,
+    pub(crate) rps: f64,
+    pub(crate) avg_ms: f64,
+    pub(crate) p50_ms: f64,
+    pub(crate) p95_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) max_ms: f64,
 }
 
 /// Parses redis-benchmark 7's `--csv` output: a header
 /// `"test","rps","avg_latency_ms",...` then one line per command; every
 /// command of `expected` must be there.
-fn parse_csv(text: &str, expected: &[&str]) -> anyhow::Result<Vec<CommandResult>> {
+pub(crate) fn parse_csv(text: &str, expected: &[&str]) -> anyhow::Result<Vec<CommandResult>> {
     let mut header: Option<Vec<String>> = None;
     let mut results = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| l.starts_with('"')) {
@@ -250,10 +290,10 @@ fn parse_csv(text: &str, expected: &[&str]) -> anyhow::Result<Vec<CommandResult>
 
 /// One redis-benchmark run: which command, how deep, how many requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Workload {
-    command: &'static str,
-    pipeline: u32,
-    requests: u64,
+pub(crate) struct Workload {
+    pub(crate) command: &'static str,
+    pub(crate) pipeline: u32,
+    pub(crate) requests: u64,
 }
 
 impl Workload {
@@ -269,15 +309,17 @@ impl Workload {
 }
 
 /// Runs redis-benchmark against one server, stopping it after `timeout`.
-fn benchmark(
-    server: &ServerProcess,
+pub(crate) fn benchmark(
+    server: (&str, SocketAddr),
     workload: &Workload,
+    clients: u32,
     timeout: Duration,
 ) -> anyhow::Result<String> {
+    let (name, addr) = server;
     let mut command = Command::new(REDIS_BENCHMARK);
     command
         .args(["-h", "127.0.0.1", "-p"])
-        .arg(server.addr.port().to_string())
+        .arg(addr.port().to_string())
         .arg("-t")
         .arg(workload.command.to_ascii_lowercase())
         .arg("-P")
@@ -287,7 +329,7 @@ fn benchmark(
         .arg("-r")
         .arg(KEYSPACE.to_string())
         .arg("-c")
-        .arg(CLIENTS.to_string())
+        .arg(clients.to_string())
         .args(["--csv", "-q"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -326,14 +368,14 @@ fn benchmark(
         None => anyhow::bail!(
             "redis-benchmark against {} ({}) took over {}s and was stopped (--timeout); \
              output so far:\n{out}{err}",
-            server.name,
-            server.addr,
+            name,
+            addr,
             timeout.as_secs()
         ),
         Some(status) if !status.success() => anyhow::bail!(
             "redis-benchmark against {} ({}) failed ({status}):\n{out}{err}",
-            server.name,
-            server.addr
+            name,
+            addr
         ),
         Some(_) => Ok(out),
     }
@@ -360,7 +402,7 @@ fn measure(
     let pid = server.child.id();
     let before = ProcessCpu::of_pid(pid);
     let started = Instant::now();
-    let text = benchmark(server, workload, timeout)?;
+    let text = benchmark((server.name, server.addr), workload, CLIENTS, timeout)?;
     let wall = started.elapsed();
     let after = ProcessCpu::of_pid(pid);
     let result = parse_csv(&text, &[workload.command])
@@ -728,6 +770,9 @@ fn charts(cells: &[Cell], depths: &[u32]) -> Vec<BarChart> {
 }
 
 pub fn run(args: &RespBenchArgs, command: &str) -> anyhow::Result<()> {
+    if let Some(nodes) = args.cluster {
+        return crate::bench_resp_cluster::run(args, nodes, command);
+    }
     let depths = args.pipelines();
     anyhow::ensure!(!depths.is_empty(), "--pipelines names no depth");
     let timeout = Duration::from_secs(args.timeout);
@@ -748,16 +793,7 @@ pub fn run(args: &RespBenchArgs, command: &str) -> anyhow::Result<()> {
             break port;
         }
     };
-    let mut redis_cmd = Command::new(REDIS_SERVER);
-    redis_cmd.arg("--port").arg(redis_port.to_string()).args([
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]);
-    let mut redis = spawn("redis-server", redis_cmd, redis_port)?;
+    let mut redis = spawn("redis-server", redis_server_command(redis_port), redis_port)?;
 
     wait_ready(&mut roost)?;
     wait_ready(&mut redis)?;

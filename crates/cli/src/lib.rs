@@ -7,6 +7,7 @@ pub mod bench_commit;
 pub mod bench_escrow;
 pub mod bench_ownership;
 pub mod bench_resp;
+pub mod bench_resp_cluster;
 pub mod bench_transport;
 pub mod check;
 pub mod cluster;

@@ -76,16 +76,24 @@ fn admin_json(cluster: &LocalCluster, node: u32, path: &str) -> Option<Value> {
 
 /// Until every keyspace reactor has an owner (the home nodes created them).
 fn wait_for_created(cluster: &LocalCluster) {
-    wait_for(
-        "the reactors to be created",
-        Duration::from_secs(60),
-        || {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let owned: Vec<Option<u64>> = (0..NODES).map(|n| owned_total(cluster, n)).collect();
+        if owned.iter().copied().sum::<Option<u64>>() == Some(REACTORS as u64) {
+            return;
+        }
+        // On a timeout, what each node says: how many it owns, whether it
+        // serves, which members it sees (a flake here had no trace).
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for the reactors to be created: owned per node {owned:?}, \
+             status {:?}",
             (0..NODES)
-                .map(|n| owned_total(cluster, n))
-                .sum::<Option<u64>>()
-                == Some(REACTORS as u64)
-        },
-    );
+                .map(|n| admin_json(cluster, n, "/status"))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn owned_total(cluster: &LocalCluster, node: u32) -> Option<u64> {

@@ -659,7 +659,11 @@ fn start_redis(replicas: u32) -> anyhow::Result<RedisSet> {
         command
             .arg("--replicaof")
             .arg("127.0.0.1")
-            .arg(set.primary.addr.port().to_string());
+            .arg(set.primary.addr.port().to_string())
+            // The initial sync straight into memory: no dump.rdb written
+            // into the working directory.
+            .args(["--repl-diskless-load", "on-empty-db"])
+            .current_dir(std::env::temp_dir());
         let mut replica = spawn("redis-server (replica)", command, port)?;
         wait_ready(&mut replica)?;
         set.replicas.push(replica);

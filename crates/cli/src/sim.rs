@@ -70,6 +70,10 @@ pub enum SimBug {
     /// Zeus: the client is answered at the local commit, before every
     /// follower acknowledged.
     AnswerEarly,
+    /// Zeus: a pending write transaction holds back the objects it wrote,
+    /// not those it only read (they can change owner before it is
+    /// reliably committed).
+    PendingIgnoresReads,
 }
 
 /// Seeds when neither --seeds nor --seconds is given.
@@ -197,7 +201,8 @@ impl SimArgs {
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
                         | SimBug::ReadWithoutAccess
-                        | SimBug::AnswerEarly => {
+                        | SimBug::AnswerEarly
+                        | SimBug::PendingIgnoresReads => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -226,7 +231,8 @@ impl SimArgs {
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
                         | SimBug::ReadWithoutAccess
-                        | SimBug::AnswerEarly => {
+                        | SimBug::AnswerEarly
+                        | SimBug::PendingIgnoresReads => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -253,7 +259,8 @@ impl SimArgs {
                         SimBug::IgnorePendingCommit
                         | SimBug::LocalCommitRecovery
                         | SimBug::ReadWithoutAccess
-                        | SimBug::AnswerEarly => {
+                        | SimBug::AnswerEarly
+                        | SimBug::PendingIgnoresReads => {
                             bail!("--planted {} is a bug of Zeus composed", Self::name(*bug))
                         }
                     }
@@ -288,6 +295,7 @@ impl SimArgs {
                         SimBug::LocalCommitRecovery => scenario.bugs.local_commit_recovery = true,
                         SimBug::ReadWithoutAccess => scenario.bugs.read_without_access = true,
                         SimBug::AnswerEarly => scenario.bugs.answer_before_replication = true,
+                        SimBug::PendingIgnoresReads => scenario.bugs.pending_ignores_reads = true,
                         SimBug::QuorumMinusOne | SimBug::SkipRecovery => {
                             bail!("--planted {} is a register bug", Self::name(*bug))
                         }

@@ -3,14 +3,19 @@
 //! (the same rules the node crate's `Zeus` applies over its database):
 //!
 //! * **Only the owner writes.** A write transaction first acquires every
-//!   object it writes (ownership's `ChangeOwner`), then commits locally at
+//!   object it writes or reads (ownership's `ChangeOwner`), then commits locally at
 //!   once, in the same step: each object's next `t_version`, Invalid here,
 //!   and the reliable commit's R-INV to the **followers**, the readers the
 //!   ownership metadata names.
 //! * **The pending-commit hook.** An owner NACKs every ownership request
-//!   for an object while one of its transactions on it is not reliably
-//!   committed (`has_pending_commit`): the object cannot move, or gain a
-//!   reader, with a write still on its way to the readers.
+//!   for an object while one of its transactions that wrote or read it is
+//!   not reliably committed (`has_pending_commit`): the object cannot move,
+//!   or gain a reader, with a write still on its way to the readers. (The
+//!   seed names written objects; with read ones left out, a new owner's
+//!   write to what a pending transaction read is answered first, and a
+//!   later read that misses the pending write closes a real-time cycle:
+//!   the `pending_ignores_reads` bug, which the simulator's real-time
+//!   check finds.)
 //! * **Recovery order.** On a view change the reliable commit recovers
 //!   first; ownership serves again (takes new requests, finishes replayed
 //!   ones) only once it has **at every live node** (the seed: "once all
@@ -92,6 +97,11 @@ pub struct ZeusBugs {
     /// The client is answered at the local commit, before the followers
     /// acknowledged (the seed: only once reliably committed).
     pub answer_before_replication: bool,
+    /// A write transaction's pending commit holds back the ownership of
+    /// the objects it wrote, not of those it only read: a new owner's
+    /// write to one of those is answered first, and a reader that then
+    /// misses this transaction's writes sees the two out of order.
+    pub pending_ignores_reads: bool,
 }
 
 /// What the node holds of one object.
@@ -106,8 +116,8 @@ pub struct Copy {
 #[derive(Debug, Default)]
 pub struct Objects {
     pub copies: BTreeMap<Object, Copy>,
-    /// Transactions this node coordinates that wrote the object and are
-    /// not reliably committed (or known lost) yet.
+    /// Transactions this node coordinates that wrote or read the object
+    /// and are not reliably committed (or known lost) yet.
     pub pending: BTreeMap<Object, u32>,
     /// The reliable commit's recovery after the last view change runs.
     pub recovering: bool,
@@ -230,9 +240,14 @@ pub enum ZeusMsg {
 /// A client's transaction, tagged by the client (tags are unique).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZeusCmd {
-    /// Write every object (its data becomes [`WriteRecord`] of this
-    /// transaction).
-    Write { tag: u64, objects: Vec<Object> },
+    /// Write every object of `objects` (its data becomes [`WriteRecord`]
+    /// of this transaction), having read those of `reads` (owned too, as
+    /// the seed's write transactions own everything they access).
+    Write {
+        tag: u64,
+        objects: Vec<Object>,
+        reads: Vec<Object>,
+    },
     /// Read every object, here, with no message.
     Read { tag: u64, objects: Vec<Object> },
 }
@@ -268,6 +283,8 @@ pub enum ZeusOut {
         tag: u64,
         tx_id: TxId,
         writes: Vec<(Object, u64)>,
+        /// The objects it read without writing them, at the versions read.
+        reads: Vec<(Object, u64)>,
     },
     /// The coordinator left the view with it in flight.
     Unknown {
@@ -333,8 +350,19 @@ enum Asked {
 #[derive(Debug)]
 struct Waiting {
     objects: Vec<Object>,
+    reads: Vec<Object>,
     outstanding: usize,
     rounds: u32,
+}
+
+/// A write transaction handed to the reliable commit.
+#[derive(Debug, Clone)]
+struct Started {
+    tag: u64,
+    writes: Vec<(Object, u64)>,
+    reads: Vec<(Object, u64)>,
+    /// The objects counted pending for it (given back when it ends).
+    pending: Vec<Object>,
 }
 
 /// The settings of a Zeus node.
@@ -359,10 +387,10 @@ pub struct ZeusReplica {
     shared: Shared,
     asked: BTreeMap<ReqId, Asked>,
     waiting: BTreeMap<u64, Waiting>,
-    in_flight: BTreeMap<TxId, (u64, Vec<(Object, u64)>)>,
+    in_flight: BTreeMap<TxId, Started>,
     /// The transaction being handed to the reliable commit now (its
     /// `Started` or `Refused` comes in the same call).
-    starting: Option<(u64, Vec<(Object, u64)>)>,
+    starting: Option<Started>,
     /// Planted `answer_before_replication`: transactions answered already.
     answered_early: BTreeSet<TxId>,
     /// Home objects this incarnation saw created (or exist).
@@ -551,9 +579,10 @@ impl ZeusReplica {
                     if self.shared.borrow().bugs.answer_before_replication {
                         // Planted: the client hears "committed" now.
                         fx.output(ZeusOut::Committed {
-                            tag: started.0,
+                            tag: started.tag,
                             tx_id,
-                            writes: started.1.clone(),
+                            writes: started.writes.clone(),
+                            reads: started.reads.clone(),
                         });
                         self.answered_early.insert(tx_id);
                     }
@@ -561,27 +590,32 @@ impl ZeusReplica {
                 }
             }
             CommitOut::Refused { error } => {
-                if let Some((tag, writes)) = self.starting.take() {
-                    self.finished(&writes);
+                if let Some(started) = self.starting.take() {
+                    self.finished(&started);
                     fx.output(ZeusOut::Refused {
-                        tag,
+                        tag: started.tag,
                         refusal: Refusal::Commit(error),
                     });
                 }
             }
             CommitOut::Committed { tx_id } => {
-                if let Some((tag, writes)) = self.in_flight.remove(&tx_id) {
-                    self.finished(&writes);
+                if let Some(started) = self.in_flight.remove(&tx_id) {
+                    self.finished(&started);
                     if !self.answered_early.remove(&tx_id) {
-                        fx.output(ZeusOut::Committed { tag, tx_id, writes });
+                        fx.output(ZeusOut::Committed {
+                            tag: started.tag,
+                            tx_id,
+                            writes: started.writes,
+                            reads: started.reads,
+                        });
                     }
                 }
             }
             CommitOut::Unknown { tx_id } => {
-                if let Some((tag, writes)) = self.in_flight.remove(&tx_id) {
-                    self.finished(&writes);
+                if let Some(started) = self.in_flight.remove(&tx_id) {
+                    self.finished(&started);
                     if !self.answered_early.remove(&tx_id) {
-                        fx.output(ZeusOut::Unknown { tag });
+                        fx.output(ZeusOut::Unknown { tag: started.tag });
                     }
                 }
             }
@@ -590,9 +624,9 @@ impl ZeusReplica {
     }
 
     /// A coordinated transaction is no longer pending on its objects.
-    fn finished(&mut self, writes: &[(Object, u64)]) {
+    fn finished(&mut self, started: &Started) {
         let mut objects = self.shared.borrow_mut();
-        for (object, _) in writes {
+        for object in &started.pending {
             let count = objects.pending.entry(*object).or_default();
             debug_assert!(*count > 0, "pending counts match the transactions");
             *count = count.saturating_sub(1);
@@ -607,17 +641,19 @@ impl ZeusReplica {
         ctx: &Context<'_>,
         tag: u64,
         objects: Vec<Object>,
+        reads: Vec<Object>,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
         let refuse = |refusal| ZeusOut::Refused { tag, refusal };
         if !ctx.serving {
             return fx.output(refuse(Refusal::NotServing));
         }
-        let distinct: BTreeSet<Object> = objects.iter().copied().collect();
+        let accessed = objects.len() + reads.len();
+        let distinct: BTreeSet<Object> = objects.iter().chain(&reads).copied().collect();
         if objects.is_empty()
-            || objects.len() > MAX_TX_OBJECTS
-            || distinct.len() != objects.len()
-            || objects.iter().any(|o| *o >= self.objects)
+            || accessed > MAX_TX_OBJECTS
+            || distinct.len() != accessed
+            || distinct.iter().any(|o| *o >= self.objects)
         {
             return fx.output(refuse(Refusal::TooManyObjects));
         }
@@ -628,6 +664,7 @@ impl ZeusReplica {
             tag,
             Waiting {
                 objects,
+                reads,
                 outstanding: 0,
                 rounds: 0,
             },
@@ -644,12 +681,13 @@ impl ZeusReplica {
         let missing: Vec<Object> = waiting
             .objects
             .iter()
+            .chain(&waiting.reads)
             .copied()
             .filter(|o| self.ownership.access(o) != Access::Owner)
             .collect();
         if missing.is_empty() {
             let waiting = self.waiting.remove(&tag).expect("looked up above");
-            return self.run_write(ctx, tag, waiting.objects, fx);
+            return self.run_write(ctx, tag, waiting.objects, waiting.reads, fx);
         }
         if waiting.rounds >= MAX_ACQUIRE_ROUNDS || !ctx.serving {
             self.waiting.remove(&tag);
@@ -682,8 +720,21 @@ impl ZeusReplica {
         ctx: &Context<'_>,
         tag: u64,
         objects: Vec<Object>,
+        reads: Vec<Object>,
         fx: &mut Effects<ZeusMsg, ZeusOut>,
     ) {
+        // What it read: the owner's copies, at their versions now.
+        let mut read_versions = Vec::with_capacity(reads.len());
+        for &object in &reads {
+            debug_assert_eq!(self.ownership.access(&object), Access::Owner);
+            let Some(held) = self.shared.borrow().copies.get(&object).map(|c| c.version) else {
+                return fx.output(ZeusOut::Refused {
+                    tag,
+                    refusal: Refusal::KeptMoving,
+                });
+            };
+            read_versions.push((object, held));
+        }
         let mut versions = Vec::with_capacity(objects.len());
         let mut followers = BTreeSet::new();
         for &object in &objects {
@@ -720,13 +771,27 @@ impl ZeusReplica {
                 data: data.clone(),
             })
             .collect();
+        // Pending on what it wrote and what it read: neither may change
+        // owner before it is reliably committed (a new owner's write to an
+        // object it read, answered first, would precede it in real time
+        // and follow it in the serial order).
+        let mut pending: Vec<Object> = versions.iter().map(|(o, _)| *o).collect();
+        if !self.shared.borrow().bugs.pending_ignores_reads {
+            pending.extend(read_versions.iter().map(|(o, _)| *o));
+        }
         {
             let mut shared = self.shared.borrow_mut();
-            for (object, _) in &versions {
+            for object in &pending {
                 *shared.pending.entry(*object).or_default() += 1;
             }
         }
-        self.starting = Some((tag, versions));
+        debug_assert!(pending.len() <= MAX_TX_OBJECTS);
+        self.starting = Some(Started {
+            tag,
+            writes: versions,
+            reads: read_versions,
+            pending,
+        });
         self.drive_commit(
             ctx,
             Input::Command(CommitCmd::Commit(Transaction {
@@ -883,9 +948,11 @@ impl Protocol for ZeusReplica {
                 }
                 fx.set_timer(REPLICA_TIMER, REPLICA_TICK_MS);
             }
-            Input::Command(ZeusCmd::Write { tag, objects }) => {
-                self.start_write(ctx, tag, objects, fx)
-            }
+            Input::Command(ZeusCmd::Write {
+                tag,
+                objects,
+                reads,
+            }) => self.start_write(ctx, tag, objects, reads, fx),
             Input::Command(ZeusCmd::Read { tag, objects }) => {
                 let out = self.read(ctx, tag, &objects);
                 fx.output(out);

@@ -199,6 +199,86 @@ pub struct ZeusHistory {
     /// Violations found as outputs arrived (a read's, or a version
     /// acknowledged twice), with when.
     pub violations: Vec<Violation>,
+    /// Acknowledged write transactions that also read objects (at most
+    /// [`MAX_RECORDED`]): for the real-time check at the end.
+    pub read_writes: Vec<ReadWrite>,
+    /// Per object, every acknowledged version and when (at most
+    /// [`MAX_RECORDED`] in all).
+    pub acked_at: BTreeMap<Object, Vec<(u64, u64)>>,
+    /// Per object, every read-only transaction's read of it: when, the
+    /// version, where (at most [`MAX_RECORDED`] in all).
+    pub read_at: BTreeMap<Object, Vec<(u64, u64, NodeId)>>,
+    /// Entries of the three above (bounded by [`MAX_RECORDED`]).
+    pub recorded: usize,
+}
+
+/// Entries the history keeps for the real-time check (a run past it
+/// checks its first ones).
+pub const MAX_RECORDED: usize = 1 << 20;
+
+/// An acknowledged write transaction that read objects it did not write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadWrite {
+    pub tag: u64,
+    pub reads: Vec<(Object, u64)>,
+    pub writes: Vec<(Object, u64)>,
+}
+
+impl ZeusHistory {
+    fn record(&mut self) -> bool {
+        if self.recorded >= MAX_RECORDED {
+            return false;
+        }
+        self.recorded += 1;
+        true
+    }
+
+    /// A transaction T1 that read x before T2 overwrote it precedes T2; a
+    /// read-only T3 begun after T2 was acknowledged follows T2, so it must
+    /// see every write of T1 (strict serializability across objects: the
+    /// cycle a pending transaction's read object changing owner makes).
+    pub fn check_reads_after_overwrites(&self) -> Result<(), Violation> {
+        for t1 in &self.read_writes {
+            // The earliest acknowledgement of a later version of something
+            // T1 read.
+            let overwritten_at = t1
+                .reads
+                .iter()
+                .filter_map(|&(x, read_version)| {
+                    self.acked_at
+                        .get(&x)?
+                        .iter()
+                        .filter(|(version, _)| *version > read_version)
+                        .map(|&(_, at)| at)
+                        .min()
+                })
+                .min();
+            let Some(t2_at) = overwritten_at else {
+                continue;
+            };
+            for &(y, written) in &t1.writes {
+                let Some(reads) = self.read_at.get(&y) else {
+                    continue;
+                };
+                if let Some(&(at, version, node)) = reads
+                    .iter()
+                    .find(|&&(at, version, _)| at > t2_at && version < written)
+                {
+                    return Err(Violation::new(
+                        "reads see what precedes an acknowledged write",
+                        at,
+                        format!(
+                            "transaction {} read {:?} and wrote object {y} at version {written}; \
+                             an overwrite of what it read was acknowledged at {t2_at} ms, and a \
+                             read at {node} at {at} ms returned object {y} at version {version}",
+                            t1.tag, t1.reads
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A client's transaction in flight.
@@ -302,14 +382,39 @@ impl Workload<ZeusReplica> for ZeusWorkload {
             return Some(ZeusCmd::Read { tag, objects });
         }
         self.issued.insert(tag, Issued { client });
-        Some(ZeusCmd::Write { tag, objects })
+        // Half the two-object writes read the second object instead.
+        let reads = if objects.len() == 2 && rng.random_bool(0.5) {
+            objects.split_off(1)
+        } else {
+            Vec::new()
+        };
+        Some(ZeusCmd::Write {
+            tag,
+            objects,
+            reads,
+        })
     }
 
     fn on_output(&mut self, node: NodeId, now_ms: u64, _cause: Cause, out: &ZeusOut) {
         match out {
-            ZeusOut::Committed { tag, writes, .. } => {
+            ZeusOut::Committed {
+                tag, writes, reads, ..
+            } => {
                 self.issued.remove(tag);
                 self.history.committed += 1;
+                if !reads.is_empty() && self.history.record() {
+                    self.history.read_writes.push(ReadWrite {
+                        tag: *tag,
+                        reads: reads.clone(),
+                        writes: writes.clone(),
+                    });
+                }
+                for &(object, version) in writes {
+                    if self.history.record() {
+                        let at = self.history.acked_at.entry(object).or_default();
+                        at.push((version, now_ms));
+                    }
+                }
                 for &(object, version) in writes {
                     if let Some(other) = self.history.written_by.insert((object, version), *tag) {
                         if other != *tag {
@@ -346,6 +451,12 @@ impl Workload<ZeusReplica> for ZeusWorkload {
             ZeusOut::Read { reads, .. } => {
                 self.history.reads += 1;
                 self.check_read(now_ms, node, reads);
+                for read in reads {
+                    if self.history.record() {
+                        let at = self.history.read_at.entry(read.object).or_default();
+                        at.push((now_ms, read.version, node));
+                    }
+                }
             }
         }
     }
@@ -460,6 +571,7 @@ impl Checker<ZeusReplica, ZeusHistory> for ZeusSafety {
         world: &World<'_, ZeusReplica>,
         history: &ZeusHistory,
     ) -> Result<(), Violation> {
+        history.check_reads_after_overwrites()?;
         let Some((_, latest)) = world.settled_view() else {
             return Ok(());
         };

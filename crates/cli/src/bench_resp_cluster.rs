@@ -817,6 +817,7 @@ pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()
         );
     }
     drop(redis);
+    let hot = hot_key(&roost, args.reps, seconds)?;
     drop(roost);
 
     println!();
@@ -844,6 +845,7 @@ pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()
                 .push(cell.row(system, nodes, connections, args.reps));
         }
     }
+    report.rows.extend(hot.rows(args.reps));
     report.notes = notes(
         &cells,
         nodes,
@@ -852,12 +854,241 @@ pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()
         args.reps,
         &redis_version,
     );
+    report.notes.extend(hot.notes(seconds));
+    println!("{}", hot.notes(seconds).join("\n"));
     let png = args.out.join(format!("{BENCHMARK}.png"));
     let charts = charts(&cells, &depths);
     report.write_with_plot(&args.out, || {
         finish_png(render_figure_png(&charts, 2, &png), png.clone())
     })?;
     Ok(())
+}
+
+/// The hot key (issue 17): two clients take turns at INCR on one key,
+/// each waiting for the other's reply before its next. Two nodes: one
+/// client at node 0, one at node 1; the baseline: both at node 0.
+const HOT_KEY: &str = "hot:counter";
+/// A handful: the key's owner may change at most this often in a run.
+const HOT_KEY_MAX_OWNER_CHANGES: u64 = 5;
+/// Two nodes at least this share of the same load on one node.
+const HOT_KEY_GOAL: f64 = 0.5;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HotKeySample {
+    ops_per_s: f64,
+    /// Ownership acquisitions at every node during the run (each one an
+    /// owner change of the key's reactor).
+    owner_changes: u64,
+}
+
+#[derive(Debug, Default)]
+struct HotKey {
+    one_node: Vec<HotKeySample>,
+    two_nodes: Vec<HotKeySample>,
+}
+
+/// Every node's `roost_ownership_acquires_total`, summed.
+fn acquisitions(cluster: &LocalCluster) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for node in 0..cluster.nodes() {
+        let (code, body) = cluster
+            .admin(node, "/metrics", Duration::from_secs(5))
+            .context("reading /metrics")?;
+        anyhow::ensure!(code == 200, "node {node}'s /metrics answered {code}");
+        total += body
+            .lines()
+            .find_map(|l| l.strip_prefix("roost_ownership_acquires_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .with_context(|| format!("node {node} reports no roost_ownership_acquires_total"))?
+            as u64;
+    }
+    Ok(total)
+}
+
+/// One hot-key run: two clients at `addrs` taking turns for `seconds`.
+fn hot_key_run(
+    cluster: &LocalCluster,
+    addrs: [SocketAddr; 2],
+    seconds: f64,
+) -> anyhow::Result<HotKeySample> {
+    let turn = Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = acquisitions(cluster)?;
+    let started = Instant::now();
+    let clients: Vec<_> = addrs
+        .iter()
+        .enumerate()
+        .map(|(me, &addr)| {
+            let (turn, stop) = (Arc::clone(&turn), Arc::clone(&stop));
+            std::thread::spawn(move || -> anyhow::Result<u64> {
+                let stream = TcpStream::connect(addr)?;
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+                let mut writer = stream.try_clone()?;
+                let mut reader = BufReader::new(stream);
+                let mut request = Vec::new();
+                push_command(&mut request, &[b"INCR", HOT_KEY.as_bytes()]);
+                let mut line = String::new();
+                let mut done = 0u64;
+                let (lock, changed) = &*turn;
+                loop {
+                    let mut next = lock.lock().expect("turn lock");
+                    while *next % 2 != me as u64 && !stop.load(Ordering::Relaxed) {
+                        next = changed
+                            .wait_timeout(next, Duration::from_millis(100))
+                            .expect("turn lock")
+                            .0;
+                    }
+                    drop(next);
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(done);
+                    }
+                    writer.write_all(&request)?;
+                    match read_reply(&mut reader, &mut line, 0)? {
+                        Reply::Integer(_) => done += 1,
+                        other => anyhow::bail!("INCR {HOT_KEY} answered {other:?}"),
+                    }
+                    *lock.lock().expect("turn lock") += 1;
+                    changed.notify_all();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    turn.1.notify_all();
+    let mut ops = 0;
+    for client in clients {
+        ops += client
+            .join()
+            .map_err(|_| anyhow::anyhow!("a hot-key client panicked"))??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let after = acquisitions(cluster)?;
+    Ok(HotKeySample {
+        ops_per_s: ops as f64 / elapsed.max(1e-9),
+        owner_changes: after.saturating_sub(before),
+    })
+}
+
+/// `reps` interleaved pairs of hot-key runs: one node, two nodes.
+fn hot_key(cluster: &LocalCluster, reps: u32, seconds: f64) -> anyhow::Result<HotKey> {
+    let at = |n: u32| cluster.resp_addr(n).context("a node's RESP address");
+    let (first, second) = (at(0)?, at(1)?);
+    let mut hot = HotKey::default();
+    for rep in 0..reps {
+        for two in [rep % 2 == 1, rep % 2 == 0] {
+            if two {
+                hot.two_nodes
+                    .push(hot_key_run(cluster, [first, second], seconds)?);
+            } else {
+                hot.one_node
+                    .push(hot_key_run(cluster, [first, first], seconds)?);
+            }
+        }
+        println!(
+            "hot key, repetition {} of {reps}: one node {:.0} INCR/s, two nodes {:.0} INCR/s with {} owner changes",
+            rep + 1,
+            hot.one_node[rep as usize].ops_per_s,
+            hot.two_nodes[rep as usize].ops_per_s,
+            hot.two_nodes[rep as usize].owner_changes
+        );
+    }
+    Ok(hot)
+}
+
+impl HotKey {
+    fn one(&self) -> f64 {
+        median(self.one_node.iter().map(|s| s.ops_per_s)).unwrap_or(0.0)
+    }
+
+    fn two(&self) -> f64 {
+        median(self.two_nodes.iter().map(|s| s.ops_per_s)).unwrap_or(0.0)
+    }
+
+    fn paired(&self) -> f64 {
+        median(
+            self.two_nodes
+                .iter()
+                .zip(&self.one_node)
+                .filter(|(_, one)| one.ops_per_s > 0.0)
+                .map(|(two, one)| two.ops_per_s / one.ops_per_s),
+        )
+        .unwrap_or(0.0)
+    }
+
+    /// Owner changes per run, median.
+    fn owner_changes(&self) -> f64 {
+        median(self.two_nodes.iter().map(|s| s.owner_changes as f64)).unwrap_or(0.0)
+    }
+
+    fn verdict(&self) -> &'static str {
+        let moves_ok = self
+            .two_nodes
+            .iter()
+            .all(|s| s.owner_changes <= HOT_KEY_MAX_OWNER_CHANGES);
+        let ratio = self.two() / self.one().max(f64::MIN_POSITIVE);
+        if moves_ok && ratio >= HOT_KEY_GOAL && self.paired() >= HOT_KEY_GOAL {
+            "met"
+        } else {
+            "missed"
+        }
+    }
+
+    fn rows(&self, reps: u32) -> Vec<Row> {
+        [
+            ("hot_key_one_node", &self.one_node),
+            ("hot_key_two_nodes", &self.two_nodes),
+        ]
+        .into_iter()
+        .map(|(variant, samples)| {
+            let mut row = Row::new("roost", variant)
+                .with_param("command", "INCR")
+                .with_param("clients", 2)
+                .with_param("reps", reps)
+                .with_extra(
+                    "repetitions_ops",
+                    samples
+                        .iter()
+                        .map(|s| s.ops_per_s.round())
+                        .collect::<Vec<_>>(),
+                )
+                .with_extra(
+                    "owner_changes",
+                    samples.iter().map(|s| s.owner_changes).collect::<Vec<_>>(),
+                )
+                .with_extra("two_over_one_paired", round2(self.paired()))
+                .with_extra("verdict", self.verdict());
+            row.throughput_tps = median(samples.iter().map(|s| s.ops_per_s)).unwrap_or(0.0);
+            row
+        })
+        .collect()
+    }
+
+    fn notes(&self, seconds: f64) -> Vec<String> {
+        vec![
+            String::new(),
+            "## Hot key".to_owned(),
+            String::new(),
+            format!(
+                "Two clients take turns at `INCR {HOT_KEY}` (each waits for the other's reply), \
+                 {seconds} s per run: at node 0 and node 1, and as the baseline both at node 0. \
+                 Two nodes: {:.0} INCR/s, one node: {:.0} INCR/s, {:.2}x (median paired {:.2}x; \
+                 goal ≥ {HOT_KEY_GOAL}x); the key's owner changed {:?} times per run (goal ≤ \
+                 {HOT_KEY_MAX_OWNER_CHANGES}; median {:.0}): {}.",
+                self.two(),
+                self.one(),
+                self.two() / self.one().max(f64::MIN_POSITIVE),
+                self.paired(),
+                self.two_nodes
+                    .iter()
+                    .map(|s| s.owner_changes)
+                    .collect::<Vec<_>>(),
+                self.owner_changes(),
+                self.verdict()
+            ),
+        ]
+    }
 }
 
 fn notes(
@@ -1004,6 +1235,30 @@ mod tests {
     fn wait_replies_are_the_last_of_each_command() {
         assert!(!is_wait(Op::Set, 0) && is_wait(Op::Set, 1) && is_wait(Op::Set, 3));
         assert!(is_wait(Op::Multi2, 4) && !is_wait(Op::Multi2, 3) && is_wait(Op::Multi2, 9));
+    }
+
+    #[test]
+    fn the_hot_key_goal_needs_few_owner_changes_and_half_the_one_node_rate() {
+        let sample = |ops_per_s, owner_changes| HotKeySample {
+            ops_per_s,
+            owner_changes,
+        };
+        let mut hot = HotKey {
+            one_node: vec![sample(100.0, 0), sample(120.0, 0), sample(80.0, 0)],
+            two_nodes: vec![sample(60.0, 2), sample(50.0, 5), sample(40.0, 1)],
+        };
+        assert_eq!((hot.one(), hot.two()), (100.0, 50.0));
+        assert_eq!(hot.paired(), 0.5);
+        assert_eq!(hot.owner_changes(), 2.0);
+        assert_eq!(hot.verdict(), "met");
+        hot.two_nodes[1].owner_changes = 6;
+        assert_eq!(hot.verdict(), "missed", "one run moved the key too often");
+        hot.two_nodes[1].owner_changes = 0;
+        hot.two_nodes[0].ops_per_s = 30.0;
+        assert_eq!(hot.verdict(), "missed", "below half the one-node rate");
+        let rows = hot.rows(3);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1].extra["verdict"].as_str(), Some("missed"));
     }
 
     #[test]

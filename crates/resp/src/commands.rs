@@ -679,6 +679,13 @@ pub(crate) static COMMANDS: &[Spec] = &[
         "Intersects sorted sets (WEIGHTS, AGGREGATE, WITHSCORES).",
     ),
     data(
+        "zintercard",
+        -3,
+        false,
+        (0, 0, 0),
+        "Counts the intersection of sorted sets (LIMIT).",
+    ),
+    data(
         "zdiff",
         -3,
         false,
@@ -924,7 +931,7 @@ pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
         "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
         | "zinterstore" | "zdiffstore" => Some(2),
-        "sintercard" | "zunion" | "zinter" | "zdiff" => Some(1),
+        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" => Some(1),
         _ => None,
     }
 }
@@ -2077,6 +2084,10 @@ mod tests {
             (
                 "zinter 1 a",
                 |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(_))),
+            ),
+            (
+                "zintercard 2 a b limit 3",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::Combine(c) if c.keys.len() == 2 && c.card_limit == Some(3) && c.store.is_none())),
             ),
             (
                 "zdiff 1 a",

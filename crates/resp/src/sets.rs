@@ -122,6 +122,43 @@ impl SetOp {
     }
 }
 
+/// SINTERCARD's arguments, `numkeys key [key ...] [LIMIT limit]`: the
+/// keys, and the limit (0: none), with Redis's errors.
+fn parse_intercard(a: &mut [Vec<u8>]) -> Result<(Vec<Vec<u8>>, u64), Frame> {
+    const NUMKEYS: &str = "ERR numkeys should be greater than 0";
+    let numkeys = parse_i64(&a[0])
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Frame::error(NUMKEYS))?;
+    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+    if numkeys > a.len() - 1 {
+        return Err(Frame::error(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    check_keys(&a[1..=numkeys])?;
+    let limit = parse_card_limit(&a[numkeys + 1..])?;
+    Ok((take_all(&mut a[1..=numkeys]), limit))
+}
+
+/// What follows the keys of SINTERCARD and ZINTERCARD: `[LIMIT limit]`
+/// (the last one given counts), the limit or 0 for none.
+pub(crate) fn parse_card_limit(rest: &[Vec<u8>]) -> Result<u64, Frame> {
+    let mut limit = 0;
+    let mut i = 0;
+    while i < rest.len() {
+        if rest[i].eq_ignore_ascii_case(b"limit") && i + 1 < rest.len() {
+            const NEGATIVE: &str = "ERR LIMIT can't be negative";
+            limit = parse_i64(&rest[i + 1])
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| Frame::error(NEGATIVE))?;
+            i += 2;
+        } else {
+            return Err(syntax_error());
+        }
+    }
+    Ok(limit)
+}
+
 /// Whether `name` is a set command (the command table's group).
 pub(crate) fn is_set_command(name: &str) -> bool {
     matches!(
@@ -225,34 +262,8 @@ fn parse_set(name: &str, a: &mut [Vec<u8>]) -> Result<SetOp, Frame> {
             }
         }
         "sintercard" => {
-            const NUMKEYS: &str = "ERR numkeys should be greater than 0";
-            let numkeys = parse_i64(&a[0])
-                .filter(|n| *n > 0)
-                .ok_or_else(|| Frame::error(NUMKEYS))?;
-            let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
-            if numkeys > a.len() - 1 {
-                return Err(Frame::error(
-                    "ERR Number of keys can't be greater than number of args",
-                ));
-            }
-            check_keys(&a[1..=numkeys])?;
-            let mut limit = 0;
-            let mut i = numkeys + 1;
-            while i < a.len() {
-                if a[i].eq_ignore_ascii_case(b"limit") && i + 1 < a.len() {
-                    const NEGATIVE: &str = "ERR LIMIT can't be negative";
-                    limit = parse_i64(&a[i + 1])
-                        .and_then(|n| u64::try_from(n).ok())
-                        .ok_or_else(|| Frame::error(NEGATIVE))?;
-                    i += 2;
-                } else {
-                    return Err(syntax_error());
-                }
-            }
-            SetOp::InterCard {
-                keys: take_all(&mut a[1..=numkeys]),
-                limit,
-            }
+            let (keys, limit) = parse_intercard(a)?;
+            SetOp::InterCard { keys, limit }
         }
         "smove" => {
             check_member(&a[2])?;

@@ -4,7 +4,7 @@
 //! ZREVRANGEBYLEX, ZRANGESTORE, ZRANK/ZREVRANK (WITHSCORE, as Redis 7.2),
 //! ZREM, ZREMRANGEBYRANK/BYSCORE/BYLEX, ZCOUNT, ZLEXCOUNT, ZPOPMIN/ZPOPMAX,
 //! ZUNION/ZINTER/ZDIFF and their STORE forms (WEIGHTS, AGGREGATE; sets as
-//! inputs count 1 per member), ZSCAN.
+//! inputs count 1 per member), ZINTERCARD (LIMIT), ZSCAN.
 //!
 //! Scores are read as Redis reads them: a member's score or a weight as C's
 //! `strtod` of the whole argument (`inf`, `-inf`, hex; no NaN, no leading
@@ -96,6 +96,8 @@ pub(crate) struct CombineOp {
     pub(crate) how: Combine,
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) store: Option<Vec<u8>>,
+    /// ZINTERCARD: answer the result's size, at most this (0: no limit).
+    pub(crate) card_limit: Option<u64>,
     /// Answered after the keys' types, as Redis checks them.
     pub(crate) options: Result<CombineOptions, Frame>,
 }
@@ -214,6 +216,7 @@ pub(crate) fn is_zset_command(name: &str) -> bool {
             | "zunionstore"
             | "zinterstore"
             | "zdiffstore"
+            | "zintercard"
             | "zscan"
     )
 }
@@ -322,6 +325,33 @@ fn parse_zset(name: &str, a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
         }
         "zunion" | "zinter" | "zdiff" | "zunionstore" | "zinterstore" | "zdiffstore" => {
             ZSetOp::Combine(parse_combine(name, a)?)
+        }
+        "zintercard" => {
+            // Redis checks numkeys as its other combining commands do.
+            let numkeys = integer(&a[0])?;
+            if numkeys < 1 {
+                return Err(Frame::error(
+                    "ERR at least 1 input key is needed for 'zintercard' command",
+                ));
+            }
+            let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+            if numkeys > a.len() - 1 {
+                return Err(syntax_error());
+            }
+            check_keys(&a[1..=numkeys])?;
+            let limit = crate::sets::parse_card_limit(&a[numkeys + 1..])?;
+            let keys = take_all(&mut a[1..=numkeys]);
+            ZSetOp::Combine(CombineOp {
+                how: Combine::Inter,
+                options: Ok(CombineOptions {
+                    weights: vec![1.0; keys.len()],
+                    aggregate: Aggregate::Sum,
+                    withscores: false,
+                }),
+                keys,
+                store: None,
+                card_limit: Some(limit),
+            })
         }
         "zscan" => {
             crate::commands::check_key(&a[0])?;
@@ -493,6 +523,7 @@ fn parse_combine(name: &str, a: &mut [Vec<u8>]) -> Result<CombineOp, Frame> {
         how,
         keys: take_all(&mut a[at + 1..keys_end]),
         store: store.then(|| take(a, 0)),
+        card_limit: None,
         options,
     })
 }
@@ -1294,6 +1325,11 @@ async fn combine(tx: &Tx, op: &CombineOp) -> Result<Frame, ReactorError> {
             }
         }
     };
+    if let Some(limit) = op.card_limit {
+        let count = result.len() as u64;
+        let count = if limit > 0 { count.min(limit) } else { count };
+        return Ok(Frame::Integer(i64::try_from(count).unwrap_or(i64::MAX)));
+    }
     result.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     for row in &mut result {
         row.1 += 0.0;

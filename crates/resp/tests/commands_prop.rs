@@ -128,6 +128,7 @@ const COMMANDS: &[&str] = &[
     "ZPOPMAX",
     "ZUNION",
     "ZINTER",
+    "ZINTERCARD",
     "ZDIFF",
     "ZUNIONSTORE",
     "ZINTERSTORE",

@@ -413,10 +413,33 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     })
 }
 
+/// The median of `ours / theirs` over pairs measured side by side (a pair
+/// whose `theirs` is not positive is left out): the paired ratio that
+/// cancels the shared machine's drift. `None` if no pair is left.
+pub fn median_ratio(pairs: impl IntoIterator<Item = (f64, f64)>) -> Option<f64> {
+    median(
+        pairs
+            .into_iter()
+            .filter(|(_, theirs)| *theirs > 0.0)
+            .map(|(ours, theirs)| ours / theirs),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn median_ratio_pairs_and_leaves_out_a_zero_baseline() {
+        assert_eq!(
+            median_ratio([(2.0, 1.0), (3.0, 1.0), (1.0, 2.0)]),
+            Some(2.0)
+        );
+        assert_eq!(median_ratio([(5.0, 0.0), (1.0, 4.0)]), Some(0.25));
+        assert_eq!(median_ratio([(5.0, 0.0)]), None);
+        assert_eq!(median_ratio([]), None);
+    }
 
     fn at(secs: u64) -> String {
         rfc3339_utc(UNIX_EPOCH + Duration::from_secs(secs))

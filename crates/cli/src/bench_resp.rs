@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
-use roost_bench::results::{median, BenchReport, LatencyUs, Row};
+use roost_bench::results::{median, median_ratio, BenchReport, LatencyUs, Row};
 use roost_bench::sys::ProcessCpu;
 use roost_cluster::process::die_with_parent;
 
@@ -426,20 +426,19 @@ fn median_run(samples: &[Sample]) -> Option<&Sample> {
     sorted.get(sorted.len() / 2).copied()
 }
 
-/// Per repetition, `f(roost) / f(redis)` for the two runs of the pair.
-fn paired_ratios(
+/// The median over repetitions of `f(roost) / f(redis)` for the two runs
+/// of each pair.
+fn paired_ratio(
     roost: &[Sample],
     redis: &[Sample],
     f: impl Fn(&Sample) -> Option<f64>,
-) -> Vec<f64> {
-    roost
-        .iter()
-        .zip(redis)
-        .filter_map(|(ours, theirs)| {
-            let theirs = f(theirs)?;
-            (theirs > 0.0).then_some(f(ours)? / theirs)
-        })
-        .collect()
+) -> Option<f64> {
+    median_ratio(
+        roost
+            .iter()
+            .zip(redis)
+            .filter_map(|(ours, theirs)| Some((f(ours)?, f(theirs)?))),
+    )
 }
 
 /// Every repetition of one workload on both servers.
@@ -501,15 +500,10 @@ impl Cell {
             roost_rps,
             redis_rps,
             ratio: roost_rps / redis_rps.max(f64::MIN_POSITIVE),
-            paired: median(paired_ratios(&self.roost, &self.redis, |s| {
-                Some(s.result.rps)
-            }))
-            .unwrap_or(0.0),
+            paired: paired_ratio(&self.roost, &self.redis, |s| Some(s.result.rps)).unwrap_or(0.0),
             roost_cpu_us: cpu(&self.roost),
             redis_cpu_us: cpu(&self.redis),
-            paired_cpu: median(paired_ratios(&self.roost, &self.redis, |s| {
-                s.cpu_us_per_request
-            })),
+            paired_cpu: paired_ratio(&self.roost, &self.redis, |s| s.cpu_us_per_request),
             roost_cores: cores(&self.roost),
             redis_cores: cores(&self.redis),
         }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
-use roost_bench::results::{median, BenchReport, LatencyUs, Row};
+use roost_bench::results::{median, median_ratio, BenchReport, LatencyUs, Row};
 use roost_cluster::local_cluster::{LocalCluster, LocalClusterConfig};
 
 use crate::bench_resp::{
@@ -186,12 +186,11 @@ impl Cell {
     fn summary(&self) -> Summary {
         let rate = |s: &[Sample]| median(s.iter().map(|x| x.ops_per_s)).unwrap_or(0.0);
         let (roost, redis) = (rate(&self.roost), rate(&self.redis));
-        let paired = median(
+        let paired = median_ratio(
             self.roost
                 .iter()
                 .zip(&self.redis)
-                .filter(|(_, theirs)| theirs.ops_per_s > 0.0)
-                .map(|(ours, theirs)| ours.ops_per_s / theirs.ops_per_s),
+                .map(|(ours, theirs)| (ours.ops_per_s, theirs.ops_per_s)),
         )
         .unwrap_or(0.0);
         Summary {
@@ -1007,12 +1006,11 @@ impl HotKey {
     }
 
     fn paired(&self) -> f64 {
-        median(
+        median_ratio(
             self.two_nodes
                 .iter()
                 .zip(&self.one_node)
-                .filter(|(_, one)| one.ops_per_s > 0.0)
-                .map(|(two, one)| two.ops_per_s / one.ops_per_s),
+                .map(|(two, one)| (two.ops_per_s, one.ops_per_s)),
         )
         .unwrap_or(0.0)
     }

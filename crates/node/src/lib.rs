@@ -408,6 +408,16 @@ impl Node {
         cluster: &ClusterConfig,
         keyspace_reactors: usize,
     ) -> Result<Vec<Node>, NodeError> {
+        Node::start_in_process_with(cluster, keyspace_reactors, &NodeProtocol::default())
+    }
+
+    /// As [`start_in_process`](Self::start_in_process), every node running
+    /// `protocol` (planted bugs: the tests' self-checks).
+    pub fn start_in_process_with(
+        cluster: &ClusterConfig,
+        keyspace_reactors: usize,
+        protocol: &NodeProtocol,
+    ) -> Result<Vec<Node>, NodeError> {
         cluster
             .nodes
             .iter()
@@ -422,7 +432,7 @@ impl Node {
                     cluster: cluster.clone(),
                     id: node.id,
                     resp: Some(resp),
-                    protocol: NodeProtocol::default(),
+                    protocol: protocol.clone(),
                     state_dir: None,
                 })
             })

@@ -5,12 +5,12 @@
 //! owner leaves.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
 use roost_cluster::runtime::admin_get;
-use roost_node::{Node, NodeConfig, NodeProtocol, NodeReactor, ZeusBugs};
+use roost_node::{Node, NodeProtocol, NodeReactor, ZeusBugs};
 use roost_ownership::{Inspection, Meta, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
@@ -25,34 +25,12 @@ fn start_cluster() -> Vec<Node> {
 /// Three nodes with `reactors` keyspace reactors and planted `bugs`.
 fn start_cluster_with(reactors: usize, bugs: ZeusBugs) -> Vec<Node> {
     let cluster = ClusterConfig::loopback(NODES).unwrap();
-    let nodes: Vec<Node> = cluster
-        .nodes
-        .iter()
-        .map(|node| {
-            let mut protocol = NodeProtocol::default();
-            if let NodeProtocol::Zeus { node_bugs, .. } = &mut protocol {
-                *node_bugs = bugs;
-            }
-            Node::start(NodeConfig {
-                cluster: cluster.clone(),
-                id: node.id,
-                resp: Some(roost_resp::Config {
-                    bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-                    keyspace_reactors: reactors,
-                    executors: 1,
-                    ..roost_resp::Config::default()
-                }),
-                protocol,
-                state_dir: None,
-            })
-            .unwrap()
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != reactors {
-        assert!(Instant::now() < deadline, "the reactors were not created");
-        std::thread::sleep(Duration::from_millis(50));
+    let mut protocol = NodeProtocol::default();
+    if let NodeProtocol::Zeus { node_bugs, .. } = &mut protocol {
+        *node_bugs = bugs;
     }
+    let nodes = Node::start_in_process_with(&cluster, reactors, &protocol).unwrap();
+    wait_created(&nodes, reactors);
     nodes
 }
 
@@ -65,9 +43,10 @@ fn inspect(node: &Node) -> Inspection<NodeReactor> {
     }
 }
 
-fn wait_created(nodes: &[Node]) {
+/// Waits until the nodes own `reactors` keyspace reactors in all.
+fn wait_created(nodes: &[Node], reactors: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != REACTORS {
+    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != reactors {
         assert!(Instant::now() < deadline, "the reactors were not created");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -192,7 +171,7 @@ fn admin(node: &Node, path: &str) -> (u16, String) {
 #[test]
 fn a_reader_follows_the_owners_writes_and_takes_over_with_every_acknowledged_one() {
     let mut nodes = start_cluster();
-    wait_created(&nodes);
+    wait_created(&nodes, REACTORS);
     let mut writer = client(&nodes[0]);
     // The reactor comes to node 0 with the first write; the replication
     // degree (3) makes the two others its readers.
@@ -243,7 +222,7 @@ fn a_reader_follows_the_owners_writes_and_takes_over_with_every_acknowledged_one
 #[test]
 fn a_write_is_not_answered_while_a_reader_cannot_acknowledge_it() {
     let nodes = start_cluster();
-    wait_created(&nodes);
+    wait_created(&nodes, REACTORS);
     let mut writer = client(&nodes[0]);
     assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
     wait_readers(&nodes[0], 2);
@@ -321,7 +300,7 @@ fn a_write_is_not_answered_while_a_reader_cannot_acknowledge_it() {
 #[test]
 fn the_replication_degree_is_kept_and_changes_at_run_time() {
     let nodes = start_cluster();
-    wait_created(&nodes);
+    wait_created(&nodes, REACTORS);
     let mut writer = client(&nodes[0]);
     assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
     assert_eq!(wait_readers(&nodes[0], 2).len(), 2);
@@ -362,7 +341,7 @@ fn the_replication_degree_is_kept_and_changes_at_run_time() {
 #[test]
 fn lowering_the_degree_leaves_the_owner_in_place() {
     let nodes = start_cluster();
-    wait_created(&nodes);
+    wait_created(&nodes, REACTORS);
     let mut writer = client(&nodes[0]);
     assert_eq!(command_ok(&mut writer, &["SET", "k", "v"]), "+OK\r\n");
     let first_owner = owner(&nodes[0]).expect("created");
@@ -398,7 +377,7 @@ fn lowering_the_degree_leaves_the_owner_in_place() {
 #[test]
 fn a_reactor_left_without_its_owner_is_adopted_by_a_reader_without_a_write() {
     let mut nodes = start_cluster();
-    wait_created(&nodes);
+    wait_created(&nodes, REACTORS);
     let mut writer = client(&nodes[0]);
     assert_eq!(command_ok(&mut writer, &["SET", "k", "v1"]), "+OK\r\n");
     assert_eq!(wait_readers(&nodes[0], 2), vec![1, 2]);

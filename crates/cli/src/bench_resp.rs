@@ -84,11 +84,11 @@ pub struct RespBenchArgs {
           value_parser = clap::value_parser!(u32).range(2..=5))]
     pub cluster: Option<u32>,
     /// With --cluster: the Rust client's connections per server.
-    #[arg(long, value_name = "C", default_value_t = 8,
+    #[arg(long, value_name = "C", default_value_t = 8, requires = "cluster",
           value_parser = clap::value_parser!(u32).range(1..=256))]
     pub cluster_connections: u32,
     /// With --cluster: seconds per Rust-client run (default 3, --quick 1).
-    #[arg(long, value_name = "S",
+    #[arg(long, value_name = "S", requires = "cluster",
           value_parser = clap::value_parser!(u32).range(1..=600))]
     pub cluster_seconds: Option<u32>,
 }
@@ -1041,6 +1041,19 @@ mod tests {
         let argv = |extra: &'static str| ["roost", "bench", "resp", "--pipelines", extra];
         for bad in ["0", "1,x", "2000", ""] {
             assert!(Cli::try_parse_from(argv(bad)).is_err(), "{bad}");
+        }
+        let cluster = resp_args(&["--cluster", "3", "--cluster-connections", "4"]);
+        assert_eq!((cluster.cluster, cluster.cluster_connections), (Some(3), 4));
+        assert_eq!(cluster.cluster_seconds(), 3.0);
+        for bad in [
+            &["--cluster", "1"][..],
+            &["--cluster", "6"],
+            &["--cluster-connections", "4"],
+            &["--cluster-seconds", "2"],
+            &["--cluster", "3", "--cluster-connections", "0"],
+        ] {
+            let argv = ["roost", "bench", "resp"].iter().chain(bad);
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
 use roost_node::{Node, NodeReactor};
-use roost_ownership::{Inspection, OwnershipCmd, OwnershipOut, ReqId};
+use roost_ownership::{Access, Inspection, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
 const REACTORS: usize = 4;
@@ -147,31 +147,45 @@ fn a_reactor_lost_with_its_owner_fails_clearly_elsewhere() {
     assert_eq!(incr(&mut first, "doomed"), 1);
     drop(first);
     // Node 0 owns every reactor it used; the old owner it took one from
-    // stayed a reader, until node 0 asked it to leave (degree 1).
+    // stayed a reader, until node 0 asked it to leave (degree 1). Wait
+    // until every node agrees: the owner names no readers, and no other
+    // node still holds a replica or a request in flight (a reader that
+    // saw the INV but not yet the VAL of its removal still holds the rows,
+    // and would rightly keep the value alive after node 0 stops).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let handle = nodes[0].ownership().unwrap();
         let owned = inspect(&nodes[0]).owned;
-        let readers: usize = owned
-            .iter()
-            .map(|key| {
+        let mut holders = Vec::new();
+        for (n, node) in nodes.iter().enumerate() {
+            let handle = node.ownership().unwrap();
+            for key in &owned {
                 let req = ReqId(handle.next_request_id());
                 let cmd = OwnershipCmd::Describe {
                     key: key.clone(),
                     req,
                 };
-                match nodes[0].block_on(handle.request(cmd)) {
-                    Ok(OwnershipOut::Described { meta, .. }) => {
-                        meta.map_or(0, |m| m.o_replicas.readers.len())
+                match node.block_on(handle.request(cmd)) {
+                    Ok(OwnershipOut::Described { meta, access, .. }) => {
+                        let readers = meta.map_or(0, |m| m.o_replicas.readers.len());
+                        if readers > 0 || (n > 0 && access != Access::None) {
+                            holders.push((n, key.clone(), readers, access));
+                        }
                     }
                     other => panic!("describe answered {other:?}"),
                 }
-            })
-            .sum();
-        if !owned.is_empty() && readers == 0 {
+            }
+        }
+        let settled = nodes.iter().all(|node| {
+            let report = inspect(node);
+            report.pending_requests == 0 && report.blocked_total == 0
+        });
+        if !owned.is_empty() && holders.is_empty() && settled {
             break;
         }
-        assert!(Instant::now() < deadline, "readers stayed: {readers}");
+        assert!(
+            Instant::now() < deadline,
+            "replicas stayed: {holders:?} (settled: {settled})"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // It stops, and the others drop it from the view.

@@ -914,6 +914,29 @@ pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
             if node.member { "yes" } else { "no" }
         );
     }
+    // Where the asked node's writes ran: migrate (acquisitions) or forward.
+    if let Ok((200, metrics)) =
+        runtime()?.block_on(admin_get(addr, "/metrics", Duration::from_millis(500)))
+    {
+        let value = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .unwrap_or("?")
+                .to_owned()
+        };
+        println!(
+            "node {}: reactors owned {}, acquired {} (migrations), writes forwarded to their owner {} \
+             (not sent {}, unknown {}), holds after a loss {}",
+            status.id,
+            value("roost_ownership_reactors_owned"),
+            value("roost_ownership_acquires_total"),
+            value("roost_resp_forwarded_total"),
+            value("roost_resp_forwards_not_sent_total"),
+            value("roost_resp_forwards_unknown_total"),
+            value("roost_zeus_forward_holds_total"),
+        );
+    }
     Ok(())
 }
 

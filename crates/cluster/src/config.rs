@@ -42,6 +42,11 @@ pub struct NodeAddr {
     pub id: u32,
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// Where the node serves RESP clients, when it does: the other nodes
+    /// ship writes there for reactors it owns (instead of moving them), so
+    /// without it nothing is forwarded to the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp_addr: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +127,7 @@ impl ClusterConfig {
                 id: i,
                 addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_CLUSTER_PORT + i as u16)),
                 admin_addr: SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT + i as u16)),
+                resp_addr: None,
             })
             .collect();
         ClusterConfig {
@@ -142,6 +148,7 @@ impl ClusterConfig {
                 id: i,
                 addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize])),
                 admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[2 * i as usize + 1])),
+                resp_addr: None,
             })
             .collect();
         Ok(ClusterConfig {

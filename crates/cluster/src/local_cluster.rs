@@ -149,8 +149,10 @@ impl LocalCluster {
         let mut cluster_addrs = Vec::with_capacity(n);
         for i in 0..n {
             let (cluster, admin) = (loopback(ports[2 * i]), loopback(ports[2 * i + 1]));
-            text +=
-                &format!("\n[[node]]\nid = {i}\naddr = \"{cluster}\"\nadmin_addr = \"{admin}\"\n");
+            let resp = loopback(ports[2 * n + 2 + i]);
+            text += &format!(
+                "\n[[node]]\nid = {i}\naddr = \"{cluster}\"\nadmin_addr = \"{admin}\"\nresp_addr = \"{resp}\"\n"
+            );
             admins.push(admin);
             cluster_addrs.push(cluster);
         }

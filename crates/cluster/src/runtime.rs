@@ -1287,6 +1287,7 @@ mod tests {
                 id: 0,
                 addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
                 admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+                resp_addr: None,
             }],
             ..ClusterConfig::local(1)
         }
@@ -1340,6 +1341,7 @@ mod tests {
                 id: 0,
                 addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
                 admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+                resp_addr: None,
             }],
             ..ClusterConfig::local(1)
         };

@@ -36,6 +36,7 @@ fn cluster(n: u32) -> ClusterConfig {
                 id: i,
                 addr: loopback(ports[2 * i as usize]),
                 admin_addr: loopback(ports[2 * i as usize + 1]),
+                resp_addr: None,
             })
             .collect(),
         membership: MembershipConfig {

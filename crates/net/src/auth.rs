@@ -134,6 +134,21 @@ impl ClusterSecret {
         ClusterSecret(bytes.into_boxed_slice())
     }
 
+    /// A password for another of the cluster's links, derived from the
+    /// secret (HMAC-SHA256 over `label`, in hex): every node derives the
+    /// same one, and it tells nothing of the secret or of other labels'.
+    pub fn derive_password(&self, label: &str) -> String {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"roost-net/derived/v1/");
+        mac.update(label.as_bytes());
+        mac.finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// How many bytes the secret has (safe to log, unlike the bytes).
     pub fn len(&self) -> usize {
         self.0.len()

@@ -37,6 +37,7 @@ use thiserror::Error;
 
 pub mod applier;
 pub mod commit;
+mod forward;
 mod prom;
 pub mod replicas;
 pub mod zeus;
@@ -188,6 +189,42 @@ impl ClusterSide {
     }
 }
 
+/// The front door's forwarding policy ([`forward`]), and the forward user's
+/// password in `resp`: derived from the cluster secret, so every node's is
+/// the same. Without a secret the cluster's links are unauthenticated (the
+/// runtime warns), and so is this one: a fixed password.
+fn node_router(
+    cluster: &ClusterConfig,
+    id: u32,
+    shared: &std::sync::Arc<zeus::Shared>,
+    resp: &mut roost_resp::Config,
+) -> Option<std::sync::Arc<dyn roost_resp::Router>> {
+    let password = match &cluster.security {
+        Some(security) => match security.load_secret() {
+            Ok(secret) => secret.derive_password("resp-forward"),
+            // The runtime refuses to start with the same error.
+            Err(_) => return None,
+        },
+        None => "roost-forward-without-a-cluster-secret".to_owned(),
+    };
+    resp.forward_password = Some(password);
+    let reactors = (0..resp.keyspace_reactors)
+        .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
+        .collect();
+    let resp_addrs = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.id != id)
+        .filter_map(|n| Some((NodeId(n.id), n.resp_addr?)))
+        .collect();
+    Some(std::sync::Arc::new(forward::NodeRouter::new(
+        NodeId(id),
+        std::sync::Arc::clone(shared),
+        reactors,
+        resp_addrs,
+    )))
+}
+
 /// A running node. Dropping it without [`stop`](Self::stop) stops it too,
 /// less gracefully (the runtime is shut down without waiting).
 pub struct Node {
@@ -241,8 +278,12 @@ impl Node {
         .map_err(NodeError::Database)?;
         let front_door = if serve_clients {
             let addr = resp.bind;
+            let router = zeus
+                .as_ref()
+                .and_then(|shared| node_router(&cluster, id, shared, &mut resp));
             let services = Services {
                 keyspace: Some(keyspace.clone()),
+                router,
                 ..Services::examples()
             };
             let server = Server::spawn_with_services(resp.clone(), services)
@@ -418,12 +459,34 @@ impl Node {
         keyspace_reactors: usize,
         protocol: &NodeProtocol,
     ) -> Result<Vec<Node>, NodeError> {
+        let mut cluster = cluster.clone();
+        // Every node's RESP port is known before any starts (the others
+        // ship writes there), and none is a port the cluster side takes.
+        let taken: Vec<u16> = cluster
+            .nodes
+            .iter()
+            .flat_map(|n| [n.addr.port(), n.admin_addr.port()])
+            .collect();
+        let mut ports = Vec::new();
+        for _ in 0..8 {
+            ports = roost_cluster::local_cluster::free_ports(cluster.nodes.len())
+                .map_err(NodeError::Runtime)?;
+            if !ports.iter().any(|p| taken.contains(p)) {
+                break;
+            }
+        }
+        for (node, port) in cluster.nodes.iter_mut().zip(&ports) {
+            if node.resp_addr.is_none() {
+                node.resp_addr = Some(SocketAddr::from(([127, 0, 0, 1], *port)));
+            }
+        }
+        let cluster = &cluster;
         cluster
             .nodes
             .iter()
             .map(|node| {
                 let resp = roost_resp::Config {
-                    bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+                    bind: node.resp_addr.expect("set above"),
                     keyspace_reactors,
                     executors: 1,
                     ..roost_resp::Config::default()

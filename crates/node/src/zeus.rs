@@ -139,6 +139,9 @@ pub(crate) struct Shared {
     /// Acknowledged R-INV rows on their way into this node's replicas.
     pub(crate) applier: crate::applier::Applier,
     bugs: OnceLock<ZeusBugs>,
+    /// Reactors this node lost lately, and to whom: where the front door
+    /// ships writes instead of taking them back ([`crate::forward`]).
+    pub(crate) contention: crate::forward::Contention,
 }
 
 /// What the node's `/metrics` shows of ownership.
@@ -179,6 +182,7 @@ impl Shared {
             commit: crate::commit::CommitShared::default(),
             applier: crate::applier::Applier::default(),
             bugs: OnceLock::new(),
+            contention: crate::forward::Contention::default(),
         })
     }
 
@@ -242,6 +246,7 @@ impl Shared {
             "Reactors this node owns.",
             owned as u64,
         );
+        text.push_str(&self.contention.prometheus());
         text.push_str(&self.commit.prometheus());
         text.push_str(&self.applier.prometheus());
         text
@@ -827,8 +832,10 @@ impl ObjectStore<NodeReactor> for DbStore {
         !self.shared.commit.recovering()
     }
 
-    fn access_changed(&mut self, key: &NodeReactor, access: Access) {
+    fn access_changed(&mut self, key: &NodeReactor, access: Access, owner: Option<NodeId>) {
         let held = self.holding(&key.0);
+        let lost = access != Access::Owner && matches!(held, Holding::Owned { .. });
+        self.shared.contention.note(&key.0, lost, owner);
         self.shared.set_reading(&key.0, access == Access::Reader);
         match (access, held) {
             (Access::Owner, Holding::Replica { .. }) => {

@@ -19,6 +19,7 @@ fn one_node_config() -> NodeConfig {
             id: 0,
             addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
+            resp_addr: None,
         }],
         ..ClusterConfig::local(1)
     };

@@ -695,7 +695,8 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         let access = access_of(entry, me);
         if access != entry.reported {
             entry.reported = access;
-            self.store.access_changed(key, access);
+            self.store
+                .access_changed(key, access, entry.o_replicas.owner);
         }
         let needed = is_dir
             || entry.o_replicas.holds(me)
@@ -2741,7 +2742,7 @@ impl<K: ObjectKey, S: ObjectStore<K>> Ownership<K, S> {
         }
         let keys: Vec<K> = self.entries.keys().cloned().collect();
         for key in &keys {
-            self.store.access_changed(key, Access::None);
+            self.store.access_changed(key, Access::None, None);
         }
         self.entries.clear();
         self.blocked.clear();

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::Access;
+use roost_cluster::NodeId;
 
 /// An object's contents: its transactional version (`t_version`) and its
 /// rows, opaque to the protocol.
@@ -57,8 +58,10 @@ pub trait ObjectStore<K> {
     }
 
     /// This node's access level to the object changed (the transaction
-    /// layer's hook: abort or stall transactions that relied on the old one).
-    fn access_changed(&mut self, _key: &K, _access: Access) {}
+    /// layer's hook: abort or stall transactions that relied on the old one),
+    /// with the owner its metadata names now (where a node that lost the
+    /// object may ship work on it).
+    fn access_changed(&mut self, _key: &K, _access: Access, _owner: Option<NodeId>) {}
 }
 
 /// An in-memory store for tests and the model checker: data per key, a set
@@ -117,7 +120,7 @@ impl<K: Ord + Clone> ObjectStore<K> for MemStore<K> {
         !self.recovering
     }
 
-    fn access_changed(&mut self, key: &K, access: Access) {
+    fn access_changed(&mut self, key: &K, access: Access, _owner: Option<NodeId>) {
         if access == Access::None {
             self.access.remove(key);
         } else {

@@ -121,6 +121,15 @@ pub struct Config {
     /// of a cluster has its own (a cluster node sets its node id), so no
     /// two nodes ever give two writes the same stamp.
     pub stamp_origin: u16,
+    /// The password of the forward user ([`FORWARD_USER`](crate::FORWARD_USER)):
+    /// a cluster node's peers ship it commands as that user, and this node
+    /// ships them its own (each derives it from the cluster secret). Not
+    /// settable from a file; `None`: nobody may log in as that user.
+    #[serde(skip)]
+    pub forward_password: Option<String>,
+    /// How long a forwarded command waits for its owner's reply before its
+    /// client hears that its outcome is unknown.
+    pub forward_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -151,6 +160,8 @@ impl Default for Config {
             lua_time_limit_ms: crate::scripting::DEFAULT_TIME_LIMIT_MS,
             users: Vec::new(),
             stamp_origin: 0,
+            forward_password: None,
+            forward_timeout_ms: 10_000,
         }
     }
 }
@@ -229,6 +240,18 @@ impl Config {
                 self.lua_time_limit_ms
             )));
         }
+        if self.forward_timeout_ms == 0 || self.forward_timeout_ms > 600_000 {
+            return Err(ConfigError::Invalid(format!(
+                "forward_timeout_ms must be 1..=600000, got {}",
+                self.forward_timeout_ms
+            )));
+        }
+        if self.users.iter().any(|u| u.name == crate::FORWARD_USER) {
+            return Err(ConfigError::Invalid(format!(
+                "user name `{}` is reserved for the cluster's forwarded commands",
+                crate::FORWARD_USER
+            )));
+        }
         let mut names: Vec<&str> = self.users.iter().map(|u| u.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
@@ -275,6 +298,10 @@ impl Config {
     /// `requirepass`'s (read-write). Compares in time independent of where
     /// the passwords differ.
     pub fn authenticate(&self, name: &str, password: &[u8]) -> Option<Access> {
+        if name == crate::FORWARD_USER {
+            let pass = self.forward_password.as_ref()?;
+            return constant_time_eq(pass.as_bytes(), password).then_some(Access::ReadWrite);
+        }
         if name == "default" {
             if let Some(pass) = &self.requirepass {
                 return constant_time_eq(pass.as_bytes(), password).then_some(Access::ReadWrite);

@@ -15,6 +15,7 @@
 //! transaction, so only the command at fault gets the error.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::admin::{self, Peer, Registered};
 use crate::commands::{self, arity_ok, lookup_index, unknown_command, wrong_arity, Kind, Spec};
 use crate::config::Access;
+use crate::forward::ForwardError;
 use crate::keyspace::KeyOp;
 use crate::protocol::{Args, Frame, InPlace, Limits, Parsed, Protocol, RequestParser};
 use crate::server::ServerShared;
@@ -49,6 +51,19 @@ struct Multi {
     bytes: usize,
     /// A queued command was rejected: EXEC answers EXECABORT.
     dirty: bool,
+    /// Where the whole transaction may be shipped (every queued command a
+    /// write its owner's node serves), with the commands' bytes.
+    route: MultiRoute,
+}
+
+/// Where the commands queued in a MULTI may run.
+enum MultiRoute {
+    /// Nothing queued yet.
+    Empty,
+    /// All at the owner at this address: MULTI, these commands, EXEC.
+    To(SocketAddr, Vec<u8>),
+    /// Here.
+    Local,
 }
 
 struct Connection<'a> {
@@ -67,6 +82,11 @@ struct Connection<'a> {
     parser: RequestParser,
     close: bool,
     tally: Tally,
+    /// Writes may be shipped to their owner (a cluster node's client; never
+    /// a forwarded connection, so nothing is forwarded twice).
+    may_forward: bool,
+    /// The classified command's owner and bytes, when it is to be shipped.
+    next_forward: Option<(SocketAddr, Vec<u8>)>,
 }
 
 pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
@@ -89,6 +109,8 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
         watched: Vec::new(),
         close: false,
         tally: Tally::default(),
+        may_forward: shared.forwarding.is_some(),
+        next_forward: None,
     };
     conn.update_limits();
     let depth = config.max_pipeline_depth;
@@ -194,6 +216,10 @@ struct Batch {
     ops: Vec<Op>,
     /// Their keys' and values' bytes.
     bytes: usize,
+    /// Where they run when not here: their owner's RESP address, and the
+    /// commands' bytes to ship.
+    to: Option<SocketAddr>,
+    raw: Vec<u8>,
 }
 
 impl Connection<'_> {
@@ -274,6 +300,16 @@ impl Connection<'_> {
                 reply.encode(self.protocol, out);
             }
             Step::Data(op) if self.multi.is_none() => {
+                let forward = self.next_forward.take();
+                let to = forward.as_ref().map(|(to, _)| *to);
+                if !batch.ops.is_empty() && batch.to != to {
+                    // A batch runs in one place.
+                    self.flush(batch, out).await;
+                }
+                batch.to = to;
+                if let Some((_, raw)) = forward {
+                    batch.raw.extend_from_slice(&raw);
+                }
                 batch.bytes += op.payload_bytes();
                 batch.ops.push(op);
                 if batch.ops.len() >= self.shared.config.max_batch_commands
@@ -282,10 +318,35 @@ impl Connection<'_> {
                     self.flush(batch, out).await;
                 }
             }
+            Step::Data(op) => {
+                let forward = self.next_forward.take();
+                if let Some(multi) = &mut self.multi {
+                    multi.route = match (
+                        std::mem::replace(&mut multi.route, MultiRoute::Local),
+                        forward,
+                    ) {
+                        (MultiRoute::Empty, Some((to, raw))) => MultiRoute::To(to, raw),
+                        (MultiRoute::To(to, mut queued), Some((next, raw))) if next == to => {
+                            queued.extend_from_slice(&raw);
+                            MultiRoute::To(to, queued)
+                        }
+                        _ => MultiRoute::Local,
+                    };
+                }
+                let reply = self.run_step(Step::Data(op)).await;
+                reply.encode(self.protocol, out);
+            }
             step => {
                 self.flush(batch, out).await;
                 // INFO sees every command so far, itself included.
                 self.flush_tally();
+                if matches!(&step, Step::Conn(spec, _) if spec.name == "exec") {
+                    if let Some(replies) = self.forward_exec().await {
+                        self.client.info.multi.store(-1, Ordering::Relaxed);
+                        out.extend_from_slice(&replies);
+                        return;
+                    }
+                }
                 let reply = self.run_step(step).await;
                 // After HELLO, its reply is already in the protocol it chose.
                 reply.encode(self.protocol, out);
@@ -302,6 +363,24 @@ impl Connection<'_> {
         // The next batch is likely as long as this one.
         let hint = batch.ops.len();
         let ops = Arc::new(std::mem::replace(&mut batch.ops, Vec::with_capacity(hint)));
+        if let Some(to) = batch.to.take() {
+            let raw = std::mem::take(&mut batch.raw);
+            match self.forward(to, raw, ops.len()).await {
+                Ok(replies) => {
+                    out.extend_from_slice(&replies);
+                    return;
+                }
+                // Nothing reached the owner: run here.
+                Err(ForwardError::NotSent { .. }) => {}
+                Err(e @ ForwardError::Unknown { .. }) => {
+                    let error = outcome_unknown(&e);
+                    for _ in 0..ops.len() {
+                        error.encode(self.protocol, out);
+                    }
+                    return;
+                }
+            }
+        }
         let replies = match self.shared.store.run(Arc::clone(&ops), None).await {
             Ok(Some(replies)) => replies,
             Ok(None) => unreachable!("nothing watched"),
@@ -354,6 +433,9 @@ impl Connection<'_> {
             };
             if let Some(op) = op {
                 self.count(Some(index));
+                if self.may_forward && spec.write {
+                    self.next_forward = self.route(&[arg(1)]).map(|to| (to, request.to_vec()));
+                }
                 return Step::Data(op);
             }
         }
@@ -388,13 +470,21 @@ impl Connection<'_> {
                         spec.name
                     )));
                 }
+                if self.may_forward && spec.write {
+                    self.next_forward = self.route_command(spec, &args);
+                }
                 let op = commands::parse_op(spec, args, &self.shared.functions);
+                if matches!(op, Op::Reply(_)) {
+                    // Refused here already: its error is the reply.
+                    self.next_forward = None;
+                }
                 if self.shared.site_counters.is_some() && spec.name.starts_with("bc.") {
                     if self.multi.is_some() {
                         return self.reject(Frame::error(
                             "ERR BC.* on a site runs at once, each its own operation: not inside MULTI",
                         ));
                     }
+                    self.next_forward = None;
                     return Step::Site(op);
                 }
                 Step::Data(op)
@@ -532,6 +622,7 @@ impl Connection<'_> {
                     ops: Vec::new(),
                     bytes: 0,
                     dirty: false,
+                    route: MultiRoute::Empty,
                 });
                 self.client.info.multi.store(0, Ordering::Relaxed);
                 Frame::ok()
@@ -595,7 +686,122 @@ impl Connection<'_> {
             }
             return reply;
         }
+        if let Some(multi) = &mut self.multi {
+            // Its reply is given here, at EXEC: the transaction runs here.
+            multi.route = MultiRoute::Local;
+        }
         self.queue(Op::Reply(reply))
+    }
+
+    /// Where a write command on `keys` runs, if not here.
+    fn route(&self, keys: &[&[u8]]) -> Option<SocketAddr> {
+        let forwarding = self.shared.forwarding.as_ref()?;
+        let n = self.shared.config.keyspace_reactors;
+        let mut reactors: Vec<usize> = keys
+            .iter()
+            .map(|key| crate::store::keyspace_index(key, n))
+            .collect();
+        reactors.sort_unstable();
+        reactors.dedup();
+        forwarding.router.route(&reactors)
+    }
+
+    /// Where a write command runs if not here, with its bytes: only
+    /// commands whose keys the command table names (not those with a
+    /// `numkeys` argument, nor keyless ones).
+    fn route_command(&self, spec: &Spec, args: &Args) -> Option<(SocketAddr, Vec<u8>)> {
+        if spec.first_key <= 0 || commands::numkeys_at(spec.name).is_some() {
+            return None;
+        }
+        let first = spec.first_key as usize;
+        let last = if spec.last_key < 0 {
+            usize::try_from(args.len() as i64 + i64::from(spec.last_key)).ok()?
+        } else {
+            spec.last_key as usize
+        };
+        let step = spec.step.max(1) as usize;
+        let keys: Vec<&[u8]> = (first..=last.min(args.len().saturating_sub(1)))
+            .step_by(step)
+            .map(|i| args[i].as_slice())
+            .collect();
+        if keys.is_empty() {
+            return None;
+        }
+        let to = self.route(&keys)?;
+        let mut raw = Vec::new();
+        crate::forward::encode_command(args, &mut raw);
+        Some((to, raw))
+    }
+
+    /// Ships `raw` (`replies` commands) to their owner.
+    async fn forward(
+        &self,
+        to: SocketAddr,
+        raw: Vec<u8>,
+        replies: usize,
+    ) -> Result<Vec<u8>, ForwardError> {
+        let forwarding = self
+            .shared
+            .forwarding
+            .as_ref()
+            .ok_or(ForwardError::NotSent {
+                to,
+                why: "this server forwards nothing".into(),
+            })?;
+        forwarding.forward(to, self.protocol, raw, replies).await
+    }
+
+    /// EXEC of a transaction whose every command is a write on reactors one
+    /// other node owns: shipped there whole (MULTI, the commands, EXEC),
+    /// its reply being EXEC's there. `None`: it runs here (WATCHed keys
+    /// are compared here, so such a transaction always does).
+    async fn forward_exec(&mut self) -> Option<Vec<u8>> {
+        let multi = self.multi.as_ref()?;
+        if multi.dirty || !self.watched.is_empty() || !matches!(multi.route, MultiRoute::To(..)) {
+            return None;
+        }
+        let Some(Multi {
+            ops,
+            route: MultiRoute::To(to, queued),
+            ..
+        }) = self.multi.take()
+        else {
+            unreachable!("checked above");
+        };
+        let mut raw = Vec::with_capacity(queued.len() + 32);
+        crate::forward::encode_command(&[&b"MULTI"[..]], &mut raw);
+        raw.extend_from_slice(&queued);
+        crate::forward::encode_command(&[&b"EXEC"[..]], &mut raw);
+        let replies = ops.len() + 2;
+        match self.forward(to, raw, replies).await {
+            Ok(bytes) => {
+                // MULTI's +OK and each +QUEUED come first: EXEC's reply is
+                // the last.
+                let mut at = 0;
+                for _ in 0..replies - 1 {
+                    match crate::forward::reply_len(&bytes[at..]) {
+                        Ok(Some(len)) => at += len,
+                        _ => return Some(outcome_unknown_bytes(self.protocol, to)),
+                    }
+                }
+                Some(bytes[at..].to_vec())
+            }
+            Err(ForwardError::NotSent { .. }) => {
+                // Run here after all.
+                self.multi = Some(Multi {
+                    bytes: 0,
+                    dirty: false,
+                    route: MultiRoute::Local,
+                    ops,
+                });
+                None
+            }
+            Err(e @ ForwardError::Unknown { .. }) => {
+                let mut out = Vec::new();
+                outcome_unknown(&e).encode(self.protocol, &mut out);
+                Some(out)
+            }
+        }
     }
 
     async fn exec(&mut self) -> Frame {
@@ -672,6 +878,8 @@ impl Connection<'_> {
         };
         match config.authenticate(&name, password) {
             Some(access) => {
+                self.may_forward =
+                    self.shared.forwarding.is_some() && name != crate::forward::FORWARD_USER;
                 self.client.info.set_user(&name);
                 self.user = Some((name, access));
                 self.update_limits();
@@ -719,6 +927,8 @@ impl Connection<'_> {
             let user = String::from_utf8_lossy(&user).into_owned();
             match self.shared.config.authenticate(&user, &password) {
                 Some(access) => {
+                    self.may_forward =
+                        self.shared.forwarding.is_some() && user != crate::forward::FORWARD_USER;
                     self.client.info.set_user(&user);
                     self.user = Some((user, access));
                     self.update_limits();
@@ -917,6 +1127,23 @@ enum Step {
     /// A bounded-counter command for the site's counters (a node that is a
     /// site of a geo-replicated deployment).
     Site(Op),
+}
+
+/// The reply to a command shipped to its owner with no reply back.
+fn outcome_unknown(error: &ForwardError) -> Frame {
+    Frame::error(format!(
+        "ERR the command was shipped to its keys' owner and its outcome is unknown ({error})"
+    ))
+}
+
+fn outcome_unknown_bytes(protocol: Protocol, to: SocketAddr) -> Vec<u8> {
+    let mut out = Vec::new();
+    outcome_unknown(&ForwardError::Unknown {
+        to,
+        why: "a reply that could not be read".into(),
+    })
+    .encode(protocol, &mut out);
+    out
 }
 
 fn single_reply(outcome: BatchOutcome) -> Frame {

@@ -20,6 +20,7 @@ mod commands;
 pub mod config;
 mod connection;
 mod expiry;
+pub mod forward;
 pub mod functions;
 mod hashes;
 mod keyspace;
@@ -36,6 +37,7 @@ mod strings;
 mod zsets;
 
 pub use config::{Access, Config, ConfigError, User};
+pub use forward::{Router, FORWARD_USER};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
 pub use members::{MemberAudit, MAX_MEMBER_BYTES};
 pub use server::{Keyspace, RunningServer, Server, ServerError, Services};

@@ -55,6 +55,9 @@ pub(crate) struct ServerShared {
     pub(crate) stopping: tokio::sync::Notify,
     /// Round-robin over the executors that serve connections.
     next_executor: AtomicUsize,
+    /// In a cluster: where writes on reactors owned elsewhere may be
+    /// shipped ([`crate::forward`]).
+    pub(crate) forwarding: Option<Arc<crate::forward::Forwarding>>,
 }
 
 /// Tells the connections the server has stopped, when `serve` ends.
@@ -78,6 +81,9 @@ pub struct Services {
     /// The keyspace to serve, when the application made it first (a site's
     /// node keeps its counters in it); else the server makes its own.
     pub keyspace: Option<Keyspace>,
+    /// In a cluster: the node's forwarding policy (needs the config's
+    /// `forward_password`); `None`: every command runs here.
+    pub router: Option<Arc<dyn crate::forward::Router>>,
 }
 
 impl Services {
@@ -276,8 +282,15 @@ impl Server {
             functions,
             site_counters,
             keyspace,
+            router,
         } = services;
         config.validate()?;
+        if router.is_some() && config.forward_password.is_none() {
+            return Err(ConfigError::Invalid(
+                "a forwarding router needs forward_password (the owners authenticate it)".into(),
+            )
+            .into());
+        }
         let listener =
             TcpListener::bind(config.bind)
                 .await
@@ -306,6 +319,14 @@ impl Server {
         }
         let stats = Arc::clone(store.stats());
         let max_clients = config.max_clients;
+        let forwarding = router.map(|router| {
+            Arc::new(crate::forward::Forwarding::new(
+                router,
+                config.forward_password.clone().unwrap_or_default(),
+                std::time::Duration::from_millis(config.forward_timeout_ms),
+                Arc::clone(&stats),
+            ))
+        });
         functions
             .scripting()
             .set_time_limit(config.lua_time_limit_ms);
@@ -326,6 +347,7 @@ impl Server {
                 stopped: AtomicBool::new(false),
                 stopping: tokio::sync::Notify::new(),
                 next_executor: AtomicUsize::new(0),
+                forwarding,
             }),
         })
     }

@@ -133,6 +133,12 @@ pub struct Snapshot {
     pub volatile_keys: u64,
     /// Expired keys reclaimed (by the sweep or by a write).
     pub expired_keys: u64,
+    /// Requests shipped to their reactors' owner and answered there; those
+    /// that could not be sent (run here instead); those sent whose outcome
+    /// stayed unknown.
+    pub forwarded: u64,
+    pub forwards_not_sent: u64,
+    pub forwards_unknown: u64,
     /// Sweep transactions run, and the most keys one of them deleted.
     pub expire_sweeps: u64,
     pub expire_sweep_max_keys: u64,
@@ -171,6 +177,24 @@ impl Snapshot {
             "counter",
             "Client connections refused at max_clients.",
             self.rejected_connections,
+        );
+        metric(
+            "forwarded_total",
+            "counter",
+            "Write requests shipped to their reactors' owner and answered there.",
+            self.forwarded,
+        );
+        metric(
+            "forwards_not_sent_total",
+            "counter",
+            "Write requests meant for their owner that could not be sent (run here).",
+            self.forwards_not_sent,
+        );
+        metric(
+            "forwards_unknown_total",
+            "counter",
+            "Write requests sent to their owner with no reply (outcome unknown).",
+            self.forwards_unknown,
         );
         metric(
             "commands_processed_total",
@@ -317,6 +341,10 @@ pub struct Stats {
     /// Sweep transactions, and the most keys one deleted.
     pub expire_sweeps: AtomicU64,
     pub expire_sweep_max_keys: AtomicU64,
+    /// Forwarded requests (see [`Snapshot::forwarded`]).
+    pub forwarded: AtomicU64,
+    pub forwards_not_sent: AtomicU64,
+    pub forwards_unknown: AtomicU64,
     /// Calls per command, in the order of the command table.
     per_command: Box<[AtomicU64]>,
 }
@@ -410,6 +438,9 @@ impl Stats {
             expired_keys: get(&self.expired_keys),
             expire_sweeps: get(&self.expire_sweeps),
             expire_sweep_max_keys: get(&self.expire_sweep_max_keys),
+            forwarded: get(&self.forwarded),
+            forwards_not_sent: get(&self.forwards_not_sent),
+            forwards_unknown: get(&self.forwards_unknown),
         }
     }
 
@@ -446,6 +477,9 @@ impl Default for Stats {
             expired_keys: AtomicU64::new(0),
             expire_sweeps: AtomicU64::new(0),
             expire_sweep_max_keys: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
+            forwards_not_sent: AtomicU64::new(0),
+            forwards_unknown: AtomicU64::new(0),
             per_command: crate::commands::COMMANDS
                 .iter()
                 .map(|_| AtomicU64::new(0))

@@ -1,0 +1,194 @@
+//! Migrate or forward: two clients on two nodes taking turns at one key do
+//! not move its reactor on every request; the node that lost it ships its
+//! writes to the owner, and every write is applied exactly once.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use roost_cluster::config::ClusterConfig;
+use roost_cluster::runtime::admin_get;
+use roost_node::Node;
+
+const NODES: u32 = 3;
+const REACTORS: usize = 4;
+
+fn start_cluster() -> Vec<Node> {
+    let cluster = ClusterConfig::loopback(NODES).unwrap();
+    let nodes = Node::start_in_process(&cluster, REACTORS).unwrap();
+    // Every node a replica of every reactor (degree 3), all created.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while nodes
+        .iter()
+        .map(|n| metric(n, "roost_ownership_reactors_owned"))
+        .sum::<u64>()
+        != REACTORS as u64
+    {
+        assert!(Instant::now() < deadline, "the reactors were not created");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nodes
+}
+
+fn connect(node: &Node) -> TcpStream {
+    let stream = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+}
+
+fn send(stream: &mut TcpStream, args: &[&str]) {
+    let mut frame = format!("*{}\r\n", args.len());
+    for arg in args {
+        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(frame.as_bytes()).unwrap();
+}
+
+fn line(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n") {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed after {got:?}");
+        got.push(byte[0]);
+    }
+    String::from_utf8(got).unwrap().trim_end().to_owned()
+}
+
+fn command(stream: &mut TcpStream, args: &[&str]) -> String {
+    send(stream, args);
+    line(stream)
+}
+
+fn metric(node: &Node, name: &str) -> u64 {
+    let (status, body) = node
+        .block_on(admin_get(
+            node.admin_addr(),
+            "/metrics",
+            Duration::from_secs(5),
+        ))
+        .unwrap();
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+fn total(nodes: &[Node], name: &str) -> u64 {
+    nodes.iter().map(|n| metric(n, name)).sum()
+}
+
+/// INCR at `stream` until acknowledged (an error changed nothing).
+fn incr(stream: &mut TcpStream, key: &str) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = command(stream, &["INCR", key]);
+        if let Some(n) = reply.strip_prefix(':') {
+            return n.parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "INCR {key} kept failing: {reply}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
+    let nodes = start_cluster();
+    let (mut a, mut b) = (connect(&nodes[0]), connect(&nodes[1]));
+    let acquires_before = total(&nodes, "roost_ownership_acquires_total");
+    let mut acknowledged = 0;
+    let mut last = 0;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        for client in [&mut a, &mut b] {
+            let value = incr(client, "hot");
+            acknowledged += 1;
+            // Each INCR sees every earlier one: one value, nothing lost or
+            // applied twice.
+            assert_eq!(value, last + 1, "INCR after {acknowledged} acknowledged");
+            last = value;
+        }
+    }
+    let moves = total(&nodes, "roost_ownership_acquires_total") - acquires_before;
+    let forwarded = total(&nodes, "roost_resp_forwarded_total");
+    eprintln!("{acknowledged} INCRs, {moves} acquisitions, {forwarded} forwarded");
+    assert!(acknowledged > 100, "only {acknowledged} INCRs in 3 s");
+    // Without forwarding, every other INCR moves the reactor (thousands
+    // in 3 s); with it, a node that lost the key holds off for 5 s.
+    assert!(
+        moves <= 4,
+        "{moves} acquisitions for {acknowledged} INCRs ({forwarded} forwarded)"
+    );
+    assert!(
+        forwarded + 4 >= acknowledged as u64 / 2,
+        "{forwarded} of {acknowledged} forwarded"
+    );
+    assert_eq!(total(&nodes, "roost_resp_forwards_unknown_total"), 0);
+    // The third node reads the value every INCR made.
+    let mut c = connect(&nodes[2]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        send(&mut c, &["GET", "hot"]);
+        let head = line(&mut c);
+        let value = if head.starts_with('$') {
+            line(&mut c)
+        } else {
+            head
+        };
+        if value == last.to_string() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "GET hot at node 2: {value}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A MULTI of writes on the held key is shipped whole, and answered as
+    // EXEC there answered it.
+    let before = metric(&nodes[0], "roost_resp_forwarded_total")
+        + metric(&nodes[1], "roost_resp_forwarded_total");
+    let holder = if metric(&nodes[0], "roost_resp_forwarded_total") > 0 {
+        &mut a
+    } else {
+        &mut b
+    };
+    assert_eq!(command(holder, &["MULTI"]), "+OK");
+    assert_eq!(command(holder, &["INCR", "hot"]), "+QUEUED");
+    assert_eq!(command(holder, &["INCRBY", "hot", "10"]), "+QUEUED");
+    assert_eq!(command(holder, &["EXEC"]), "*2");
+    assert_eq!(line(holder), format!(":{}", last + 1));
+    assert_eq!(line(holder), format!(":{}", last + 11));
+    let after = metric(&nodes[0], "roost_resp_forwarded_total")
+        + metric(&nodes[1], "roost_resp_forwarded_total");
+    assert_eq!(after, before + 1, "the EXEC was shipped once");
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[test]
+fn the_forward_user_needs_the_clusters_password() {
+    let nodes = start_cluster();
+    let mut client = connect(&nodes[0]);
+    assert_eq!(
+        command(&mut client, &["AUTH", roost_resp::FORWARD_USER, "guess"]),
+        "-WRONGPASS invalid username-password pair or user is disabled."
+    );
+    // Nothing a client may configure takes the name.
+    let config = roost_resp::Config {
+        users: vec![roost_resp::User {
+            name: roost_resp::FORWARD_USER.into(),
+            password: "x".into(),
+            access: roost_resp::Access::ReadWrite,
+        }],
+        ..roost_resp::Config::default()
+    };
+    let error = config.validate().unwrap_err().to_string();
+    assert!(error.contains("reserved"), "{error}");
+    for node in nodes {
+        node.stop();
+    }
+}

@@ -78,6 +78,11 @@ pub enum ZeusMsg {
     /// The members the sender knows finished the reliable commit's
     /// recovery in this epoch ([`Recoveries`]).
     Recovered(Recovered),
+    /// The owner of `key` saw only forwarded writes on it lately: a node
+    /// holding off taking it (`crate::forward`) may take it now.
+    Yield {
+        key: NodeReactor,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -441,6 +446,19 @@ impl Protocol for Zeus {
                 // A recovery report, ours or a member's, may have been lost.
                 self.recoveries
                     .on_tick(ctx, &mut |to, m| fx.send(to, ZeusMsg::Recovered(m)));
+                // Reactors used only elsewhere: the holds on them end.
+                let owned = |key: &ReactorKey| self.shared.owns(key);
+                let yields = self.shared.contention.to_yield(ctx.now_ms, owned);
+                for key in yields {
+                    for &to in ctx.view.members.keys().filter(|m| **m != ctx.me) {
+                        fx.send(
+                            to,
+                            ZeusMsg::Yield {
+                                key: NodeReactor(key.clone()),
+                            },
+                        );
+                    }
+                }
                 let adopt = self.replicas.on_tick(ctx, &self.ownership, fx);
                 self.shared.commit.count_adoptions(adopt.len());
                 for cmd in adopt {
@@ -466,6 +484,10 @@ impl Protocol for Zeus {
                 from,
                 msg: ZeusMsg::BecomeReader { key },
             } => self.on_ask(ctx, from, key, true, fx),
+            Input::Message {
+                from,
+                msg: ZeusMsg::Yield { key },
+            } => self.shared.contention.release(&key.0, from),
             Input::Message {
                 from,
                 msg: ZeusMsg::StopReading { key },

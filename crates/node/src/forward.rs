@@ -15,6 +15,13 @@
 //! A node that never lost a reactor takes it as before: a workload that
 //! moved follows its data at once.
 //!
+//! The owner measures too: a reactor whose writes over the last
+//! [`YIELD_WINDOW_MS`] all came forwarded (at least [`YIELD_MIN_FORWARDED`]
+//! of them, none from its own clients) is not contended but used elsewhere,
+//! so the owner tells the other nodes to end their hold on it
+//! (`ZeusMsg::Yield`), and the next write there takes it: the reactor
+//! follows its use after all, once.
+//!
 //! Reads never forward: they run at the local replica (Zeus's local
 //! read-only transactions). A write on reactors owned by several nodes,
 //! or by one whose RESP address is unknown, runs here and acquires them.
@@ -36,6 +43,12 @@ pub const HOLD_GROWTH: u64 = 4;
 pub const MAX_HOLD_MS: u64 = 120_000;
 /// A loss this long after the last one starts over at [`FIRST_HOLD_MS`].
 pub const CONTENTION_MEMORY_MS: u64 = 300_000;
+/// The owner's measuring window, and the forwarded writes (with no local
+/// one) in it that make it yield a reactor.
+pub const YIELD_WINDOW_MS: u64 = 500;
+pub const YIELD_MIN_FORWARDED: u64 = 8;
+/// Reactors one window yields at most.
+const MAX_YIELDS_PER_WINDOW: usize = 256;
 /// Reactors remembered at most (entries past their memory are dropped
 /// first; a node has as many as the keyspace has reactors).
 const MAX_CONTENDED: usize = 1 << 20;
@@ -45,16 +58,38 @@ const MAX_CONTENDED: usize = 1 << 20;
 struct Lost {
     at_ms: u64,
     hold_ms: u64,
+    /// The hold ends here (earlier than `at_ms + hold_ms` if the owner
+    /// yielded).
+    until_ms: u64,
     /// The owner the metadata names now (kept current while held).
     owner: Option<NodeId>,
 }
 
-/// The reactors this node lost lately.
+/// The reactors this node lost lately, and the writes it served.
 pub(crate) struct Contention {
     epoch: Instant,
     lost: Mutex<HashMap<ReactorKey, Lost>>,
     /// Losses that started or grew a hold.
     holds: AtomicU64,
+    /// Holds ended early: by an owner's yield, and yields sent.
+    released: AtomicU64,
+    yields: AtomicU64,
+    /// Writes served here per keyspace reactor (set with the router).
+    usage: std::sync::OnceLock<Usage>,
+}
+
+/// Writes served per keyspace reactor: from this node's clients, and
+/// shipped here by others; and their counts when the last window closed.
+struct Usage {
+    keys: Vec<ReactorKey>,
+    local: Box<[AtomicU64]>,
+    forwarded: Box<[AtomicU64]>,
+    window: Mutex<Window>,
+}
+
+struct Window {
+    opened_ms: u64,
+    seen: Vec<(u64, u64)>,
 }
 
 impl Default for Contention {
@@ -63,6 +98,9 @@ impl Default for Contention {
             epoch: Instant::now(),
             lost: Mutex::new(HashMap::new()),
             holds: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+            yields: AtomicU64::new(0),
+            usage: std::sync::OnceLock::new(),
         }
     }
 }
@@ -105,10 +143,91 @@ impl Contention {
             Lost {
                 at_ms: now_ms,
                 hold_ms,
+                until_ms: now_ms + hold_ms,
                 owner,
             },
         );
         self.holds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the writes served per keyspace reactor (`keys`, by index).
+    fn measure(&self, keys: Vec<ReactorKey>) {
+        let n = keys.len();
+        let counters = || (0..n).map(|_| AtomicU64::new(0)).collect();
+        let _ = self.usage.set(Usage {
+            keys,
+            local: counters(),
+            forwarded: counters(),
+            window: Mutex::new(Window {
+                opened_ms: 0,
+                seen: vec![(0, 0); n],
+            }),
+        });
+    }
+
+    fn served(&self, reactors: &[usize], forwarded: bool) {
+        let Some(usage) = self.usage.get() else {
+            return;
+        };
+        let counters = if forwarded {
+            &usage.forwarded
+        } else {
+            &usage.local
+        };
+        for &i in reactors {
+            if let Some(c) = counters.get(i) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// At the owner, once per [`YIELD_WINDOW_MS`]: the reactors it owns
+    /// whose writes in the window all came forwarded.
+    pub(crate) fn to_yield(
+        &self,
+        now_ms: u64,
+        owns: impl Fn(&ReactorKey) -> bool,
+    ) -> Vec<ReactorKey> {
+        let Some(usage) = self.usage.get() else {
+            return Vec::new();
+        };
+        let mut window = usage.window.lock().expect("usage window lock");
+        if now_ms < window.opened_ms + YIELD_WINDOW_MS {
+            return Vec::new();
+        }
+        window.opened_ms = now_ms;
+        let mut out = Vec::new();
+        for (i, seen) in window.seen.iter_mut().enumerate() {
+            let now = (
+                usage.local[i].load(Ordering::Relaxed),
+                usage.forwarded[i].load(Ordering::Relaxed),
+            );
+            let (local, forwarded) = (now.0 - seen.0, now.1 - seen.1);
+            *seen = now;
+            if local == 0
+                && forwarded >= YIELD_MIN_FORWARDED
+                && out.len() < MAX_YIELDS_PER_WINDOW
+                && owns(&usage.keys[i])
+            {
+                out.push(usage.keys[i].clone());
+            }
+        }
+        self.yields.fetch_add(out.len() as u64, Ordering::Relaxed);
+        debug_assert!(out.len() <= MAX_YIELDS_PER_WINDOW);
+        out
+    }
+
+    /// `from`, the owner of `key`, yields it: a hold on it toward `from`
+    /// ends now (the loss stays remembered, so a new one holds longer).
+    pub(crate) fn release(&self, key: &ReactorKey, from: NodeId) {
+        let mut map = self.lost.lock().expect("contention lock");
+        if let Some(lost) = map.get_mut(key) {
+            let now_ms = self.now_ms();
+            if lost.owner == Some(from) && now_ms < lost.until_ms {
+                lost.until_ms = now_ms;
+                self.released.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The node `key`'s writes go to now, if it is held.
@@ -116,7 +235,8 @@ impl Contention {
         let map = self.lost.lock().expect("contention lock");
         let lost = map.get(key)?;
         let owner = lost.owner.filter(|o| *o != me)?;
-        (now_ms < lost.at_ms + lost.hold_ms).then_some(owner)
+        debug_assert!(lost.until_ms <= lost.at_ms + lost.hold_ms);
+        (now_ms < lost.until_ms).then_some(owner)
     }
 
     pub(crate) fn prometheus(&self) -> String {
@@ -126,6 +246,18 @@ impl Contention {
             "roost_zeus_forward_holds_total",
             "Reactors lost to another node that then had this node's writes shipped to their owner for a while.",
             self.holds.load(Ordering::Relaxed),
+        );
+        crate::prom::counter(
+            &mut text,
+            "roost_zeus_forward_yields_total",
+            "Owned reactors whose writes all came forwarded for a window: the other nodes were told to take them.",
+            self.yields.load(Ordering::Relaxed),
+        );
+        crate::prom::counter(
+            &mut text,
+            "roost_zeus_forward_holds_released_total",
+            "Holds ended early because the owner yielded the reactor.",
+            self.released.load(Ordering::Relaxed),
         );
         text
     }
@@ -148,6 +280,7 @@ impl NodeRouter {
         reactors: Vec<ReactorKey>,
         resp_addrs: HashMap<NodeId, SocketAddr>,
     ) -> NodeRouter {
+        shared.contention.measure(reactors.clone());
         NodeRouter {
             me,
             shared,
@@ -174,6 +307,10 @@ impl roost_resp::Router for NodeRouter {
             to = Some(owner);
         }
         self.resp_addrs.get(&to?).copied()
+    }
+
+    fn served(&self, reactors: &[usize], forwarded: bool) {
+        self.shared.contention.served(reactors, forwarded);
     }
 }
 
@@ -217,5 +354,47 @@ mod tests {
         c.note_at(&x, true, Some(other), later);
         assert_eq!(c.held_by(&x, me, later + FIRST_HOLD_MS), None);
         assert_eq!(c.holds.load(Ordering::Relaxed), 13);
+    }
+
+    #[test]
+    fn an_owner_yields_a_reactor_only_other_nodes_write_and_the_hold_ends() {
+        let c = Contention::default();
+        let (x, y) = (key("x"), key("y"));
+        c.measure(vec![x.clone(), y.clone()]);
+        assert!(c.to_yield(0, |_| true).is_empty(), "nothing served yet");
+        for _ in 0..YIELD_MIN_FORWARDED {
+            c.served(&[0, 1], true);
+        }
+        // y also had a write from this node's own clients: contended.
+        c.served(&[1], false);
+        assert!(
+            c.to_yield(YIELD_WINDOW_MS - 1, |_| true).is_empty(),
+            "window open"
+        );
+        assert_eq!(c.to_yield(YIELD_WINDOW_MS, |_| true), vec![x.clone()]);
+        // A new window starts from the counts seen.
+        for _ in 0..YIELD_MIN_FORWARDED {
+            c.served(&[0], true);
+        }
+        assert!(
+            c.to_yield(2 * YIELD_WINDOW_MS, |k| *k != x).is_empty(),
+            "only reactors it owns"
+        );
+        // At the node holding off: the owner's yield ends the hold, another
+        // node's does not.
+        let (me, owner) = (NodeId(0), NodeId(1));
+        let now = c.now_ms();
+        c.note_at(&x, true, Some(owner), now);
+        c.release(&x, NodeId(2));
+        assert_eq!(c.held_by(&x, me, now), Some(owner));
+        c.release(&x, owner);
+        assert_eq!(c.held_by(&x, me, c.now_ms()), None);
+        // The loss is remembered: the next one holds longer.
+        let later = c.now_ms() + 1;
+        c.note_at(&x, true, Some(owner), later);
+        assert_eq!(
+            c.held_by(&x, me, later + FIRST_HOLD_MS * HOLD_GROWTH - 1),
+            Some(owner)
+        );
     }
 }

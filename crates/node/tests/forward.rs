@@ -75,6 +75,10 @@ fn metric(node: &Node, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
+fn after_forwards(nodes: &[Node]) -> u64 {
+    total(nodes, "roost_resp_forwarded_total")
+}
+
 fn total(nodes: &[Node], name: &str) -> u64 {
     nodes.iter().map(|n| metric(n, name)).sum()
 }
@@ -164,6 +168,34 @@ fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
     let after = metric(&nodes[0], "roost_resp_forwarded_total")
         + metric(&nodes[1], "roost_resp_forwarded_total");
     assert_eq!(after, before + 1, "the EXEC was shipped once");
+    last += 11;
+
+    // Now only the node that held off writes the key: the owner sees
+    // nothing but forwarded writes, yields it, and it moves here once.
+    let acquires = total(&nodes, "roost_ownership_acquires_total");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut local_run = 0;
+    while local_run < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the key never moved to its only writer"
+        );
+        let shipped = after_forwards(&nodes);
+        let value = incr(holder, "hot");
+        assert_eq!(value, last + 1);
+        last = value;
+        local_run = if after_forwards(&nodes) == shipped {
+            local_run + 1
+        } else {
+            0
+        };
+    }
+    let moved = total(&nodes, "roost_ownership_acquires_total") - acquires;
+    assert!(
+        moved <= 2,
+        "{moved} acquisitions to bring the key to its writer"
+    );
+    assert!(total(&nodes, "roost_zeus_forward_yields_total") >= 1);
     for node in nodes {
         node.stop();
     }

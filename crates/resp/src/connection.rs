@@ -433,7 +433,7 @@ impl Connection<'_> {
             };
             if let Some(op) = op {
                 self.count(Some(index));
-                if self.may_forward && spec.write {
+                if spec.write && self.shared.forwarding.is_some() {
                     self.next_forward = self.route(&[arg(1)]).map(|to| (to, request.to_vec()));
                 }
                 return Step::Data(op);
@@ -470,7 +470,7 @@ impl Connection<'_> {
                         spec.name
                     )));
                 }
-                if self.may_forward && spec.write {
+                if spec.write && self.shared.forwarding.is_some() {
                     self.next_forward = self.route_command(spec, &args);
                 }
                 let op = commands::parse_op(spec, args, &self.shared.functions);
@@ -693,7 +693,8 @@ impl Connection<'_> {
         self.queue(Op::Reply(reply))
     }
 
-    /// Where a write command on `keys` runs, if not here.
+    /// Where a write command on `keys` runs, if not here (and, if here,
+    /// the router is told so).
     fn route(&self, keys: &[&[u8]]) -> Option<SocketAddr> {
         let forwarding = self.shared.forwarding.as_ref()?;
         let n = self.shared.config.keyspace_reactors;
@@ -703,7 +704,15 @@ impl Connection<'_> {
             .collect();
         reactors.sort_unstable();
         reactors.dedup();
-        forwarding.router.route(&reactors)
+        let to = if self.may_forward {
+            forwarding.router.route(&reactors)
+        } else {
+            None
+        };
+        if to.is_none() {
+            forwarding.router.served(&reactors, !self.may_forward);
+        }
+        to
     }
 
     /// Where a write command runs if not here, with its bytes: only

@@ -47,6 +47,10 @@ pub trait Router: Send + Sync + 'static {
     /// here (acquiring the reactors it lacks), `Some(addr)` at the RESP
     /// port of their owner.
     fn route(&self, reactors: &[usize]) -> Option<SocketAddr>;
+
+    /// A write on these reactors runs here (`forwarded`: shipped here by
+    /// another node): what the policy measures locality by.
+    fn served(&self, _reactors: &[usize], _forwarded: bool) {}
 }
 
 /// Why a forwarded request got no reply.

@@ -216,10 +216,20 @@ struct Batch {
     ops: Vec<Op>,
     /// Their keys' and values' bytes.
     bytes: usize,
-    /// Where they run when not here: their owner's RESP address, and the
-    /// commands' bytes to ship.
-    to: Option<SocketAddr>,
-    raw: Vec<u8>,
+    /// Per command, where it runs if not here (its owner's RESP address)
+    /// and its bytes to ship; empty while every command runs here.
+    ships: Vec<Option<(SocketAddr, Vec<u8>)>>,
+}
+
+/// One owner's commands of a batch: its address, the commands' places in
+/// the batch, their bytes, and the commands (run here if nothing reaches
+/// the owner).
+type Shipment = (SocketAddr, Vec<usize>, Vec<u8>, Vec<Op>);
+
+/// One command's reply in a batch that ran in several places.
+enum Piece {
+    Frame(Frame),
+    Bytes(Vec<u8>),
 }
 
 impl Connection<'_> {
@@ -300,15 +310,13 @@ impl Connection<'_> {
                 reply.encode(self.protocol, out);
             }
             Step::Data(op) if self.multi.is_none() => {
-                let forward = self.next_forward.take();
-                let to = forward.as_ref().map(|(to, _)| *to);
-                if !batch.ops.is_empty() && batch.to != to {
-                    // A batch runs in one place.
-                    self.flush(batch, out).await;
-                }
-                batch.to = to;
-                if let Some((_, raw)) = forward {
-                    batch.raw.extend_from_slice(&raw);
+                match self.next_forward.take() {
+                    Some(ship) => {
+                        batch.ships.resize_with(batch.ops.len(), || None);
+                        batch.ships.push(Some(ship));
+                    }
+                    None if !batch.ships.is_empty() => batch.ships.push(None),
+                    None => {}
                 }
                 batch.bytes += op.payload_bytes();
                 batch.ops.push(op);
@@ -362,25 +370,21 @@ impl Connection<'_> {
         batch.bytes = 0;
         // The next batch is likely as long as this one.
         let hint = batch.ops.len();
-        let ops = Arc::new(std::mem::replace(&mut batch.ops, Vec::with_capacity(hint)));
-        if let Some(to) = batch.to.take() {
-            let raw = std::mem::take(&mut batch.raw);
-            match self.forward(to, raw, ops.len()).await {
-                Ok(replies) => {
-                    out.extend_from_slice(&replies);
-                    return;
-                }
-                // Nothing reached the owner: run here.
-                Err(ForwardError::NotSent { .. }) => {}
-                Err(e @ ForwardError::Unknown { .. }) => {
-                    let error = outcome_unknown(&e);
-                    for _ in 0..ops.len() {
-                        error.encode(self.protocol, out);
-                    }
-                    return;
-                }
+        let ops = std::mem::replace(&mut batch.ops, Vec::with_capacity(hint));
+        if batch.ships.is_empty() {
+            for reply in self.run_here(ops).await {
+                reply.encode(self.protocol, out);
             }
+            return;
         }
+        let ships = std::mem::take(&mut batch.ships);
+        self.run_shipped(ops, ships, out).await;
+    }
+
+    /// Runs `ops` here as one transaction (one per command if the batch
+    /// fails as a whole); one reply per command.
+    async fn run_here(&self, ops: Vec<Op>) -> Vec<Frame> {
+        let ops = Arc::new(ops);
         let replies = match self.shared.store.run(Arc::clone(&ops), None).await {
             Ok(Some(replies)) => replies,
             Ok(None) => unreachable!("nothing watched"),
@@ -395,8 +399,94 @@ impl Connection<'_> {
             Err(e) => vec![transaction_failed(&e)],
         };
         debug_assert_eq!(replies.len(), ops.len(), "one reply per command");
-        for reply in replies {
-            reply.encode(self.protocol, out);
+        replies
+    }
+
+    /// A batch some of whose commands go to their owners: each owner gets
+    /// its commands in one shipment, all shipped at once, the rest run
+    /// here meanwhile, and the replies go out in the commands' order. The
+    /// client saw none of these replies before sending them all, so running
+    /// commands on different reactors in different places is a
+    /// serialization it cannot tell apart; commands on one key keep their
+    /// order (one reactor, one place).
+    async fn run_shipped(
+        &self,
+        ops: Vec<Op>,
+        mut ships: Vec<Option<(SocketAddr, Vec<u8>)>>,
+        out: &mut Vec<u8>,
+    ) {
+        let n = ops.len();
+        ships.resize_with(n, || None);
+        let Some(forwarding) = self.shared.forwarding.as_ref() else {
+            unreachable!("only a forwarding server ships");
+        };
+        let mut here: (Vec<usize>, Vec<Op>) = (Vec::new(), Vec::new());
+        let mut owners: Vec<Shipment> = Vec::new();
+        for (i, (op, ship)) in ops.into_iter().zip(ships).enumerate() {
+            match ship {
+                None => {
+                    here.0.push(i);
+                    here.1.push(op);
+                }
+                Some((to, raw)) => match owners.iter_mut().find(|o| o.0 == to) {
+                    Some(owner) => {
+                        owner.1.push(i);
+                        owner.2.extend_from_slice(&raw);
+                        owner.3.push(op);
+                    }
+                    None => owners.push((to, vec![i], raw, vec![op])),
+                },
+            }
+        }
+        let pending: Vec<_> = owners
+            .iter_mut()
+            .map(|(to, at, raw, _)| {
+                forwarding.start(*to, self.protocol, std::mem::take(raw), at.len())
+            })
+            .collect();
+        let mut pieces: Vec<Option<Piece>> = (0..n).map(|_| None).collect();
+        let (at, local) = here;
+        if !local.is_empty() {
+            for (i, reply) in at.into_iter().zip(self.run_here(local).await) {
+                pieces[i] = Some(Piece::Frame(reply));
+            }
+        }
+        for ((to, at, _, ops), pending) in owners.into_iter().zip(pending) {
+            match forwarding.finish(to, pending).await {
+                Ok(bytes) => {
+                    let mut from = 0;
+                    for i in at {
+                        pieces[i] = Some(match crate::forward::reply_len(&bytes[from..]) {
+                            Ok(Some(len)) => {
+                                from += len;
+                                Piece::Bytes(bytes[from - len..from].to_vec())
+                            }
+                            _ => Piece::Frame(outcome_unknown(&ForwardError::Unknown {
+                                to,
+                                why: "a reply that could not be read".into(),
+                            })),
+                        });
+                    }
+                }
+                // Nothing reached the owner: run here.
+                Err(ForwardError::NotSent { .. }) => {
+                    for (i, reply) in at.into_iter().zip(self.run_here(ops).await) {
+                        pieces[i] = Some(Piece::Frame(reply));
+                    }
+                }
+                Err(e @ ForwardError::Unknown { .. }) => {
+                    for i in at {
+                        pieces[i] = Some(Piece::Frame(outcome_unknown(&e)));
+                    }
+                }
+            }
+        }
+        for piece in pieces {
+            match piece {
+                Some(Piece::Frame(frame)) => frame.encode(self.protocol, out),
+                Some(Piece::Bytes(bytes)) => out.extend_from_slice(&bytes),
+                None => unreachable!("every command answered"),
+            }
         }
     }
 

@@ -64,6 +64,9 @@ pub(crate) enum ForwardError {
     Unknown { to: SocketAddr, why: String },
 }
 
+/// A shipment on its way ([`Forwarding::start`]).
+pub(crate) struct Pending(tokio::sync::oneshot::Receiver<Result<Vec<u8>, ForwardError>>);
+
 /// The forwarding side of a server: the policy and the connections to the
 /// owners (run on the tokio runtime the server was bound in; a connection
 /// served on an executor hands its request over).
@@ -102,6 +105,19 @@ impl Forwarding {
         request: Vec<u8>,
         replies: usize,
     ) -> Result<Vec<u8>, ForwardError> {
+        let pending = self.start(to, protocol, request, replies);
+        self.finish(to, pending).await
+    }
+
+    /// Starts shipping at once (so that shipments to several owners, and
+    /// the commands run here, overlap); [`finish`](Self::finish) awaits it.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        to: SocketAddr,
+        protocol: Protocol,
+        request: Vec<u8>,
+        replies: usize,
+    ) -> Pending {
         debug_assert!(replies > 0, "a forwarded request has a command");
         let (tx, rx) = tokio::sync::oneshot::channel();
         let this = Arc::clone(self);
@@ -109,7 +125,15 @@ impl Forwarding {
             let outcome = this.exchange(to, protocol, &request, replies).await;
             let _ = tx.send(outcome);
         });
-        let outcome = rx.await.unwrap_or_else(|_| {
+        Pending(rx)
+    }
+
+    pub(crate) async fn finish(
+        &self,
+        to: SocketAddr,
+        pending: Pending,
+    ) -> Result<Vec<u8>, ForwardError> {
+        let outcome = pending.0.await.unwrap_or_else(|_| {
             Err(ForwardError::Unknown {
                 to,
                 why: "the server stopped".into(),

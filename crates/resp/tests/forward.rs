@@ -99,6 +99,18 @@ fn a_shipped_write_runs_at_the_owner_and_a_read_stays_here() {
     assert_eq!(line(&mut client), ":4");
     assert_eq!(line(&mut client), "+OK");
     assert_eq!(command(&mut at_owner, &["GET", "m"]), "x");
+    // A pipeline mixing shipped writes and reads here: each part runs in
+    // its place, the replies come in the commands' order.
+    client
+        .write_all(
+            b"*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n\
+              *2\r\n$4\r\nINCR\r\n$1\r\nn\r\n*2\r\n$3\r\nGET\r\n$1\r\nm\r\n",
+        )
+        .unwrap();
+    assert_eq!(line(&mut client), ":5");
+    assert_eq!(line(&mut client), "$-1");
+    assert_eq!(line(&mut client), ":6");
+    assert_eq!(line(&mut client), "$-1");
     // The owner's errors come back as they are.
     assert_eq!(
         command(&mut client, &["INCR", "k"]),

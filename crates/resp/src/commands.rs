@@ -537,6 +537,13 @@ pub(crate) static COMMANDS: &[Spec] = &[
         "Increments a member's score.",
     ),
     data("zscore", 3, false, (1, 1, 1), "Returns a member's score."),
+    data(
+        "zrandmember",
+        -2,
+        false,
+        (1, 1, 1),
+        "Returns random members of a sorted set (WITHSCORES; a negative count may repeat them).",
+    ),
     data("zmscore", -3, false, (1, 1, 1), "Returns members' scores."),
     data(
         "zcard",
@@ -1679,6 +1686,10 @@ mod tests {
             (
                 "hincrbyfloat k f 1.5",
                 |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::IncrByFloat { field, .. } if field == b"f")),
+            ),
+            (
+                "zrandmember k -3 withscores",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::RandMember { count: Some(-3), with_scores: true, .. })),
             ),
             (
                 "hrandfield k -3 withvalues",

@@ -255,26 +255,7 @@ fn parse_hash(name: &str, a: &mut [Vec<u8>]) -> Result<HashOp, Frame> {
             }
         }
         "hrandfield" => {
-            let (count, with_values) = match a.len() {
-                1 => (None, false),
-                _ => {
-                    let n = integer(&a[1])?;
-                    if n == i64::MIN {
-                        return Err(Frame::error(
-                            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-                        ));
-                    }
-                    if a.len() > 3 || (a.len() == 3 && !a[2].eq_ignore_ascii_case(b"withvalues")) {
-                        return Err(syntax_error());
-                    }
-                    let with_values = a.len() == 3;
-                    // Redis: twice the count must fit (field and value).
-                    if with_values && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n) {
-                        return Err(Frame::error("ERR value is out of range"));
-                    }
-                    (Some(n), with_values)
-                }
-            };
+            let (count, with_values) = parse_random_count(a, b"withvalues")?;
             HashOp::RandField {
                 key: take(a, 0),
                 count,
@@ -532,59 +513,110 @@ fn random_fields(
             Some(_) => rows.hrandom()?.map_or(Frame::Null, |(f, _)| Frame::Bulk(f)),
         });
     };
-    let Some(found) = found else {
-        return Ok(Frame::Array(Vec::new()));
-    };
-    if count == 0 {
-        return Ok(Frame::Array(Vec::new()));
+    let len = found.map_or(0, |f| f.len);
+    Ok(
+        match random_picks(
+            "HRANDFIELD",
+            "fields",
+            len,
+            count,
+            || rows.hrandom(),
+            || rows.hfields(),
+        )? {
+            Ok(picked) => fields_reply(picked, with_values),
+            Err(error) => error,
+        },
+    )
+}
+
+/// `key [count [FLAG]]` of HRANDFIELD (`WITHVALUES`) and ZRANDMEMBER
+/// (`WITHSCORES`), checked as Redis checks them: the count, and with the
+/// flag, whether twice it fits.
+pub(crate) fn parse_random_count(a: &[Vec<u8>], flag: &[u8]) -> Result<(Option<i64>, bool), Frame> {
+    if a.len() == 1 {
+        return Ok((None, false));
+    }
+    let n = integer(&a[1])?;
+    if n == i64::MIN {
+        return Err(Frame::error(
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        ));
+    }
+    if a.len() > 3 || (a.len() == 3 && !a[2].eq_ignore_ascii_case(flag)) {
+        return Err(syntax_error());
+    }
+    let with = a.len() == 3;
+    // Redis: twice the count must fit (the element and its value).
+    if with && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&n) {
+        return Err(Frame::error("ERR value is out of range"));
+    }
+    Ok((Some(n), with))
+}
+
+/// Random elements and their values.
+pub(crate) type Picks<T> = Vec<(Vec<u8>, T)>;
+
+/// `count` random elements of a collection of `len` (HRANDFIELD,
+/// ZRANDMEMBER): `pick` draws one, `all` lists them. A negative count may
+/// repeat (each pick on its own, at most [`MAX_RANDOM_COUNT`]); a positive
+/// one is distinct. `Err(frame)`: the error reply.
+pub(crate) fn random_picks<T>(
+    command: &str,
+    what: &str,
+    len: u64,
+    count: i64,
+    mut pick: impl FnMut() -> Result<Option<(Vec<u8>, T)>, ReactorError>,
+    all: impl FnOnce() -> Result<Vec<(Vec<u8>, T)>, ReactorError>,
+) -> Result<Result<Picks<T>, Frame>, ReactorError> {
+    if len == 0 || count == 0 {
+        return Ok(Ok(Vec::new()));
     }
     if count < 0 {
-        // With repeats: each pick on its own.
         let count = count.unsigned_abs();
         if count > MAX_RANDOM_COUNT {
-            return Ok(Frame::error(format!(
-                "ERR HRANDFIELD with a negative count returns at most {MAX_RANDOM_COUNT} fields"
-            )));
+            return Ok(Err(Frame::error(format!(
+                "ERR {command} with a negative count returns at most {MAX_RANDOM_COUNT} {what}"
+            ))));
         }
         let mut picked = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            match rows.hrandom()? {
-                Some(pair) => picked.push(pair),
+            match pick()? {
+                Some(one) => picked.push(one),
                 None => break,
             }
         }
-        return Ok(fields_reply(picked, with_values));
+        return Ok(Ok(picked));
     }
     let count = count as u64;
-    if count >= found.len {
-        return Ok(fields_reply(rows.hfields()?, with_values));
+    if count >= len {
+        return Ok(Ok(all()?));
     }
-    // Distinct fields: picked one by one while they are a small part of
-    // the hash (few repeats to skip), else drawn from all of them.
-    if count * 3 <= found.len {
+    // Distinct ones: picked one by one while they are a small part of the
+    // collection (few repeats to skip), else drawn from all of them.
+    if count * 3 <= len {
         let mut seen = HashSet::with_capacity(count as usize);
         let mut picked = Vec::with_capacity(count as usize);
-        // Bounded: repeats are rare at a third of the hash at most.
+        // Bounded: repeats are rare at a third of the collection at most.
         for _ in 0..count * 8 + 64 {
-            let Some((field, value)) = rows.hrandom()? else {
+            let Some((name, value)) = pick()? else {
                 break;
             };
-            if seen.insert(field.clone()) {
-                picked.push((field, value));
+            if seen.insert(name.clone()) {
+                picked.push((name, value));
                 if picked.len() as u64 == count {
-                    return Ok(fields_reply(picked, with_values));
+                    return Ok(Ok(picked));
                 }
             }
         }
     }
-    let mut fields = rows.hfields()?;
-    let len = fields.len();
-    let count = (count as usize).min(len);
+    let mut every = all()?;
+    let n = every.len();
+    let count = (count as usize).min(n);
     // A partial Fisher-Yates shuffle: the first `count` are a uniform pick.
     for i in 0..count {
-        let j = i + (rand::random::<u64>() % (len - i) as u64) as usize;
-        fields.swap(i, j);
+        let j = i + (rand::random::<u64>() % (n - i) as u64) as usize;
+        every.swap(i, j);
     }
-    fields.truncate(count);
-    Ok(fields_reply(fields, with_values))
+    every.truncate(count);
+    Ok(Ok(every))
 }

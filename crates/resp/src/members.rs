@@ -823,6 +823,12 @@ impl<'a> KeyRows<'a> {
         Ok(Some(score))
     }
 
+    /// A random member and its score, as [`set_random`](Self::set_random)
+    /// picks a member.
+    pub(crate) fn zrandom(&self) -> Result<Option<(Vec<u8>, f64)>, ReactorError> {
+        self.random_row(&ZSET_MEMBERS)
+    }
+
     /// Every member and its score, in position order.
     pub(crate) fn zmembers(&self) -> Result<Vec<(Vec<u8>, f64)>, ReactorError> {
         let mut members = Vec::new();

@@ -151,6 +151,12 @@ pub(crate) enum ZSetOp {
         cursor: u64,
         options: Result<ScanOptions, Frame>,
     },
+    /// ZRANDMEMBER key [count [WITHSCORES]].
+    RandMember {
+        key: Vec<u8>,
+        count: Option<i64>,
+        with_scores: bool,
+    },
 }
 
 impl ZSetOp {
@@ -165,7 +171,8 @@ impl ZSetOp {
             | ZSetOp::RemRange { key, .. }
             | ZSetOp::Count { key, .. }
             | ZSetOp::Pop { key, .. }
-            | ZSetOp::Scan { key, .. } => Some(key),
+            | ZSetOp::Scan { key, .. }
+            | ZSetOp::RandMember { key, .. } => Some(key),
             ZSetOp::Range(range) => Some(range.store.as_ref().unwrap_or(&range.key)),
             ZSetOp::Combine(op) => op
                 .store
@@ -218,6 +225,7 @@ pub(crate) fn is_zset_command(name: &str) -> bool {
             | "zdiffstore"
             | "zintercard"
             | "zscan"
+            | "zrandmember"
     )
 }
 
@@ -352,6 +360,14 @@ fn parse_zset(name: &str, a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
                 store: None,
                 card_limit: Some(limit),
             })
+        }
+        "zrandmember" => {
+            let (count, with_scores) = crate::hashes::parse_random_count(a, b"withscores")?;
+            ZSetOp::RandMember {
+                key: take(a, 0),
+                count,
+                with_scores,
+            }
         }
         "zscan" => {
             crate::commands::check_key(&a[0])?;
@@ -1065,6 +1081,36 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
             .await?
         }
         ZSetOp::Combine(op) => combine(tx, op).await?,
+        ZSetOp::RandMember {
+            key,
+            count,
+            with_scores,
+        } => {
+            let (count, with_scores) = (*count, *with_scores);
+            tx.on_key_reply(key, move |rows| {
+                let found = rows.read(ZSET)?;
+                let Some(count) = count else {
+                    return Ok(match found {
+                        None => Frame::Null,
+                        Some(_) => rows.zrandom()?.map_or(Frame::Null, |(m, _)| Frame::Bulk(m)),
+                    });
+                };
+                let len = found.map_or(0, |f| f.len);
+                let picked = crate::hashes::random_picks(
+                    "ZRANDMEMBER",
+                    "members",
+                    len,
+                    count,
+                    || rows.zrandom(),
+                    || rows.zmembers(),
+                )?;
+                Ok(match picked {
+                    Ok(picked) => range_reply(picked, with_scores),
+                    Err(error) => error,
+                })
+            })
+            .await?
+        }
         ZSetOp::Scan {
             key,
             cursor,

@@ -197,9 +197,12 @@ fn reactors_keep_moving_between_three_processes_through_a_non_owners_sigkill() {
     // for dead: without replicas (issue 16) a node dropped from the view
     // loses the reactors it owned, and this test is about moving them, not
     // about false suspicions. The victim's SIGKILL is noticed within 2 s.
+    // Forwarding off: every write takes its reactor (what is tested here is
+    // migration; `node/tests/forward.rs` tests the forwarding).
     config.extra_toml = "[membership]\nheartbeat_interval_ms = 100\nsuspect_after_ms = 1000\n\
                          lease_duration_ms = 2000\nclock_drift_margin_ms = 50\n\
-                         proposal_timeout_ms = 2000\n"
+                         proposal_timeout_ms = 2000\n\n\
+                         [forwarding]\nenabled = false\n"
         .to_owned();
     let mut cluster = LocalCluster::start(config).expect("three roost node processes");
 

@@ -66,6 +66,25 @@ pub struct ClusterConfig {
     /// authenticated (the node logs a warning).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecurityConfig>,
+    /// Whether a node ships writes to the owner of a reactor it lost
+    /// lately instead of taking the reactor back (the node's migrate or
+    /// forward policy).
+    #[serde(default)]
+    pub forwarding: ForwardingConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ForwardingConfig {
+    /// `false`: every write runs where it arrived, acquiring what it lacks
+    /// (Zeus's migration alone).
+    pub enabled: bool,
+}
+
+impl Default for ForwardingConfig {
+    fn default() -> Self {
+        ForwardingConfig { enabled: true }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +155,7 @@ impl ClusterConfig {
             register: RegisterConfig::default(),
             coordinator: None,
             security: None,
+            forwarding: ForwardingConfig::default(),
         }
     }
 

@@ -199,6 +199,9 @@ fn node_router(
     shared: &std::sync::Arc<zeus::Shared>,
     resp: &mut roost_resp::Config,
 ) -> Option<std::sync::Arc<dyn roost_resp::Router>> {
+    if !cluster.forwarding.enabled {
+        return None;
+    }
     let password = match &cluster.security {
         Some(security) => match security.load_secret() {
             Ok(secret) => secret.derive_password("resp-forward"),

@@ -686,6 +686,13 @@ pub(crate) static COMMANDS: &[Spec] = &[
         "Intersects sorted sets (WEIGHTS, AGGREGATE, WITHSCORES).",
     ),
     data(
+        "zmpop",
+        -4,
+        true,
+        (0, 0, 0),
+        "Pops the lowest or highest members of the first sorted set that has some (COUNT).",
+    ),
+    data(
         "zintercard",
         -3,
         false,
@@ -938,7 +945,7 @@ pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
         "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
         | "zinterstore" | "zdiffstore" => Some(2),
-        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" => Some(1),
+        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" => Some(1),
         _ => None,
     }
 }
@@ -1686,6 +1693,10 @@ mod tests {
             (
                 "hincrbyfloat k f 1.5",
                 |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::IncrByFloat { field, .. } if field == b"f")),
+            ),
+            (
+                "zmpop 2 a b max count 3",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: true, count: 3 } if keys.len() == 2)),
             ),
             (
                 "zrandmember k -3 withscores",

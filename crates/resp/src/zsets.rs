@@ -151,6 +151,13 @@ pub(crate) enum ZSetOp {
         cursor: u64,
         options: Result<ScanOptions, Frame>,
     },
+    /// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pops from the
+    /// first key that holds members.
+    MPop {
+        keys: Vec<Vec<u8>>,
+        max: bool,
+        count: u64,
+    },
     /// ZRANDMEMBER key [count [WITHSCORES]].
     RandMember {
         key: Vec<u8>,
@@ -173,6 +180,7 @@ impl ZSetOp {
             | ZSetOp::Pop { key, .. }
             | ZSetOp::Scan { key, .. }
             | ZSetOp::RandMember { key, .. } => Some(key),
+            ZSetOp::MPop { keys, .. } => keys.first().map(Vec::as_slice),
             ZSetOp::Range(range) => Some(range.store.as_ref().unwrap_or(&range.key)),
             ZSetOp::Combine(op) => op
                 .store
@@ -226,6 +234,7 @@ pub(crate) fn is_zset_command(name: &str) -> bool {
             | "zintercard"
             | "zscan"
             | "zrandmember"
+            | "zmpop"
     )
 }
 
@@ -361,6 +370,7 @@ fn parse_zset(name: &str, a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
                 card_limit: Some(limit),
             })
         }
+        "zmpop" => parse_zmpop(a)?,
         "zrandmember" => {
             let (count, with_scores) = crate::hashes::parse_random_count(a, b"withscores")?;
             ZSetOp::RandMember {
@@ -917,6 +927,65 @@ fn select(
     }
 }
 
+/// Removes and returns the `count` members with the lowest scores (`max`:
+/// highest), lowest (highest) first; none if the key holds none.
+fn pop(rows: &mut KeyRows<'_>, max: bool, count: u64) -> Result<Vec<(Vec<u8>, f64)>, Fail> {
+    let found = rows.open(ZSET)?;
+    if found.len == 0 || count == 0 {
+        return Ok(Vec::new());
+    }
+    let direction = if max {
+        ScanDirection::Reverse
+    } else {
+        ScanDirection::Forward
+    };
+    let popped = rows.zinterval(&whole(), direction, 0, count)?;
+    for (member, _) in &popped {
+        rows.zremove(member)?;
+    }
+    let removed = popped.len() as u64;
+    rows.close(ZSET, found, found.len.saturating_sub(removed), removed > 0)?;
+    debug_assert!(removed <= count);
+    Ok(popped)
+}
+
+/// ZMPOP's arguments, checked in Redis's order: numkeys, the keys, MIN or
+/// MAX, then COUNT once.
+fn parse_zmpop(a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
+    let positive = |arg: &[u8], what: &str| {
+        parse_i64(arg)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| Frame::error(format!("ERR {what} should be greater than 0")))
+    };
+    let numkeys = positive(&a[0], "numkeys")?;
+    let numkeys = usize::try_from(numkeys).unwrap_or(usize::MAX);
+    if numkeys >= a.len() - 1 {
+        return Err(syntax_error());
+    }
+    let max = match &a[numkeys + 1] {
+        w if w.eq_ignore_ascii_case(b"min") => false,
+        w if w.eq_ignore_ascii_case(b"max") => true,
+        _ => return Err(syntax_error()),
+    };
+    let mut count = None;
+    let mut rest = a[numkeys + 2..].iter();
+    // Bounded by the arguments.
+    while let Some(option) = rest.next() {
+        match rest.next() {
+            Some(n) if count.is_none() && option.eq_ignore_ascii_case(b"count") => {
+                count = Some(positive(n, "count")? as u64);
+            }
+            _ => return Err(syntax_error()),
+        }
+    }
+    check_keys(&a[1..=numkeys])?;
+    Ok(ZSetOp::MPop {
+        keys: take_all(&mut a[1..=numkeys]),
+        max,
+        count: count.unwrap_or(1),
+    })
+}
+
 /// Replaces whatever `dst` holds by a sorted set of `rows` (deleted if
 /// none); replies how many.
 async fn store_zset(tx: &Tx, dst: &[u8], rows: Vec<(Vec<u8>, f64)>) -> Result<Frame, ReactorError> {
@@ -1049,25 +1118,34 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
             })
             .await?
         }
+        ZSetOp::MPop { keys, max, count } => {
+            // The first key with members, in order; a key of another type
+            // on the way is an error, as in Redis.
+            for key in keys {
+                let (max, count, name) = (*max, *count, key.clone());
+                let reply = tx
+                    .on_key_reply(key, move |rows| {
+                        let popped = pop(rows, max, count)?;
+                        if popped.is_empty() {
+                            return Ok(Frame::NullArray);
+                        }
+                        let pairs = popped
+                            .into_iter()
+                            .map(|(m, s)| Frame::Array(vec![Frame::Bulk(m), double(s)]))
+                            .collect();
+                        Ok(Frame::Array(vec![Frame::Bulk(name), Frame::Array(pairs)]))
+                    })
+                    .await?;
+                if !matches!(reply, Frame::NullArray) {
+                    return Ok(reply);
+                }
+            }
+            Frame::NullArray
+        }
         ZSetOp::Pop { key, max, count } => {
             let (max, count) = (*max, *count);
             tx.on_key_reply(key, move |rows| {
-                let found = rows.open(ZSET)?;
-                let take = count.unwrap_or(1);
-                if found.len == 0 || take == 0 {
-                    return Ok(Frame::Array(Vec::new()));
-                }
-                let direction = if max {
-                    ScanDirection::Reverse
-                } else {
-                    ScanDirection::Forward
-                };
-                let popped = rows.zinterval(&whole(), direction, 0, take)?;
-                for (member, _) in &popped {
-                    rows.zremove(member)?;
-                }
-                let removed = popped.len() as u64;
-                rows.close(ZSET, found, found.len.saturating_sub(removed), removed > 0)?;
+                let popped = pop(rows, max, count.unwrap_or(1))?;
                 Ok(match count {
                     None => Frame::Array(
                         popped

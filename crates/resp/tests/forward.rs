@@ -125,6 +125,34 @@ fn a_shipped_write_runs_at_the_owner_and_a_read_stays_here() {
     drop(owner);
 }
 
+#[test]
+fn a_resp3_client_gets_resp3_replies_from_the_owner() {
+    let owner = start(None);
+    let here = start(Some(owner.addr()));
+    let mut client = connect(here.addr());
+    client
+        .write_all(b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+        .unwrap();
+    // HELLO 3's map: read up to its last pair (the modules' empty array).
+    assert!(line(&mut client).starts_with('%'));
+    let mut last = String::new();
+    while last != "*0" {
+        last = line(&mut client);
+    }
+    assert_eq!(command(&mut client, &["ZADD", "z", "1.5", "m"]), ":1");
+    // ZINCRBY's reply is a double in RESP3, a bulk string in RESP2: the
+    // owner answered in the client's protocol.
+    assert_eq!(command(&mut client, &["ZINCRBY", "z", "1", "m"]), ",2.5");
+    assert_eq!(command(&mut client, &["MULTI"]), "+OK");
+    assert_eq!(command(&mut client, &["ZINCRBY", "z", "1", "m"]), "+QUEUED");
+    assert_eq!(command(&mut client, &["EXEC"]), "*1");
+    assert_eq!(line(&mut client), ",3.5");
+    let mut resp2 = connect(here.addr());
+    assert_eq!(command(&mut resp2, &["ZINCRBY", "z", "1", "m"]), "4.5");
+    drop(here);
+    drop(owner);
+}
+
 /// A fake owner: accepts one connection, answers its first request (the
 /// forward user's AUTH) with `auth_reply` and every later read with
 /// `reply`.

@@ -453,19 +453,10 @@ impl Connection<'_> {
         }
         for ((to, at, _, ops), pending) in owners.into_iter().zip(pending) {
             match forwarding.finish(to, pending).await {
-                Ok(bytes) => {
-                    let mut from = 0;
-                    for i in at {
-                        pieces[i] = Some(match crate::forward::reply_len(&bytes[from..]) {
-                            Ok(Some(len)) => {
-                                from += len;
-                                Piece::Bytes(bytes[from - len..from].to_vec())
-                            }
-                            _ => Piece::Frame(outcome_unknown(&ForwardError::Unknown {
-                                to,
-                                why: "a reply that could not be read".into(),
-                            })),
-                        });
+                Ok(replies) => {
+                    debug_assert_eq!(replies.len(), at.len(), "one reply per command");
+                    for (k, i) in at.into_iter().enumerate() {
+                        pieces[i] = Some(Piece::Bytes(replies.get(k).to_vec()));
                     }
                 }
                 // Nothing reached the owner: run here.
@@ -838,7 +829,7 @@ impl Connection<'_> {
         to: SocketAddr,
         raw: Vec<u8>,
         replies: usize,
-    ) -> Result<Vec<u8>, ForwardError> {
+    ) -> Result<crate::forward::Replies, ForwardError> {
         let forwarding = self
             .shared
             .forwarding
@@ -873,18 +864,9 @@ impl Connection<'_> {
         crate::forward::encode_command(&[&b"EXEC"[..]], &mut raw);
         let replies = ops.len() + 2;
         match self.forward(to, raw, replies).await {
-            Ok(bytes) => {
-                // MULTI's +OK and each +QUEUED come first: EXEC's reply is
-                // the last.
-                let mut at = 0;
-                for _ in 0..replies - 1 {
-                    match crate::forward::reply_len(&bytes[at..]) {
-                        Ok(Some(len)) => at += len,
-                        _ => return Some(outcome_unknown_bytes(self.protocol, to)),
-                    }
-                }
-                Some(bytes[at..].to_vec())
-            }
+            // MULTI's +OK and each +QUEUED come first: EXEC's reply is
+            // the last.
+            Ok(answers) => Some(answers.get(replies - 1).to_vec()),
             Err(ForwardError::NotSent { .. }) => {
                 // Run here after all.
                 self.multi = Some(Multi {
@@ -961,6 +943,15 @@ impl Connection<'_> {
         }
     }
 
+    /// `name` authenticated (AUTH, HELLO AUTH): its access, its limits, and
+    /// whether its writes may be shipped (not the forward user's).
+    fn log_in(&mut self, name: String, access: Access) {
+        self.may_forward = self.shared.forwarding.is_some() && name != crate::forward::FORWARD_USER;
+        self.client.info.set_user(&name);
+        self.user = Some((name, access));
+        self.update_limits();
+    }
+
     fn auth(&mut self, args: &[Vec<u8>]) -> Frame {
         let config = &self.shared.config;
         let (name, password) = match args {
@@ -977,11 +968,7 @@ impl Connection<'_> {
         };
         match config.authenticate(&name, password) {
             Some(access) => {
-                self.may_forward =
-                    self.shared.forwarding.is_some() && name != crate::forward::FORWARD_USER;
-                self.client.info.set_user(&name);
-                self.user = Some((name, access));
-                self.update_limits();
+                self.log_in(name, access);
                 Frame::ok()
             }
             None => Frame::error(WRONGPASS),
@@ -1025,13 +1012,7 @@ impl Connection<'_> {
         if let Some((user, password)) = credentials {
             let user = String::from_utf8_lossy(&user).into_owned();
             match self.shared.config.authenticate(&user, &password) {
-                Some(access) => {
-                    self.may_forward =
-                        self.shared.forwarding.is_some() && user != crate::forward::FORWARD_USER;
-                    self.client.info.set_user(&user);
-                    self.user = Some((user, access));
-                    self.update_limits();
-                }
+                Some(access) => self.log_in(user, access),
                 None => return Frame::error(WRONGPASS),
             }
         }
@@ -1233,16 +1214,6 @@ fn outcome_unknown(error: &ForwardError) -> Frame {
     Frame::error(format!(
         "ERR the command was shipped to its keys' owner and its outcome is unknown ({error})"
     ))
-}
-
-fn outcome_unknown_bytes(protocol: Protocol, to: SocketAddr) -> Vec<u8> {
-    let mut out = Vec::new();
-    outcome_unknown(&ForwardError::Unknown {
-        to,
-        why: "a reply that could not be read".into(),
-    })
-    .encode(protocol, &mut out);
-    out
 }
 
 fn single_reply(outcome: BatchOutcome) -> Frame {

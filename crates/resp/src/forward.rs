@@ -64,8 +64,32 @@ pub(crate) enum ForwardError {
     Unknown { to: SocketAddr, why: String },
 }
 
+/// The replies to a shipment, whole, with where each one ends (found once,
+/// while reading them).
+pub(crate) struct Replies {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Replies {
+    /// The `i`th reply's bytes.
+    pub(crate) fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The first reply's bytes.
+    fn first(&self) -> &[u8] {
+        self.get(0)
+    }
+}
+
 /// A shipment on its way ([`Forwarding::start`]).
-pub(crate) struct Pending(tokio::sync::oneshot::Receiver<Result<Vec<u8>, ForwardError>>);
+pub(crate) struct Pending(tokio::sync::oneshot::Receiver<Result<Replies, ForwardError>>);
 
 /// The forwarding side of a server: the policy and the connections to the
 /// owners (run on the tokio runtime the server was bound in; a connection
@@ -97,14 +121,14 @@ impl Forwarding {
     }
 
     /// Ships `request` (`replies` whole RESP requests) to `to` and returns
-    /// the bytes of their `replies` replies.
+    /// their `replies` replies.
     pub(crate) async fn forward(
         self: &Arc<Self>,
         to: SocketAddr,
         protocol: Protocol,
         request: Vec<u8>,
         replies: usize,
-    ) -> Result<Vec<u8>, ForwardError> {
+    ) -> Result<Replies, ForwardError> {
         let pending = self.start(to, protocol, request, replies);
         self.finish(to, pending).await
     }
@@ -132,7 +156,7 @@ impl Forwarding {
         &self,
         to: SocketAddr,
         pending: Pending,
-    ) -> Result<Vec<u8>, ForwardError> {
+    ) -> Result<Replies, ForwardError> {
         let outcome = pending.0.await.unwrap_or_else(|_| {
             Err(ForwardError::Unknown {
                 to,
@@ -154,7 +178,7 @@ impl Forwarding {
         protocol: Protocol,
         request: &[u8],
         replies: usize,
-    ) -> Result<Vec<u8>, ForwardError> {
+    ) -> Result<Replies, ForwardError> {
         let resp3 = protocol == Protocol::Resp3;
         let mut stream = match self.take_idle(to, resp3) {
             Some(stream) => stream,
@@ -235,8 +259,8 @@ impl Forwarding {
         let reply = read_replies(&mut stream, 1)
             .await
             .map_err(|e| not_sent(format!("authenticating: {e}")))?;
-        if reply.first() == Some(&b'-') {
-            let text = String::from_utf8_lossy(&reply);
+        if reply.first().first() == Some(&b'-') {
+            let text = String::from_utf8_lossy(reply.first());
             return Err(not_sent(format!(
                 "the owner refused the forward user: {}",
                 text.trim_end()
@@ -257,18 +281,19 @@ pub(crate) fn encode_command<A: AsRef<[u8]>>(args: &[A], out: &mut Vec<u8>) {
     }
 }
 
-/// Reads until `replies` whole replies have arrived; returns their bytes.
-async fn read_replies(stream: &mut TcpStream, replies: usize) -> std::io::Result<Vec<u8>> {
+/// Reads until `replies` whole replies have arrived.
+async fn read_replies(stream: &mut TcpStream, replies: usize) -> std::io::Result<Replies> {
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
-    let (mut done, mut at) = (0, 0);
+    let mut ends = Vec::with_capacity(replies);
+    let mut at = 0;
     // Bounded: each round reads at least one byte or returns, and the
     // buffer is capped.
     loop {
-        while done < replies {
+        while ends.len() < replies {
             match reply_len(&buf[at..]) {
                 Ok(Some(len)) => {
                     at += len;
-                    done += 1;
+                    ends.push(at);
                 }
                 Ok(None) => break,
                 Err(why) => {
@@ -276,14 +301,14 @@ async fn read_replies(stream: &mut TcpStream, replies: usize) -> std::io::Result
                 }
             }
         }
-        if done == replies {
+        if ends.len() == replies {
             if at != buf.len() {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     "more bytes than the replies asked for",
                 ));
             }
-            return Ok(buf);
+            return Ok(Replies { bytes: buf, ends });
         }
         if buf.len() > MAX_FORWARD_REPLY_BYTES {
             return Err(std::io::Error::new(

@@ -197,6 +197,7 @@ fn node_router(
     cluster: &ClusterConfig,
     id: u32,
     shared: &std::sync::Arc<zeus::Shared>,
+    reactors: &[roost_reactor::ReactorKey],
     resp: &mut roost_resp::Config,
 ) -> Option<std::sync::Arc<dyn roost_resp::Router>> {
     if !cluster.forwarding.enabled {
@@ -211,9 +212,6 @@ fn node_router(
         None => "roost-forward-without-a-cluster-secret".to_owned(),
     };
     resp.forward_password = Some(password);
-    let reactors = (0..resp.keyspace_reactors)
-        .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
-        .collect();
     let resp_addrs = cluster
         .nodes
         .iter()
@@ -223,7 +221,7 @@ fn node_router(
     Some(std::sync::Arc::new(forward::NodeRouter::new(
         NodeId(id),
         std::sync::Arc::clone(shared),
-        reactors,
+        reactors.to_vec(),
         resp_addrs,
     )))
 }
@@ -279,11 +277,16 @@ impl Node {
             None => Keyspace::new(&resp),
         }
         .map_err(NodeError::Database)?;
+        // The keyspace's reactors, by index (what the front door routes by,
+        // and what the nodes create).
+        let keys: Vec<roost_reactor::ReactorKey> = (0..resp.keyspace_reactors)
+            .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
+            .collect();
         let front_door = if serve_clients {
             let addr = resp.bind;
             let router = zeus
                 .as_ref()
-                .and_then(|shared| node_router(&cluster, id, shared, &mut resp));
+                .and_then(|shared| node_router(&cluster, id, shared, &keys, &mut resp));
             let services = Services {
                 keyspace: Some(keyspace.clone()),
                 router,
@@ -361,9 +364,6 @@ impl Node {
                     running.handle(),
                 ));
                 let nodes: Vec<NodeId> = cluster.nodes.iter().map(|n| NodeId(n.id)).collect();
-                let keys = (0..resp.keyspace_reactors)
-                    .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
-                    .collect::<Vec<_>>();
                 let home = zeus::home_reactors(&keys, NodeId(id), &nodes);
                 runtime.spawn(zeus::create_home_reactors(
                     OwnershipHandle(running.handle()),

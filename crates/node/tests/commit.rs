@@ -4,14 +4,17 @@
 //! reader takes over the reactor with every acknowledged write when the
 //! owner leaves.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
 use roost_cluster::runtime::admin_get;
 use roost_node::{Node, NodeProtocol, NodeReactor, ZeusBugs};
-use roost_ownership::{Inspection, Meta, OwnershipCmd, OwnershipOut, ReqId};
+
+mod common;
+use common::{client, inspect, line, metric, send, wait_created};
+use roost_ownership::{Meta, OwnershipCmd, OwnershipOut, ReqId};
 
 const NODES: u32 = 3;
 /// One keyspace reactor: every key is on it.
@@ -32,48 +35,6 @@ fn start_cluster_with(reactors: usize, bugs: ZeusBugs) -> Vec<Node> {
     let nodes = Node::start_in_process_with(&cluster, reactors, &protocol).unwrap();
     wait_created(&nodes, reactors);
     nodes
-}
-
-fn inspect(node: &Node) -> Inspection<NodeReactor> {
-    let handle = node.ownership().unwrap();
-    let req = ReqId(handle.next_request_id());
-    match node.block_on(handle.request(OwnershipCmd::Inspect { req })) {
-        Ok(OwnershipOut::Inspected { report, .. }) => report,
-        other => panic!("inspect answered {other:?}"),
-    }
-}
-
-/// Waits until the nodes own `reactors` keyspace reactors in all.
-fn wait_created(nodes: &[Node], reactors: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes.iter().map(|n| inspect(n).owned_total).sum::<usize>() != reactors {
-        assert!(Instant::now() < deadline, "the reactors were not created");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn client(node: &Node) -> TcpStream {
-    let s = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
-}
-
-fn send(stream: &mut TcpStream, args: &[&str]) {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(frame.as_bytes()).unwrap();
-}
-
-fn line(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed after {got:?}");
-        got.push(byte[0]);
-    }
-    String::from_utf8(got).unwrap()
 }
 
 /// One command, retried while it answers an error (a reactor moving).
@@ -98,20 +59,6 @@ fn get(stream: &mut TcpStream, key: &str) -> Option<String> {
     }
     assert!(head.starts_with('$'), "GET {key}: {head}");
     Some(line(stream).trim_end().to_owned())
-}
-
-fn metric(node: &Node, name: &str) -> u64 {
-    let (status, body) = node
-        .block_on(admin_get(
-            node.admin_addr(),
-            "/metrics",
-            Duration::from_secs(5),
-        ))
-        .unwrap();
-    assert_eq!(status, 200);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 fn keyspace_reactor(index: usize) -> NodeReactor {

@@ -2,13 +2,14 @@
 //! not move its reactor on every request; the node that lost it ships its
 //! writes to the owner, and every write is applied exactly once.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
-use roost_cluster::runtime::admin_get;
 use roost_node::Node;
+
+mod common;
+use common::{client, incr, metric, send, wait_created};
 
 const NODES: u32 = 3;
 const REACTORS: usize = 4;
@@ -16,63 +17,19 @@ const REACTORS: usize = 4;
 fn start_cluster() -> Vec<Node> {
     let cluster = ClusterConfig::loopback(NODES).unwrap();
     let nodes = Node::start_in_process(&cluster, REACTORS).unwrap();
-    // Every node a replica of every reactor (degree 3), all created.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while nodes
-        .iter()
-        .map(|n| metric(n, "roost_ownership_reactors_owned"))
-        .sum::<u64>()
-        != REACTORS as u64
-    {
-        assert!(Instant::now() < deadline, "the reactors were not created");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_created(&nodes, REACTORS);
     nodes
 }
 
-fn connect(node: &Node) -> TcpStream {
-    let stream = TcpStream::connect(node.resp_addr().unwrap()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-}
-
-fn send(stream: &mut TcpStream, args: &[&str]) {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(frame.as_bytes()).unwrap();
-}
-
+/// One reply line without its CRLF.
 fn line(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed after {got:?}");
-        got.push(byte[0]);
-    }
-    String::from_utf8(got).unwrap().trim_end().to_owned()
+    common::line(stream).trim_end().to_owned()
 }
 
+/// One command, the first line of its reply without its CRLF.
 fn command(stream: &mut TcpStream, args: &[&str]) -> String {
     send(stream, args);
     line(stream)
-}
-
-fn metric(node: &Node, name: &str) -> u64 {
-    let (status, body) = node
-        .block_on(admin_get(
-            node.admin_addr(),
-            "/metrics",
-            Duration::from_secs(5),
-        ))
-        .unwrap();
-    assert_eq!(status, 200);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 fn after_forwards(nodes: &[Node]) -> u64 {
@@ -83,26 +40,10 @@ fn total(nodes: &[Node], name: &str) -> u64 {
     nodes.iter().map(|n| metric(n, name)).sum()
 }
 
-/// INCR at `stream` until acknowledged (an error changed nothing).
-fn incr(stream: &mut TcpStream, key: &str) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let reply = command(stream, &["INCR", key]);
-        if let Some(n) = reply.strip_prefix(':') {
-            return n.parse().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "INCR {key} kept failing: {reply}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
     let nodes = start_cluster();
-    let (mut a, mut b) = (connect(&nodes[0]), connect(&nodes[1]));
+    let (mut a, mut b) = (client(&nodes[0]), client(&nodes[1]));
     let acquires_before = total(&nodes, "roost_ownership_acquires_total");
     let mut acknowledged = 0;
     let mut last = 0;
@@ -133,7 +74,7 @@ fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
     );
     assert_eq!(total(&nodes, "roost_resp_forwards_unknown_total"), 0);
     // The third node reads the value every INCR made.
-    let mut c = connect(&nodes[2]);
+    let mut c = client(&nodes[2]);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         send(&mut c, &["GET", "hot"]);
@@ -204,7 +145,7 @@ fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
 #[test]
 fn the_forward_user_needs_the_clusters_password() {
     let nodes = start_cluster();
-    let mut client = connect(&nodes[0]);
+    let mut client = client(&nodes[0]);
     assert_eq!(
         command(&mut client, &["AUTH", roost_resp::FORWARD_USER, "guess"]),
         "-WRONGPASS invalid username-password pair or user is disabled."

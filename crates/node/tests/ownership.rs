@@ -2,13 +2,15 @@
 //! database: a RESP command on any node runs on the key's reactor, which
 //! the Zeus ownership protocol moves to that node with its rows.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use roost_cluster::config::ClusterConfig;
-use roost_node::{Node, NodeReactor};
-use roost_ownership::{Access, Inspection, OwnershipCmd, OwnershipOut, ReqId};
+use roost_node::Node;
+use roost_ownership::{Access, OwnershipCmd, OwnershipOut, ReqId};
+
+mod common;
+use common::{command, incr, inspect, line};
 
 const NODES: u32 = 3;
 const REACTORS: usize = 4;
@@ -16,52 +18,6 @@ const REACTORS: usize = 4;
 fn start_cluster() -> Vec<Node> {
     let cluster = ClusterConfig::loopback(NODES).unwrap();
     Node::start_in_process(&cluster, REACTORS).unwrap()
-}
-
-fn inspect(node: &Node) -> Inspection<NodeReactor> {
-    let handle = node.ownership().unwrap();
-    let req = ReqId(handle.next_request_id());
-    match node.block_on(handle.request(OwnershipCmd::Inspect { req })) {
-        Ok(OwnershipOut::Inspected { report, .. }) => report,
-        other => panic!("inspect answered {other:?}"),
-    }
-}
-
-/// One RESP command, the first line of its reply.
-fn command(stream: &mut TcpStream, args: &[&str]) -> String {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(frame.as_bytes()).unwrap();
-    line(stream)
-}
-
-fn line(stream: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n") {
-        assert_eq!(stream.read(&mut byte).unwrap(), 1, "closed after {got:?}");
-        got.push(byte[0]);
-    }
-    String::from_utf8(got).unwrap()
-}
-
-/// INCR until it is acknowledged (a command that finds its reactor
-/// unavailable answers an error and changed nothing).
-fn incr(stream: &mut TcpStream, key: &str) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let reply = command(stream, &["INCR", key]);
-        if let Some(n) = reply.strip_prefix(':') {
-            return n.trim().parse().unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "INCR {key} kept failing: {reply}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -136,9 +136,8 @@ fn store_work(nodes: &[Node]) -> anyhow::Result<[u64; 4]> {
             bail!("node {} /metrics answered {code}", node.id());
         }
         for (sum, name) in sums.iter_mut().zip(names) {
-            *sum += body
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            *sum += crate::cluster::sample(&body, name)
+                .and_then(|v| v.parse::<u64>().ok())
                 .with_context(|| format!("{name} missing"))?;
         }
     }

@@ -894,9 +894,7 @@ fn acquisitions(cluster: &LocalCluster) -> anyhow::Result<u64> {
             .admin(node, "/metrics", Duration::from_secs(5))
             .context("reading /metrics")?;
         anyhow::ensure!(code == 200, "node {node}'s /metrics answered {code}");
-        total += body
-            .lines()
-            .find_map(|l| l.strip_prefix("roost_ownership_acquires_total "))
+        total += crate::cluster::sample(&body, "roost_ownership_acquires_total")
             .and_then(|v| v.trim().parse::<f64>().ok())
             .with_context(|| format!("node {node} reports no roost_ownership_acquires_total"))?
             as u64;

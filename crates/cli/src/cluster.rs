@@ -859,6 +859,14 @@ fn candidate_admins(args: &StatusArgs) -> anyhow::Result<Vec<SocketAddr>> {
         .collect())
 }
 
+/// The value text of the unlabelled sample `name` in Prometheus text (a
+/// node's `/metrics`).
+pub(crate) fn sample<'a>(metrics: &'a str, name: &str) -> Option<&'a str> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+}
+
 pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
     let candidates = candidate_admins(args)?;
     let (addr, body) = runtime()?.block_on(async {
@@ -918,13 +926,7 @@ pub fn status(args: &StatusArgs) -> anyhow::Result<()> {
     if let Ok((200, metrics)) =
         runtime()?.block_on(admin_get(addr, "/metrics", Duration::from_millis(500)))
     {
-        let value = |name: &str| {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-                .unwrap_or("?")
-                .to_owned()
-        };
+        let value = |name: &str| sample(&metrics, name).unwrap_or("?").to_owned();
         println!(
             "node {}: reactors owned {}, acquired {} (migrations), writes forwarded to their owner {} \
              (not sent {}, unknown {}), holds after a loss {}",
@@ -948,6 +950,15 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("roost").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn a_sample_is_found_by_its_whole_name() {
+        let text = "# HELP roost_a_total A.\n# TYPE roost_a_total counter\n\
+                    roost_a_total_more 9\nroost_a_total 3\n";
+        assert_eq!(super::sample(text, "roost_a_total"), Some("3"));
+        assert_eq!(super::sample(text, "roost_a"), None);
+        assert_eq!(super::sample(text, "roost_b_total"), None);
     }
 
     #[test]

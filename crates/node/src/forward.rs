@@ -165,6 +165,11 @@ impl Contention {
         });
     }
 
+    /// The keyspace reactor at `index` (once measuring).
+    fn reactor(&self, index: usize) -> Option<&ReactorKey> {
+        self.usage.get()?.keys.get(index)
+    }
+
     fn served(&self, reactors: &[usize], forwarded: bool) {
         let Some(usage) = self.usage.get() else {
             return;
@@ -268,8 +273,6 @@ impl Contention {
 pub(crate) struct NodeRouter {
     me: NodeId,
     shared: Arc<Shared>,
-    /// The keyspace reactors, by index.
-    reactors: Vec<ReactorKey>,
     resp_addrs: HashMap<NodeId, SocketAddr>,
 }
 
@@ -280,11 +283,11 @@ impl NodeRouter {
         reactors: Vec<ReactorKey>,
         resp_addrs: HashMap<NodeId, SocketAddr>,
     ) -> NodeRouter {
-        shared.contention.measure(reactors.clone());
+        // The reactors by index live with their counts.
+        shared.contention.measure(reactors);
         NodeRouter {
             me,
             shared,
-            reactors,
             resp_addrs,
         }
     }
@@ -296,7 +299,7 @@ impl roost_resp::Router for NodeRouter {
         let mut to = None;
         // Bounded by the command's keys.
         for &index in reactors {
-            let key = self.reactors.get(index)?;
+            let key = self.shared.contention.reactor(index)?;
             if self.shared.owns(key) {
                 return None;
             }

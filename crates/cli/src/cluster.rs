@@ -226,7 +226,21 @@ pub struct UpArgs {
     /// With --sites: site i talks to the other sites on this port + i.
     #[arg(long, default_value_t = DEFAULT_SITE_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
     pub site_port: u16,
-    /// With --sites: site i serves RESP on this port + i.
+    /// With --sites: each site a Roost cluster of this many `roost node`
+    /// processes (1: a site is one `roost resp --site` process). The site's
+    /// bounded counters are rows of its cluster's keyspace, replicated to
+    /// every node of the site by reliable commit, and BC.* work on any of
+    /// its nodes; node j of site i is number g = i * N + j below.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16), requires = "sites")]
+    pub nodes_per_site: u32,
+    /// With --nodes-per-site above 1: node g's cluster port is this + g.
+    #[arg(long, default_value_t = DEFAULT_SITE_CLUSTER_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
+    pub site_cluster_port: u16,
+    /// With --nodes-per-site above 1: node g's admin port is this + g.
+    #[arg(long, default_value_t = DEFAULT_SITE_ADMIN_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
+    pub site_admin_port: u16,
+    /// With --sites: site i serves RESP on this port + i (with
+    /// --nodes-per-site: node g on this port + g; site-to-site traffic too).
     #[arg(long, default_value_t = DEFAULT_RESP_PORT, value_parser = clap::value_parser!(u16).range(1..65000))]
     pub site_resp_port: u16,
     /// Node i serves RESP clients on this port + i.
@@ -332,6 +346,13 @@ fn resp_config(args: &NodeArgs) -> anyhow::Result<Option<roost_resp::Config>> {
 const DEFAULT_RESP_PORT: u16 = 6379;
 /// `roost up --sites`: site i's site-to-site port is this + i.
 const DEFAULT_SITE_PORT: u16 = 7300;
+/// `roost up --sites --nodes-per-site`: node g's cluster port is this + g.
+const DEFAULT_SITE_CLUSTER_PORT: u16 = 7400;
+/// `roost up --sites --nodes-per-site`: node g's admin port is this + g.
+const DEFAULT_SITE_ADMIN_PORT: u16 = 7500;
+/// `roost up --sites --nodes-per-site`: at most this many nodes in all (the
+/// default port ranges are 100 apart).
+const MAX_SITE_NODES: u32 = 64;
 
 pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
     init_logging();
@@ -558,6 +579,9 @@ const ETCD_PROBE_TIMEOUT_MS: u64 = 300;
 
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     if let Some(sites) = args.sites {
+        if args.nodes_per_site > 1 {
+            return up_site_clusters(args, sites, args.nodes_per_site);
+        }
         return up_sites(args, sites);
     }
     let mut cluster_args = args.cluster.clone();
@@ -566,34 +590,7 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         ..cluster_args.clone()
     }
     .cluster()?;
-    let mut etcd = None;
-    match MembershipPlan::choose(args, cluster_args.membership, &given) {
-        MembershipPlan::Peer(why) => {
-            println!("roost up: membership: built-in (peer-to-peer leases among the nodes): {why}");
-            cluster_args.membership = Some(MembershipSource::Peer);
-            cluster_args.etcd = None;
-        }
-        MembershipPlan::GivenEtcd => {
-            let endpoints = given
-                .coordinator
-                .as_ref()
-                .map(|c| c.etcd_endpoints.join(","))
-                .unwrap_or_default();
-            println!("roost up: membership: etcd at {endpoints} (given)");
-            cluster_args.membership = Some(MembershipSource::Etcd);
-        }
-        MembershipPlan::RunningEtcd(endpoint) => {
-            println!("roost up: membership: etcd already running at {endpoint}");
-            cluster_args.membership = Some(MembershipSource::Etcd);
-            cluster_args.etcd = Some(endpoint);
-        }
-        MembershipPlan::LocalEtcd => {
-            let local = start_local_etcd(args)?;
-            cluster_args.membership = Some(MembershipSource::Etcd);
-            cluster_args.etcd = Some(local.endpoint.clone());
-            etcd = Some(local);
-        }
-    }
+    let mut etcd = settle_membership(args, &mut cluster_args, &given)?;
     if cluster_args.secret_file.is_none() && given.security.is_none() {
         cluster_args.secret_file = Some(write_fresh_secret(&args.data_dir)?);
     }
@@ -680,6 +677,45 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     outcome
 }
 
+/// Decides where `roost up`'s membership comes from (etcd given, running,
+/// started here, or the built-in peer leases), says so, and sets
+/// `cluster_args` for the children; returns the etcd started here.
+fn settle_membership(
+    args: &UpArgs,
+    cluster_args: &mut ClusterArgs,
+    given: &ClusterConfig,
+) -> anyhow::Result<Option<LocalEtcd>> {
+    let mut etcd = None;
+    match MembershipPlan::choose(args, cluster_args.membership, given) {
+        MembershipPlan::Peer(why) => {
+            println!("roost up: membership: built-in (peer-to-peer leases among the nodes): {why}");
+            cluster_args.membership = Some(MembershipSource::Peer);
+            cluster_args.etcd = None;
+        }
+        MembershipPlan::GivenEtcd => {
+            let endpoints = given
+                .coordinator
+                .as_ref()
+                .map(|c| c.etcd_endpoints.join(","))
+                .unwrap_or_default();
+            println!("roost up: membership: etcd at {endpoints} (given)");
+            cluster_args.membership = Some(MembershipSource::Etcd);
+        }
+        MembershipPlan::RunningEtcd(endpoint) => {
+            println!("roost up: membership: etcd already running at {endpoint}");
+            cluster_args.membership = Some(MembershipSource::Etcd);
+            cluster_args.etcd = Some(endpoint);
+        }
+        MembershipPlan::LocalEtcd => {
+            let local = start_local_etcd(args)?;
+            cluster_args.membership = Some(MembershipSource::Etcd);
+            cluster_args.etcd = Some(local.endpoint.clone());
+            etcd = Some(local);
+        }
+    }
+    Ok(etcd)
+}
+
 /// `roost up --sites N`: N site processes, each `roost resp --site i`. A
 /// site that exits is not restarted: its counters' rights lived in its
 /// memory, and the other sites would refuse a site that forgot what they
@@ -739,6 +775,177 @@ fn up_sites(args: &UpArgs, sites: u32) -> anyhow::Result<()> {
         Ok(())
     });
     stop_children(&mut children);
+    outcome
+}
+
+/// One site of `roost up --sites --nodes-per-site`: its cluster's
+/// configuration file, its children's flags, its nodes.
+struct SiteCluster {
+    data_dir: PathBuf,
+    resp_base: u16,
+    flags: Vec<String>,
+    nodes: Vec<Supervised>,
+}
+
+/// Node `member` of site `site`'s port: `base + site * per_site + member`.
+fn site_node_port(base: u16, site: u32, per_site: u32, member: u32) -> anyhow::Result<u16> {
+    u16::try_from(u32::from(base) + site * per_site + member)
+        .with_context(|| format!("port {base} + {} is not a port", site * per_site + member))
+}
+
+/// `roost up --sites S --nodes-per-site N`: S Roost clusters of N `roost
+/// node` processes, each cluster one site (a `[geo]` section in its
+/// configuration, written to DIR/site<i>/cluster.toml). Membership is
+/// settled as for one cluster; with etcd every site has its own key prefix.
+/// A node that exits is restarted (its site's rows live on at the others).
+fn up_site_clusters(args: &UpArgs, sites: u32, per_site: u32) -> anyhow::Result<()> {
+    use roost_cluster::config::{GeoConfig, NodeAddr};
+    if sites * per_site > MAX_SITE_NODES {
+        bail!("--sites {sites} x --nodes-per-site {per_site} is more than {MAX_SITE_NODES} nodes");
+    }
+    let exe = std::env::current_exe().context("locating the roost binary")?;
+    let mut cluster_args = ClusterArgs {
+        config: None,
+        ..args.cluster.clone()
+    };
+    let mut etcd = settle_membership(args, &mut cluster_args, &ClusterConfig::local(per_site))?;
+    // Every link (node to node, site to site) proves this secret.
+    let secret_file = match &cluster_args.secret_file {
+        Some(path) => path.clone(),
+        None => write_fresh_secret(&args.data_dir)?,
+    };
+    cluster_args.secret_file = Some(secret_file.clone());
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let mut links = Vec::with_capacity(sites as usize);
+    for site in 0..sites {
+        let mut addrs = Vec::with_capacity(per_site as usize);
+        for member in 0..per_site {
+            addrs.push(loopback(site_node_port(
+                args.site_port,
+                site,
+                per_site,
+                member,
+            )?));
+        }
+        links.push(addrs);
+    }
+    let mut clusters = Vec::with_capacity(sites as usize);
+    for site in 0..sites {
+        let data_dir = args.data_dir.join(format!("site{site}"));
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let mut nodes = Vec::with_capacity(per_site as usize);
+        for member in 0..per_site {
+            let port = |base| site_node_port(base, site, per_site, member);
+            nodes.push(NodeAddr {
+                id: member,
+                addr: loopback(port(args.site_cluster_port)?),
+                admin_addr: loopback(port(args.site_admin_port)?),
+                resp_addr: Some(loopback(port(args.site_resp_port)?)),
+            });
+        }
+        let mut config = ClusterConfig {
+            nodes,
+            security: Some(SecurityConfig {
+                secret_file: secret_file.clone(),
+            }),
+            geo: Some(GeoConfig {
+                site: site as usize,
+                sites: links.clone(),
+            }),
+            ..ClusterConfig::local(per_site)
+        };
+        if let (Some(MembershipSource::Etcd), Some(endpoints)) =
+            (cluster_args.membership, &cluster_args.etcd)
+        {
+            let mut coordinator = CoordinatorConfig::etcd(
+                endpoints.split(',').map(|e| e.trim().to_owned()).collect(),
+            );
+            coordinator.key_prefix = format!("/roost/site{site}/");
+            config.coordinator = Some(coordinator);
+        }
+        config.validate()?;
+        let path = data_dir.join("cluster.toml");
+        std::fs::write(&path, config.to_toml())
+            .with_context(|| format!("writing {}", path.display()))?;
+        let flags = ClusterArgs {
+            config: Some(path),
+            ..cluster_args.clone()
+        }
+        .child_flags();
+        clusters.push(SiteCluster {
+            data_dir,
+            resp_base: site_node_port(args.site_resp_port, site, per_site, 0)?,
+            flags,
+            nodes: Vec::new(),
+        });
+    }
+    for cluster in &mut clusters {
+        for member in 0..per_site {
+            let child = spawn_node(
+                &exe,
+                member,
+                cluster.resp_base,
+                &cluster.data_dir,
+                &cluster.flags,
+            );
+            match child {
+                Ok(child) => cluster.nodes.push(Supervised {
+                    id: member,
+                    child: Some(child),
+                    restarts: 0,
+                    restart_at: None,
+                }),
+                Err(e) => {
+                    let mut children: Vec<(u32, Child)> = clusters
+                        .iter_mut()
+                        .flat_map(|c| c.nodes.drain(..))
+                        .filter_map(|n| n.child.map(|c| (n.id, c)))
+                        .collect();
+                    stop_children(&mut children);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let last = |base: u16| u32::from(base) + sites * per_site - 1;
+    println!(
+        "roost up: {sites} sites of {per_site} nodes each; site i's node j serves RESP on {} + i*{per_site} + j (redis-cli -p {} .. {}: BC.CREATE, BC.INC, BC.DEC key n LOCAL|GLOBAL, BC.GET, and every other command over the site's keyspace); site links on {} .. {}, cluster ports {} .., admin {} .. (configurations in {}); Ctrl-C stops them",
+        args.site_resp_port,
+        args.site_resp_port,
+        last(args.site_resp_port),
+        args.site_port,
+        last(args.site_port),
+        args.site_cluster_port,
+        args.site_admin_port,
+        args.data_dir.join("site<i>/cluster.toml").display(),
+    );
+    let mut etcd_restarts = 0;
+    let outcome = supervise_until_stopped(|| {
+        supervise_etcd(args, &mut etcd, &mut etcd_restarts)?;
+        for cluster in &mut clusters {
+            supervise_nodes(
+                &exe,
+                cluster.resp_base,
+                &cluster.data_dir,
+                &cluster.flags,
+                args.max_restarts,
+                &mut cluster.nodes,
+            );
+        }
+        let gone = |n: &Supervised| n.child.is_none() && n.restart_at.is_none();
+        if clusters.iter().all(|c| c.nodes.iter().all(gone)) {
+            bail!("every node has exited and used up its restarts");
+        }
+        Ok(())
+    });
+    let mut children: Vec<(u32, Child)> = clusters
+        .into_iter()
+        .flat_map(|c| c.nodes)
+        .filter_map(|n| n.child.map(|c| (n.id, c)))
+        .collect();
+    stop_children(&mut children);
+    drop(etcd);
     outcome
 }
 

@@ -5,15 +5,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use roost_escrow::roost_store::RowFuture;
-use roost_escrow::{
-    default_policy, EscrowSiteCounters, ReplicaRow, ReplicaRows, Site, SiteConfig, Timing,
-};
-use roost_resp::{Config, Keyspace, Server, Services, SiteRow};
+use roost_escrow::{default_policy, KeyspaceSite, SiteConfig, Timing};
+use roost_resp::{Config, Keyspace, Server, Services};
 
 #[derive(Debug, Args)]
 pub struct RespArgs {
@@ -81,9 +77,6 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
             // The site's counters are rows of the keyspace, so procedures
             // (FCALL) update them inside their transactions.
             let keyspace = Keyspace::new(&config).context("starting the keyspace")?;
-            let rows = Arc::new(KeyspaceRows {
-                keyspace: keyspace.clone(),
-            });
             let path = args
                 .secret_file
                 .as_ref()
@@ -92,13 +85,13 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
                 secret_file: path.clone(),
             }
             .load_secret()?;
-            let site = SiteNode::start(index, &args.site_peers, rows, secret)?;
+            let site = SiteNode::start(index, &args.site_peers, keyspace.clone(), secret)?;
             println!(
                 "roost resp: site {index} of {}, sites reach it on {}",
                 args.site_peers.len(),
                 args.site_peers[index]
             );
-            services.site_counters = Some(Arc::new(site.counters(args.site_peers.len())?));
+            services.site_counters = Some(site.site.counters());
             services.keyspace = Some(keyspace);
             Some(site)
         }
@@ -118,7 +111,7 @@ pub fn run(args: &RespArgs) -> anyhow::Result<()> {
 /// An escrow site ([`Design::Roost`]: its counters inside Roost) on a runtime
 /// of its own.
 struct SiteNode {
-    site: Site,
+    site: KeyspaceSite,
     _runtime: tokio::runtime::Runtime,
 }
 
@@ -126,7 +119,7 @@ impl SiteNode {
     fn start(
         index: usize,
         peers: &[SocketAddr],
-        rows: Arc<dyn ReplicaRows>,
+        keyspace: Keyspace,
         secret: roost_net::ClusterSecret,
     ) -> anyhow::Result<SiteNode> {
         if index >= peers.len() {
@@ -146,77 +139,22 @@ impl SiteNode {
             site: index,
             sites: peers.len(),
             redis_url: String::new(),
-            peers: peers
-                .iter()
-                .enumerate()
-                .map(|(i, addr)| (i != index).then_some(*addr))
-                .collect(),
+            peers: peers.iter().map(|addr| vec![*addr]).collect(),
+            member: 0,
+            members: 1,
             timing: Timing::default(),
             policy: default_policy(),
             secret,
             client_listen: None,
             planted: Default::default(),
         };
-        let site = runtime.block_on(async {
-            let listener = tokio::net::TcpListener::bind(peers[index])
-                .await
-                .with_context(|| format!("listening for sites on {}", peers[index]))?;
-            Site::start_over_rows(config, listener, rows)
-                .await
-                .context("starting the site")
-        })?;
+        let site = runtime
+            .block_on(KeyspaceSite::start(config, peers[index], keyspace))
+            .context("starting the site")?;
         Ok(SiteNode {
             site,
             _runtime: runtime,
         })
-    }
-
-    fn counters(&self, sites: usize) -> anyhow::Result<EscrowSiteCounters> {
-        let client = self
-            .site
-            .server_client()
-            .context("the site has no middleware node")?;
-        Ok(EscrowSiteCounters::new(client, sites)?)
-    }
-}
-
-/// The site's replica rows in the node's keyspace.
-struct KeyspaceRows {
-    keyspace: Keyspace,
-}
-
-impl ReplicaRows for KeyspaceRows {
-    fn load(&self, key: &str) -> RowFuture<'_, Result<Option<ReplicaRow>, String>> {
-        let key = key.to_owned();
-        Box::pin(async move {
-            let row = self.keyspace.site_row(&key).await?;
-            Ok(row.map(|row| ReplicaRow {
-                state: row.state,
-                token: row.token,
-            }))
-        })
-    }
-
-    fn cas(
-        &self,
-        key: &str,
-        expected: Option<&str>,
-        row: ReplicaRow,
-    ) -> RowFuture<'_, Result<bool, String>> {
-        let (key, expected) = (key.to_owned(), expected.map(str::to_owned));
-        Box::pin(async move {
-            let row = SiteRow {
-                state: row.state,
-                token: row.token,
-            };
-            self.keyspace
-                .site_row_cas(&key, expected.as_deref(), row)
-                .await
-        })
-    }
-
-    fn keys(&self) -> RowFuture<'_, Result<Vec<String>, String>> {
-        Box::pin(self.keyspace.site_row_keys())
     }
 }
 

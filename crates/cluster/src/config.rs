@@ -71,7 +71,28 @@ pub struct ClusterConfig {
     /// forward policy).
     #[serde(default)]
     pub forwarding: ForwardingConfig,
+    /// This cluster is one site of a geo-replicated deployment (its bounded
+    /// counters, BC.*, are the site's, and every node of the cluster serves
+    /// them over the site's rows, replicated by reliable commit); without
+    /// it the cluster is a deployment of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geo: Option<GeoConfig>,
 }
+
+/// Where this cluster sits among the sites of a geo-replicated deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeoConfig {
+    /// This cluster's site index (its replica id in every bounded counter).
+    pub site: usize,
+    /// Every site's nodes' addresses for site-to-site traffic, in site
+    /// order; this site's entry lists this cluster's nodes in `[[node]]`
+    /// order (each listens on its own entry).
+    pub sites: Vec<Vec<SocketAddr>>,
+}
+
+/// The most sites a deployment may have (the bounded counter's replicas).
+pub const MAX_SITES: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -136,6 +157,8 @@ pub enum ConfigError {
     Register,
     #[error(transparent)]
     Coordinator(#[from] CoordinatorConfigError),
+    #[error("[geo]: {0}")]
+    Geo(String),
 }
 
 impl ClusterConfig {
@@ -156,6 +179,7 @@ impl ClusterConfig {
             coordinator: None,
             security: None,
             forwarding: ForwardingConfig::default(),
+            geo: None,
         }
     }
 
@@ -224,6 +248,43 @@ impl ClusterConfig {
         }
         if let Some(coordinator) = &self.coordinator {
             coordinator.validate()?;
+        }
+        if let Some(geo) = &self.geo {
+            self.validate_geo(geo, &addrs)?;
+        }
+        Ok(())
+    }
+
+    fn validate_geo(
+        &self,
+        geo: &GeoConfig,
+        taken: &BTreeSet<SocketAddr>,
+    ) -> Result<(), ConfigError> {
+        let bad = |reason: String| Err(ConfigError::Geo(reason));
+        if geo.sites.len() > MAX_SITES {
+            return bad(format!("{} sites; at most {MAX_SITES}", geo.sites.len()));
+        }
+        let Some(mine) = geo.sites.get(geo.site) else {
+            return bad(format!("site {} of {} sites", geo.site, geo.sites.len()));
+        };
+        if mine.len() != self.nodes.len() {
+            return bad(format!(
+                "site {} lists {} addresses for this cluster's {} nodes (one per [[node]], in order)",
+                geo.site,
+                mine.len(),
+                self.nodes.len()
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (site, addrs) in geo.sites.iter().enumerate() {
+            if addrs.is_empty() {
+                return bad(format!("site {site} lists no address"));
+            }
+            for addr in addrs {
+                if !seen.insert(*addr) || taken.contains(addr) {
+                    return bad(format!("address {addr} appears twice"));
+                }
+            }
         }
         Ok(())
     }
@@ -310,6 +371,46 @@ mod tests {
         ];
         for (text, needle) in cases {
             let error = ClusterConfig::from_toml(text, "x").unwrap_err().to_string();
+            assert!(error.contains(needle), "{error} should mention {needle}");
+        }
+    }
+
+    #[test]
+    fn a_geo_section_round_trips_and_bad_ones_are_clear_errors() {
+        let node = "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nadmin_addr = \"127.0.0.1:2\"\n";
+        let good =
+            format!("{node}[geo]\nsite = 1\nsites = [[\"127.0.0.1:10\"], [\"127.0.0.1:11\"]]\n");
+        let config = ClusterConfig::from_toml(&good, "x").unwrap();
+        let geo = config.geo.as_ref().unwrap();
+        assert_eq!((geo.site, geo.sites.len()), (1, 2));
+        assert_eq!(
+            ClusterConfig::from_toml(&config.to_toml(), "x").unwrap(),
+            config
+        );
+        let cases = [
+            (
+                "site = 2\nsites = [[\"127.0.0.1:10\"], [\"127.0.0.1:11\"]]",
+                "site 2 of 2",
+            ),
+            (
+                "site = 0\nsites = [[\"127.0.0.1:10\", \"127.0.0.1:12\"], [\"127.0.0.1:11\"]]",
+                "one per [[node]]",
+            ),
+            (
+                "site = 0\nsites = [[\"127.0.0.1:10\"], []]",
+                "site 1 lists no address",
+            ),
+            (
+                "site = 0\nsites = [[\"127.0.0.1:10\"], [\"127.0.0.1:10\"]]",
+                "twice",
+            ),
+            ("site = 0\nsites = [[\"127.0.0.1:1\"]]", "twice"),
+        ];
+        for (geo, needle) in cases {
+            let text = format!("{node}[geo]\n{geo}\n");
+            let error = ClusterConfig::from_toml(&text, "x")
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(needle), "{error} should mention {needle}");
         }
     }

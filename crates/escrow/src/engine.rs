@@ -188,6 +188,10 @@ pub struct KeyEngine<T> {
     queued: Vec<(Option<T>, Command)>,
     /// A [`Command::Reload`] came during an IO: load once it ends.
     reload_wanted: bool,
+    /// Other writers (the other nodes of a site that is a cluster) change
+    /// the stored replica as a matter of course: read it again before each
+    /// batch that starts idle.
+    shared_rows: bool,
     writes: u64,
 }
 
@@ -208,8 +212,20 @@ impl<T> KeyEngine<T> {
             pending: Vec::new(),
             queued: Vec::new(),
             reload_wanted: false,
+            shared_rows: false,
             writes: 0,
         }
+    }
+
+    /// The replica's row is written by other engines too (the other nodes
+    /// of a site that is a Roost cluster, all over the same replicated
+    /// rows): a command that finds the engine idle, with nothing unwritten,
+    /// loads the row first instead of trusting the cache, so a read sees
+    /// what another node wrote and a refusal is never made on a stale
+    /// replica. Writes were safe without it (conditional on the token).
+    pub fn with_shared_rows(mut self, shared: bool) -> Self {
+        self.shared_rows = shared;
+        self
     }
 
     /// Conditional writes issued so far (operations per write = batching).
@@ -235,6 +251,14 @@ impl<T> KeyEngine<T> {
             self.reload_wanted = true;
             self.reload_if_idle(&mut out);
             return out;
+        }
+        if self.shared_rows
+            && self.io == Io::Idle
+            && self.flight.is_none()
+            && self.pending.is_empty()
+            && !self.dirty
+        {
+            self.loaded = false;
         }
         if !self.loaded || self.io == Io::Loading {
             self.queued.push((ticket, command));

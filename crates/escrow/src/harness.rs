@@ -130,6 +130,8 @@ impl Deployment {
                 sites: n,
                 redis_url: redis.get(index).map(LocalRedis::url).unwrap_or_default(),
                 peers: peers_of(&proxies, index),
+                member: 0,
+                members: 1,
                 timing: config.timing,
                 policy: config.policy,
                 secret: secret.clone(),
@@ -444,10 +446,10 @@ impl Deployment {
     }
 }
 
-fn peers_of(proxies: &[Vec<Option<DelayProxy>>], site: usize) -> Vec<Option<SocketAddr>> {
+fn peers_of(proxies: &[Vec<Option<DelayProxy>>], site: usize) -> Vec<Vec<SocketAddr>> {
     proxies[site]
         .iter()
-        .map(|proxy| proxy.as_ref().map(DelayProxy::addr))
+        .map(|proxy| proxy.iter().map(DelayProxy::addr).collect())
         .collect()
 }
 

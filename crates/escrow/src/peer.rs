@@ -35,13 +35,45 @@ use roost_net::{
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use crate::wire::{Frame, SiteMessage, TransferResult, MAX_FRAME_BYTES};
 
-/// Site `i`'s node id on the links.
+/// Node ids on the links are `member * MEMBER_STRIDE + site`: sites stay
+/// below the stride (the counter's replica limit is the same), so a site of
+/// one node keeps id `site`.
+pub const MEMBER_STRIDE: u32 = 1024;
+
+/// The most nodes one site may have (ids stay below [`CLIENT_NODE_BASE`]).
+pub const MAX_SITE_MEMBERS: usize = (CLIENT_NODE_BASE / MEMBER_STRIDE) as usize;
+
+/// Site `i`'s node id on the links (its first member's).
 pub fn site_node(site: usize) -> NodeId {
-    NodeId(u32::try_from(site).unwrap_or(u32::MAX))
+    member_node(site, 0)
+}
+
+/// The link id of node `member` of site `site` (a site that is a cluster
+/// of several nodes: each runs the site's links over the site's shared
+/// rows, reachable on its own address).
+pub fn member_node(site: usize, member: usize) -> NodeId {
+    let site = u32::try_from(site)
+        .unwrap_or(u32::MAX)
+        .min(MEMBER_STRIDE - 1);
+    let member = u32::try_from(member)
+        .unwrap_or(u32::MAX)
+        .min(MAX_SITE_MEMBERS as u32 - 1);
+    NodeId(member * MEMBER_STRIDE + site)
+}
+
+/// `(site, member)` of a link id; `None` for a client library's identity.
+pub fn link_of(node: NodeId) -> Option<(usize, usize)> {
+    if node.0 >= CLIENT_NODE_BASE {
+        return None;
+    }
+    Some((
+        (node.0 % MEMBER_STRIDE) as usize,
+        (node.0 / MEMBER_STRIDE) as usize,
+    ))
 }
 
 /// Node ids of client libraries start here (sites are `0..sites`).
@@ -143,57 +175,107 @@ enum State {
     Down,
 }
 
+/// One node of another site.
 struct Peer {
-    state: watch::Sender<State>,
+    state: Mutex<State>,
     /// When the last pong came (or the links started).
     last_pong: Mutex<Instant>,
 }
 
-type Pending = Mutex<HashMap<(usize, u64), oneshot::Sender<TransferResult>>>;
+impl Peer {
+    fn state(&self) -> State {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
-/// Site `me`'s links to every other site.
+    fn set(&self, state: State) -> State {
+        std::mem::replace(
+            &mut *self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            state,
+        )
+    }
+}
+
+/// Transfer requests waiting for their reply, by (donor site, the donor's
+/// member asked, id).
+type Pending = Mutex<HashMap<(usize, usize, u64), oneshot::Sender<TransferResult>>>;
+
+/// How often [`SiteLinks::transfer`] looks whether a site that has not
+/// answered a ping yet came up.
+const CONNECTING_POLL: Duration = Duration::from_millis(10);
+
+/// Node `member` of site `me`'s links to every node of every other site.
+/// A site is up while one of its nodes is; what goes to a site goes to its
+/// first node that is up (they share the site's rows, so any serves it),
+/// and replies go back to the node that asked.
 pub struct SiteLinks {
     me: usize,
+    member: usize,
     transport: Transport<SiteMessage>,
-    peers: Vec<Option<Peer>>,
-    /// Transfer requests waiting for their reply, by (donor, id): a reply
-    /// counts only from the site the request went to.
+    /// Per site, per member; empty at this site (its other nodes share
+    /// this one's rows and need no link).
+    peers: Vec<Vec<Peer>>,
+    /// Transfer requests waiting for their reply: a reply counts only from
+    /// the node the request went to.
     pending: Pending,
     next_id: AtomicU64,
     config: LinkConfig,
 }
 
 impl SiteLinks {
-    /// Starts the transport on `listener`, dialing every site of `peers`
-    /// (`None` at `me`); what the sites send arrives in the returned inbox.
+    /// Starts the transport on `listener` as node `member` of site `me`,
+    /// dialing every node of every other site (`peers[site]`: its nodes'
+    /// addresses; this site's entry is ignored); what they send arrives in
+    /// the returned inbox.
     pub fn start(
         me: usize,
+        member: usize,
         listener: TcpListener,
-        peers: &[Option<SocketAddr>],
+        peers: &[Vec<SocketAddr>],
         config: LinkConfig,
         transport: TransportConfig,
     ) -> Result<(SiteLinks, Inbox<SiteMessage>), StartError> {
+        assert!(member < MAX_SITE_MEMBERS, "member {member} of a site");
+        assert!(
+            peers.len() <= MEMBER_STRIDE as usize,
+            "{} sites",
+            peers.len()
+        );
         let table: BTreeMap<NodeId, SocketAddr> = peers
             .iter()
             .enumerate()
-            .filter(|&(peer, _)| peer != me)
-            .filter_map(|(peer, addr)| Some((site_node(peer), (*addr)?)))
+            .filter(|&(site, _)| site != me)
+            .flat_map(|(site, addrs)| {
+                addrs
+                    .iter()
+                    .take(MAX_SITE_MEMBERS)
+                    .enumerate()
+                    .map(move |(m, addr)| (member_node(site, m), *addr))
+            })
             .collect();
-        let (transport, inbox) = Transport::start(site_node(me), listener, table, transport)?;
+        let (transport, inbox) =
+            Transport::start(member_node(me, member), listener, table, transport)?;
         let now = Instant::now();
         let peers = peers
             .iter()
             .enumerate()
-            .map(|(peer, addr)| {
-                (peer != me && addr.is_some()).then(|| Peer {
-                    state: watch::channel(State::Connecting).0,
-                    last_pong: Mutex::new(now),
-                })
+            .map(|(site, addrs)| {
+                if site == me {
+                    return Vec::new();
+                }
+                addrs
+                    .iter()
+                    .take(MAX_SITE_MEMBERS)
+                    .map(|_| Peer {
+                        state: Mutex::new(State::Connecting),
+                        last_pong: Mutex::new(now),
+                    })
+                    .collect()
             })
             .collect();
         Ok((
             SiteLinks {
                 me,
+                member,
                 transport,
                 peers,
                 pending: Mutex::new(HashMap::new()),
@@ -216,141 +298,179 @@ impl SiteLinks {
         self.transport.shutdown();
     }
 
-    fn peer(&self, peer: usize) -> Option<&Peer> {
-        self.peers.get(peer).and_then(Option::as_ref)
+    /// This node's link id.
+    pub fn node(&self) -> NodeId {
+        member_node(self.me, self.member)
     }
 
-    pub fn is_up(&self, peer: usize) -> bool {
-        self.peer(peer)
-            .is_some_and(|p| *p.state.borrow() == State::Up)
+    fn peer(&self, site: usize, member: usize) -> Option<&Peer> {
+        self.peers.get(site).and_then(|members| members.get(member))
     }
 
-    /// Queues `frame` for `peer` without waiting (the reply path: no check
-    /// that the peer is up).
-    pub fn send_now(&self, peer: usize, frame: &Frame) -> Result<(), LinkError> {
-        if self.peer(peer).is_none() {
-            return Err(LinkError::NoSuchPeer(peer));
+    /// Whether `from` is a node of another site in the table.
+    pub fn knows(&self, site: usize, member: usize) -> bool {
+        self.peer(site, member).is_some()
+    }
+
+    /// The first node of `site` that is up.
+    fn route(&self, site: usize) -> Option<usize> {
+        self.peers
+            .get(site)?
+            .iter()
+            .position(|p| p.state() == State::Up)
+    }
+
+    pub fn is_up(&self, site: usize) -> bool {
+        self.route(site).is_some()
+    }
+
+    /// Queues `frame` for node `member` of `site` without waiting (the
+    /// reply path: no check that it is up).
+    pub fn send_to(&self, site: usize, member: usize, frame: &Frame) -> Result<(), LinkError> {
+        if self.peer(site, member).is_none() {
+            return Err(LinkError::NoSuchPeer(site));
         }
         let message = SiteMessage::new(frame).map_err(|e| LinkError::Wire(e.to_string()))?;
         self.transport
-            .send(site_node(peer), EpochId(0), message)
+            .send(member_node(site, member), EpochId(0), message)
             .map_err(|error| match error {
-                SendError::QueueFull(_) => LinkError::QueueFull(peer),
-                SendError::UnknownPeer(_) => LinkError::NoSuchPeer(peer),
-                SendError::Closed => LinkError::Closed(peer),
+                SendError::QueueFull(_) => LinkError::QueueFull(site),
+                SendError::UnknownPeer(_) => LinkError::NoSuchPeer(site),
+                SendError::Closed => LinkError::Closed(site),
             })
     }
 
-    /// Queues a one-way frame if the link is up; `false` if it was dropped.
-    pub fn send(&self, peer: usize, frame: &Frame) -> bool {
-        self.is_up(peer) && self.send_now(peer, frame).is_ok()
+    /// Queues a one-way frame for `site` if one of its nodes is up; `false`
+    /// if it was dropped.
+    pub fn send(&self, site: usize, frame: &Frame) -> bool {
+        self.route(site)
+            .is_some_and(|member| self.send_to(site, member, frame).is_ok())
     }
 
-    /// A pong from `peer`: `true` if the peer just came up.
-    pub fn pong(&self, peer: usize) -> bool {
-        let Some(p) = self.peer(peer) else {
+    /// A pong from node `member` of `site`: `true` if that node just came
+    /// up (the propagator then ships the site everything: the node may be
+    /// one that missed what went to another).
+    pub fn pong(&self, site: usize, member: usize) -> bool {
+        let Some(p) = self.peer(site, member) else {
             return false;
         };
         *p.last_pong.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        p.state.send_replace(State::Up) != State::Up
+        p.set(State::Up) != State::Up
     }
 
-    /// Pings every peer and takes down those silent for `down_after`;
-    /// returns the peers that just went down.
+    /// Pings every node of every other site and takes down those silent
+    /// for `down_after`; returns the sites that just went down (none of
+    /// their nodes up any more).
     pub fn heartbeat(&self) -> Vec<usize> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut went_down = Vec::new();
-        for (index, peer) in self.peers.iter().enumerate() {
-            let Some(peer) = peer else {
-                continue;
-            };
-            // A full queue (the peer has been unreachable a while) just
-            // drops the ping.
-            let _ = self.send_now(index, &Frame::Ping { id });
-            let silent = peer
-                .last_pong
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .elapsed();
-            if silent >= self.config.down_after && *peer.state.borrow() != State::Down {
-                let was = peer.state.send_replace(State::Down);
-                self.fail_pending(index);
-                if was == State::Up {
-                    tracing::debug!(site = self.me, peer = index, "escrow link: peer down");
-                    went_down.push(index);
+        for (site, members) in self.peers.iter().enumerate() {
+            let was_up = self.is_up(site);
+            for (member, peer) in members.iter().enumerate() {
+                // A full queue (the node has been unreachable a while) just
+                // drops the ping.
+                let _ = self.send_to(site, member, &Frame::Ping { id });
+                let silent = peer
+                    .last_pong
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .elapsed();
+                if silent >= self.config.down_after && peer.state() != State::Down {
+                    peer.set(State::Down);
+                    self.fail_pending(site, member);
                 }
+            }
+            if was_up && !self.is_up(site) {
+                tracing::debug!(site = self.me, peer = site, "escrow link: peer down");
+                went_down.push(site);
             }
         }
         went_down
     }
 
-    /// The requests waiting on `peer` get no answer (their senders drop).
-    fn fail_pending(&self, peer: usize) {
+    /// The requests waiting on that node get no answer (their senders drop).
+    fn fail_pending(&self, site: usize, member: usize) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending.retain(|&(donor, _), _| donor != peer);
+        pending.retain(|&(donor, asked, _), _| (donor, asked) != (site, member));
     }
 
-    /// A reply from `peer` to request `id`; one nobody waits for is ignored.
-    pub fn reply(&self, peer: usize, id: u64, result: TransferResult) {
+    /// A reply from node `member` of `site` to request `id`; one nobody
+    /// waits for (or from another node) is ignored.
+    pub fn reply(&self, site: usize, member: usize, id: u64, result: TransferResult) {
         let waiter = self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&(peer, id));
+            .remove(&(site, member, id));
         if let Some(waiter) = waiter {
             let _ = waiter.send(result);
         }
     }
 
-    /// Sends a transfer request to `peer` and waits for its answer. A link
-    /// that has never been up gets `timeout` to come up; one that is down
-    /// fails at once.
+    /// Sends a transfer request to `site` (its first node that is up) and
+    /// waits for its answer. A site none of whose nodes has answered a ping
+    /// yet gets `timeout` to come up; one whose nodes are all down fails at
+    /// once.
     pub async fn transfer(
         &self,
-        peer: usize,
+        site: usize,
         key: &str,
         request: TransferRequest,
         timeout: Duration,
     ) -> Result<TransferResult, LinkError> {
-        let link = self.peer(peer).ok_or(LinkError::NoSuchPeer(peer))?;
+        let members = self
+            .peers
+            .get(site)
+            .filter(|m| !m.is_empty())
+            .ok_or(LinkError::NoSuchPeer(site))?;
         let waited_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut state = link.state.subscribe();
-        let up = tokio::time::timeout_at(deadline, state.wait_for(|s| *s != State::Connecting));
-        match up.await {
-            Ok(Ok(s)) if *s == State::Up => {}
-            Ok(Ok(_)) => return Err(LinkError::Down(peer)),
-            Ok(Err(_)) => return Err(LinkError::Closed(peer)),
-            Err(_) => return Err(LinkError::Timeout { peer, waited_ms }),
-        }
+        let member = loop {
+            if let Some(member) = self.route(site) {
+                break member;
+            }
+            if members.iter().all(|p| p.state() == State::Down) {
+                return Err(LinkError::Down(site));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(LinkError::Timeout {
+                    peer: site,
+                    waited_ms,
+                });
+            }
+            tokio::time::sleep(CONNECTING_POLL).await;
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply_tx, reply_rx) = oneshot::channel();
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((peer, id), reply_tx);
+            .insert((site, member, id), reply_tx);
         let forget = || {
             self.pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&(peer, id));
+                .remove(&(site, member, id));
         };
         let frame = Frame::Transfer {
             id,
             key: key.to_owned(),
             request,
         };
-        if let Err(error) = self.send_now(peer, &frame) {
+        if let Err(error) = self.send_to(site, member, &frame) {
             forget();
             return Err(error);
         }
         match tokio::time::timeout_at(deadline, reply_rx).await {
             Ok(Ok(result)) => Ok(result),
-            // The peer went down: its pending requests were dropped.
-            Ok(Err(_)) => Err(LinkError::Down(peer)),
+            // The node went down: its pending requests were dropped.
+            Ok(Err(_)) => Err(LinkError::Down(site)),
             Err(_) => {
                 forget();
-                Err(LinkError::Timeout { peer, waited_ms })
+                Err(LinkError::Timeout {
+                    peer: site,
+                    waited_ms,
+                })
             }
         }
     }

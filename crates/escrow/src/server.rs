@@ -57,6 +57,9 @@ struct Shared {
     durable: Mutex<HashMap<String, Counter>>,
     propagator: Arc<Mutex<Propagator>>,
     stats: Arc<Stats>,
+    /// Other nodes of this site write the same rows (see
+    /// [`KeyEngine::with_shared_rows`]).
+    shared_rows: bool,
 }
 
 /// Where a node keeps its site's counters.
@@ -138,6 +141,7 @@ impl NodeCore {
         policy: ProactiveConfig,
         propagator: Arc<Mutex<Propagator>>,
         stats: Arc<Stats>,
+        shared_rows: bool,
     ) -> NodeCore {
         NodeCore {
             shared: Arc::new(Shared {
@@ -148,6 +152,7 @@ impl NodeCore {
                 durable: Mutex::new(HashMap::new()),
                 propagator,
                 stats,
+                shared_rows,
             }),
             routes: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
@@ -269,6 +274,17 @@ impl NodeCore {
         let Ok(keys) = self.shared.store.known_keys().await else {
             return;
         };
+        if self.shared.shared_rows {
+            // The other nodes of this site write these rows too: read every
+            // one again, so a state one of them wrote (and died before
+            // shipping) still reaches the other sites.
+            for key in keys {
+                if check_key(&key).is_ok() {
+                    self.tell(&key, Command::Reload).await;
+                }
+            }
+            return;
+        }
         let loaded: Vec<String> = match self.shared.durable.lock() {
             Ok(durable) => keys
                 .into_iter()
@@ -310,7 +326,8 @@ type Io = Pin<Box<dyn Future<Output = IoDone> + Send>>;
 
 async fn key_task(shared: Arc<Shared>, key: String, mut rx: mpsc::Receiver<Message>) {
     let mut engine: KeyEngine<Ticket> =
-        KeyEngine::new(key.clone(), shared.me, shared.sites, shared.policy);
+        KeyEngine::new(key.clone(), shared.me, shared.sites, shared.policy)
+            .with_shared_rows(shared.shared_rows);
     let mut io: Option<Io> = None;
     let mut closing = false;
     loop {

@@ -52,7 +52,7 @@ use crate::client::CasBackend;
 use crate::error::{check_key, EscrowError};
 use crate::logic::Counter;
 use crate::peer::{
-    client_node, read_message, site_node, write_message, LinkConfig, LinkError, SiteLinks,
+    client_node, link_of, read_message, write_message, LinkConfig, LinkError, SiteLinks,
 };
 use crate::propagation::Propagator;
 use crate::roost_store::{ReplicaRows, RoostStore};
@@ -154,9 +154,17 @@ pub struct SiteConfig {
     pub sites: usize,
     /// This site's Redis, `redis://host:port/`.
     pub redis_url: String,
-    /// How to reach each other site (through its wide-area proxy when
-    /// emulating); `None` at this site's own index.
-    pub peers: Vec<Option<SocketAddr>>,
+    /// How to reach each other site: its nodes' addresses (through its
+    /// wide-area proxy when emulating), one for a site of one node; this
+    /// site's own entry is not dialed.
+    pub peers: Vec<Vec<SocketAddr>>,
+    /// This node's index among its site's nodes (0 for a site of one node).
+    pub member: usize,
+    /// How many nodes this site has. With more than one they share the
+    /// site's rows (a Roost cluster replicating them by reliable commit),
+    /// so each counter's engine reads the row again before each batch
+    /// instead of trusting what it cached.
+    pub members: usize,
     pub timing: Timing,
     pub policy: ProactiveConfig,
     /// The deployment's shared secret: every link between sites, and from a
@@ -180,6 +188,9 @@ pub struct PlantedSiteBugs {
     pub trust_claimed_sender: bool,
     /// A task per incoming work item instead of the bounded worker queues.
     pub task_per_frame: bool,
+    /// The nodes of a site of several trust their cached replica as if
+    /// they were its only writer.
+    pub stale_shared_rows: bool,
 }
 
 impl SiteConfig {
@@ -193,6 +204,28 @@ impl SiteConfig {
                 "{} peer addresses for {} sites",
                 self.peers.len(),
                 self.sites
+            )));
+        }
+        if self.members == 0
+            || self.member >= self.members
+            || self.members > crate::peer::MAX_SITE_MEMBERS
+        {
+            return Err(bad(format!(
+                "node {} of a site of {} nodes (at most {})",
+                self.member,
+                self.members,
+                crate::peer::MAX_SITE_MEMBERS
+            )));
+        }
+        if let Some((site, addrs)) = self
+            .peers
+            .iter()
+            .enumerate()
+            .find(|&(site, addrs)| site != self.site && addrs.is_empty())
+        {
+            return Err(bad(format!(
+                "site {site} has no address ({} given)",
+                addrs.len()
             )));
         }
         ReplicaId::from_index(self.site)
@@ -540,6 +573,7 @@ impl Site {
                 config.policy,
                 Arc::clone(&propagator),
                 Arc::clone(&stats),
+                config.members > 1 && !config.planted.stale_shared_rows,
             )),
             Design::Weak => Backend::Weak(WeakBackend::new(&config.redis_url, config.sites)),
             Design::Roost => Backend::Node(NodeCore::new(
@@ -552,6 +586,7 @@ impl Site {
                 config.policy,
                 Arc::clone(&propagator),
                 Arc::clone(&stats),
+                config.members > 1 && !config.planted.stale_shared_rows,
             )),
         };
         if design != Design::Roost {
@@ -565,6 +600,7 @@ impl Site {
         let secret = (!config.planted.no_auth).then(|| config.secret.clone());
         let (links, inbox) = SiteLinks::start(
             config.site,
+            config.member,
             listener,
             &config.peers,
             config.timing.link,
@@ -711,6 +747,8 @@ enum Job {
 struct Work {
     /// The site whose link delivered it.
     from: usize,
+    /// Which of that site's nodes (a donation's reply goes back to it).
+    member: usize,
     job: Job,
 }
 
@@ -749,7 +787,7 @@ async fn handle(site: &SiteInner, work: Work) {
         Job::Donate { id, key, request } => {
             let result = site.donate(from, &key, request).await;
             let reply = Frame::TransferReply { id, key, result };
-            if site.links.send_now(from, &reply).is_err() {
+            if site.links.send_to(from, work.member, &reply).is_err() {
                 // The requester times out and asks again (idempotent).
                 Stats::add(&site.stats.replies_dropped, 1);
             }
@@ -773,8 +811,12 @@ async fn inbox_loop(
 ) {
     let planted = site.config.planted;
     while let Some(envelope) = inbox.recv().await {
-        let from = usize::try_from(envelope.from.0).unwrap_or(usize::MAX);
-        if from >= site.sites() || from == site.site() || envelope.to != site_node(site.site()) {
+        let (from, member) = link_of(envelope.from).unwrap_or((usize::MAX, usize::MAX));
+        if from >= site.sites()
+            || from == site.site()
+            || !site.links.knows(from, member)
+            || envelope.to != site.links.node()
+        {
             Stats::add(&site.stats.frames_rejected, 1);
             tracing::warn!(site = site.site(), from = %envelope.from, "escrow: message from no other site; dropped");
             continue;
@@ -790,16 +832,16 @@ async fn inbox_loop(
         match frame {
             Frame::Ping { id } => {
                 // Lost if the queue back is full: the peer's heartbeat copes.
-                let _ = site.links.send_now(from, &Frame::Pong { id });
+                let _ = site.links.send_to(from, member, &Frame::Pong { id });
             }
             Frame::Pong { .. } => {
-                if site.links.pong(from) {
+                if site.links.pong(from, member) {
                     if let Ok(mut propagator) = site.propagator.lock() {
                         propagator.connected(from);
                     }
                 }
             }
-            Frame::TransferReply { id, result, .. } => site.links.reply(from, id, result),
+            Frame::TransferReply { id, result, .. } => site.links.reply(from, member, id, result),
             Frame::States { entries } => {
                 for entry in entries {
                     if let Err(error) = check_key(&entry.key) {
@@ -817,7 +859,12 @@ async fn inbox_loop(
                         key: entry.key,
                         message: entry.message,
                     };
-                    dispatch(&site, &queues, index, Work { from: sender, job }).await;
+                    let work = Work {
+                        from: sender,
+                        member,
+                        job,
+                    };
+                    dispatch(&site, &queues, index, work).await;
                 }
             }
             Frame::Transfer { id, key, request } => {
@@ -828,13 +875,19 @@ async fn inbox_loop(
                 };
                 let index = shard(&key);
                 let job = Job::Donate { id, key, request };
-                dispatch(&site, &queues, index, Work { from: sender, job }).await;
+                let work = Work {
+                    from: sender,
+                    member,
+                    job,
+                };
+                dispatch(&site, &queues, index, work).await;
             }
             Frame::WeakDeltas { entries } => match &site.backend {
                 Backend::Weak(_) => {
                     let index = entries.first().map_or(0, |e| shard(&e.key));
                     let work = Work {
                         from,
+                        member,
                         job: Job::Weak(entries),
                     };
                     dispatch(&site, &queues, index, work).await;
@@ -1005,7 +1058,7 @@ async fn client_accept_loop(listener: TcpListener, site: Arc<SiteInner>) {
 /// client identity, then asks for rights one request at a time; each is
 /// relayed to the donor over the site links.
 async fn serve_client(mut stream: TcpStream, site: Arc<SiteInner>) {
-    let me = site_node(site.site());
+    let me = site.links.node();
     let client = client_node(site.site());
     if !site.config.planted.no_auth {
         let timeout_ms = u64::try_from(site.config.timing.link.handshake_timeout.as_millis())

@@ -138,6 +138,8 @@ pub enum NodeError {
     Commit(#[source] roost_commit::ConfigError),
     #[error("the replication configuration: {0}")]
     Replication(#[source] DegreeError),
+    #[error("starting this node's part of geo site {site}: {reason}")]
+    Site { site: usize, reason: String },
     #[error(
         "nodes {id} and {other} tag WATCH stamps alike (node ids must differ modulo {}); renumber one",
         u32::from(roost_resp::MAX_STAMP_ORIGIN) + 1
@@ -234,6 +236,62 @@ pub struct Node {
     cluster: Option<ClusterSide>,
     keyspace: Option<Keyspace>,
     front_door: Option<RunningServer>,
+    /// This node's part of its geo site, when the cluster is one.
+    site: Option<roost_escrow::KeyspaceSite>,
+}
+
+/// Starts node `id`'s part of the geo site `cluster` is (its links to the
+/// other sites, its engines over the site's rows in `keyspace`), on
+/// `runtime`.
+fn start_site(
+    cluster: &ClusterConfig,
+    id: u32,
+    keyspace: &Keyspace,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Option<roost_escrow::KeyspaceSite>, NodeError> {
+    let Some(geo) = &cluster.geo else {
+        return Ok(None);
+    };
+    let fail = |reason: String| NodeError::Site {
+        site: geo.site,
+        reason,
+    };
+    let secret = cluster
+        .security
+        .as_ref()
+        .ok_or_else(|| {
+            fail("sites must authenticate each other: add [security] secret_file".to_owned())
+        })?
+        .load_secret()
+        .map_err(|e| fail(e.to_string()))?;
+    // Validated: this site lists one address per node, in [[node]] order.
+    let member = cluster
+        .nodes
+        .iter()
+        .position(|n| n.id == id)
+        .expect("the node is configured");
+    let listen = geo.sites[geo.site][member];
+    let config = roost_escrow::SiteConfig {
+        site: geo.site,
+        sites: geo.sites.len(),
+        redis_url: String::new(),
+        peers: geo.sites.clone(),
+        member,
+        members: cluster.nodes.len(),
+        timing: roost_escrow::Timing::default(),
+        policy: roost_escrow::default_policy(),
+        secret,
+        client_listen: None,
+        planted: Default::default(),
+    };
+    runtime
+        .block_on(roost_escrow::KeyspaceSite::start(
+            config,
+            listen,
+            keyspace.clone(),
+        ))
+        .map(Some)
+        .map_err(|e| fail(e.to_string()))
 }
 
 impl Node {
@@ -282,6 +340,11 @@ impl Node {
         let keys: Vec<roost_reactor::ReactorKey> = (0..resp.keyspace_reactors)
             .map(|i| roost_resp::keyspace_reactor(i).expect("keyspace names are valid"))
             .collect();
+        let site = if serve_clients {
+            start_site(&cluster, id, &keyspace, &runtime)?
+        } else {
+            None
+        };
         let front_door = if serve_clients {
             let addr = resp.bind;
             let router = zeus
@@ -290,6 +353,7 @@ impl Node {
             let services = Services {
                 keyspace: Some(keyspace.clone()),
                 router,
+                site_counters: site.as_ref().map(roost_escrow::KeyspaceSite::counters),
                 ..Services::examples()
             };
             let server = Server::spawn_with_services(resp.clone(), services)
@@ -389,6 +453,7 @@ impl Node {
             cluster: Some(side),
             keyspace: Some(keyspace),
             front_door,
+            site,
         })
     }
 
@@ -525,6 +590,7 @@ impl Node {
         if let (Some(runtime), Some(cluster)) = (self.runtime.as_ref(), self.cluster.take()) {
             runtime.block_on(cluster.stop());
         }
+        drop(self.site.take());
         drop(self.front_door.take());
         drop(self.keyspace.take());
         if let Some(runtime) = self.runtime.take() {
@@ -535,6 +601,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        drop(self.site.take());
         drop(self.front_door.take());
         drop(self.keyspace.take());
         if let Some(runtime) = self.runtime.take() {

@@ -248,3 +248,21 @@ fn a_node_keeps_its_membership_record_in_its_state_directory() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A node of a geo site needs the deployment's secret: its site links would
+/// otherwise accept anyone. It refuses to start, saying what to add.
+#[test]
+fn a_geo_site_node_without_a_secret_refuses_to_start() {
+    let mut config = one_node_config();
+    let link = free_ports(2).unwrap();
+    config.cluster.geo = Some(roost_cluster::config::GeoConfig {
+        site: 0,
+        sites: vec![
+            vec![SocketAddr::from(([127, 0, 0, 1], link[0]))],
+            vec![SocketAddr::from(([127, 0, 0, 1], link[1]))],
+        ],
+    });
+    let error = Node::start(config).err().expect("refused");
+    assert!(matches!(error, NodeError::Site { site: 0, .. }), "{error}");
+    assert!(error.to_string().contains("[security]"), "{error}");
+}

@@ -77,6 +77,7 @@ enum Reply {
     Ok,
     Int(i64),
     Error(String),
+    Array(Vec<Reply>),
     Other(String),
 }
 
@@ -103,6 +104,10 @@ impl Client {
             wire.push_str(&format!("${}\r\n{a}\r\n", a.len()));
         }
         self.writer.write_all(wire.as_bytes())?;
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> std::io::Result<Reply> {
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -112,6 +117,14 @@ impl Client {
             Some(b'+') if line == "+OK" => Reply::Ok,
             Some(b':') => Reply::Int(line[1..].parse().unwrap_or(i64::MIN)),
             Some(b'-') => Reply::Error(line[1..].to_owned()),
+            Some(b'*') => {
+                let n: usize = line[1..].parse().unwrap_or(0);
+                Reply::Array(
+                    (0..n)
+                        .map(|_| self.read_reply())
+                        .collect::<Result<_, _>>()?,
+                )
+            }
             _ => Reply::Other(line.to_owned()),
         })
     }
@@ -368,6 +381,37 @@ fn a_site_of_three_nodes_keeps_its_rights_and_serves_through_a_sigkill() {
     }
     for victim in 0..PER_SITE {
         use_up_through_a_kill(base, &format!("stock{victim}"), victim);
+    }
+    // Procedures reach the site's rows from any of its nodes: FCALL reserve
+    // (both counters or neither, strictly local) at each node of site 0,
+    // which holds the rights, and every node of every site learns it.
+    for key in ["a", "b"] {
+        wait_for(
+            base,
+            &["BC.CREATE", key, "LOWER", "0", "10"],
+            |r| *r == Reply::Ok,
+            "BC.CREATE",
+        );
+    }
+    for member in 0..PER_SITE {
+        let left = i64::from(10 - member - 1);
+        wait_for(
+            base + member,
+            &["FCALL", "reserve", "2", "a", "b", "1"],
+            |r| *r == Reply::Array(vec![Reply::Int(left), Reply::Int(left)]),
+            "FCALL reserve",
+        );
+    }
+    let left = i64::from(10 - PER_SITE);
+    for g in 0..NODES {
+        for key in ["a", "b"] {
+            wait_for(
+                base + g,
+                &["BC.GET", key],
+                |r| *r == Reply::Int(left),
+                "the procedures' decrements",
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,6 +77,7 @@ pub fn run_cluster_register(config: &ClusterRunConfig) -> Result<ClusterRun, Str
         duration_ms: config.duration_ms,
         fault_interval_ms: config.fault_interval_ms,
         faults: &config.faults,
+        fixed: None,
     };
     let readiness = nemesis::Readiness {
         ready: &every_node_reads,

@@ -383,6 +383,8 @@ pub struct Recorder {
     base: Instant,
     next_id: AtomicU64,
     ops: Mutex<Vec<Op>>,
+    /// Completed ops by outcome (ok, fail, unknown), for progress lines.
+    completed: [AtomicU64; 3],
 }
 
 /// An op that has been invoked and not yet completed.
@@ -406,6 +408,7 @@ impl Recorder {
             base: Instant::now(),
             next_id: AtomicU64::new(0),
             ops: Mutex::new(Vec::new()),
+            completed: Default::default(),
         }
     }
 
@@ -447,10 +450,26 @@ impl Recorder {
             ops,
         };
         debug_assert!(validate_op(&op).is_ok(), "recorded op is invalid: {op:?}");
+        let slot = match outcome {
+            Outcome::Ok => 0,
+            Outcome::Fail => 1,
+            Outcome::Unknown => 2,
+        };
+        self.completed[slot].fetch_add(1, Ordering::Relaxed);
         self.ops
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(op);
+    }
+
+    /// Ops completed so far: (ok, fail, unknown).
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let [ok, fail, unknown] = &self.completed;
+        (
+            ok.load(Ordering::Relaxed),
+            fail.load(Ordering::Relaxed),
+            unknown.load(Ordering::Relaxed),
+        )
     }
 
     /// The recorded ops, ordered by id (invocation order).

@@ -311,6 +311,9 @@ pub struct Campaign<'a> {
     pub duration_ms: u64,
     pub fault_interval_ms: u64,
     pub faults: &'a [FaultKind],
+    /// Faults at fixed times instead of ones drawn from `faults` (a demo's
+    /// one kill and restart).
+    pub fixed: Option<&'a [ScheduledFault]>,
 }
 
 /// What a cluster run does while its clients run: strikes the campaign's
@@ -325,13 +328,16 @@ pub fn run_beside_clients(
     readiness: &Readiness<'_>,
     clients: Vec<std::thread::JoinHandle<()>>,
 ) -> (Vec<FaultRecord>, Vec<String>) {
-    let schedule = schedule(
-        campaign.seed,
-        cluster.nodes(),
-        campaign.duration_ms,
-        campaign.fault_interval_ms,
-        campaign.faults,
-    );
+    let schedule = match campaign.fixed {
+        Some(fixed) => fixed.to_vec(),
+        None => schedule(
+            campaign.seed,
+            cluster.nodes(),
+            campaign.duration_ms,
+            campaign.fault_interval_ms,
+            campaign.faults,
+        ),
+    };
     let faults = run(cluster, &schedule, base, stop, readiness);
     let deadline = base + Duration::from_millis(campaign.duration_ms);
     while Instant::now() < deadline {

@@ -30,7 +30,7 @@ use serde_json::Value as Json;
 
 use crate::cluster_run::ClusterRun;
 use crate::history::{MicroOp, Outcome, Recorder, WorkloadKind};
-use crate::nemesis::{self, FaultKind, Readiness};
+use crate::nemesis::{self, FaultKind, Readiness, ScheduledFault};
 use crate::workload::{Generator, WorkloadConfig};
 
 /// A request may take this long before its outcome counts as unknown
@@ -68,7 +68,39 @@ pub struct RespRunConfig {
     pub workload: WorkloadConfig,
     /// More `roost node` arguments for every node (a planted bug).
     pub node_args: Vec<String>,
+    /// Membership from a local etcd (the production path) or the nodes'
+    /// own peer-to-peer leases (no etcd needed).
+    pub etcd: bool,
+    /// Faults at fixed times instead of ones drawn from `faults`.
+    pub fixed_faults: Option<Vec<ScheduledFault>>,
+    /// Told about once a second while the clients run.
+    pub progress: Option<ProgressSink>,
 }
+
+/// Where a run's progress goes.
+#[derive(Clone)]
+pub struct ProgressSink(pub Arc<dyn Fn(&RunProgress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
+/// A run so far.
+#[derive(Debug, Clone)]
+pub struct RunProgress {
+    /// Since the clients started.
+    pub elapsed: Duration,
+    pub ok: u64,
+    pub failed: u64,
+    pub unknown: u64,
+    /// Every node's admin endpoint (status, metrics).
+    pub admins: Vec<SocketAddr>,
+}
+
+/// How often [`RespRunConfig::progress`] is told.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// The RESP key of a workload key (or bank account).
 fn key_name(kind: WorkloadKind, key: u64) -> String {
@@ -100,6 +132,7 @@ pub fn run_cluster_resp(config: &RespRunConfig) -> Result<ClusterRun, String> {
     // starved for a moment survives.
     cluster_config.lease_ttl_s = 2;
     cluster_config.extra_args = config.node_args.clone();
+    cluster_config.etcd = config.etcd;
     let mut cluster = LocalCluster::start(cluster_config).map_err(|e| e.to_string())?;
     let nodes = config.nodes;
     let ready = move |cluster: &LocalCluster| zeus_ready(cluster, nodes);
@@ -140,11 +173,30 @@ pub fn run_cluster_resp(config: &RespRunConfig) -> Result<ClusterRun, String> {
             }));
         }
     }
+    let progress = config.progress.clone().map(|sink| {
+        let (recorder, stop) = (Arc::clone(&recorder), Arc::clone(&stop));
+        let admins: Vec<SocketAddr> = (0..nodes).filter_map(|n| cluster.admin_addr(n)).collect();
+        std::thread::spawn(move || {
+            // Bounded by the clients' stop (set once their time is up).
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(PROGRESS_EVERY);
+                let (ok, failed, unknown) = recorder.counts();
+                (sink.0)(&RunProgress {
+                    elapsed: base.elapsed(),
+                    ok,
+                    failed,
+                    unknown,
+                    admins: admins.clone(),
+                });
+            }
+        })
+    });
     let campaign = nemesis::Campaign {
         seed: config.seed,
         duration_ms: config.duration_ms,
         fault_interval_ms: config.fault_interval_ms,
         faults: &config.faults,
+        fixed: config.fixed_faults.as_deref(),
     };
     let readiness = Readiness {
         ready: &ready,
@@ -152,6 +204,9 @@ pub fn run_cluster_resp(config: &RespRunConfig) -> Result<ClusterRun, String> {
     };
     let (faults, mut heal_errors) =
         nemesis::run_beside_clients(&mut cluster, &campaign, base, &stop, &readiness, clients);
+    if let Some(progress) = progress {
+        let _ = progress.join();
+    }
     if let Err(e) = wait_until(
         "the cluster to settle after healing",
         || ready(&cluster),

@@ -53,17 +53,32 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Seconds to run the async deployment (the sync comparison runs half as long).
-    #[arg(long, default_value_t = 10.0, value_parser = parse_demo_seconds)]
-    pub seconds: f64,
-    /// Client threads, each with its own cart.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Seconds the clients run (default 20; with --smartmart, 10 for the
+    /// async deployment, the sync comparison half as long).
+    #[arg(long, value_parser = parse_demo_seconds)]
+    pub seconds: Option<f64>,
+    /// Nodes of the local cluster (node 1 is killed midway).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(3..=9), conflicts_with = "smartmart")]
+    pub nodes: u32,
+    /// RESP clients per node, each on its own connection.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16), conflicts_with = "smartmart")]
+    pub clients_per_node: u32,
+    /// Seed of the transfers' generator.
+    #[arg(long, default_value_t = 1, conflicts_with = "smartmart")]
+    pub seed: u64,
+    /// Instead: SmartMart (the ReactDB paper's supermarket) on an embedded
+    /// one-node Roost, async deployment against sync.
+    #[arg(long)]
+    pub smartmart: bool,
+    /// With --smartmart: client threads, each with its own cart.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), requires = "smartmart")]
     pub workers: u32,
-    /// Items per order.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// With --smartmart: items per order.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=64), requires = "smartmart")]
     pub order_size: u32,
-    /// Store sections an order spans (each its own container in the async deployment).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=8))]
+    /// With --smartmart: store sections an order spans (each its own
+    /// container in the async deployment).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=8), requires = "smartmart")]
     pub sections: u32,
 }
 
@@ -345,6 +360,17 @@ mod tests {
         assert!(parse(&[
             "demo",
             "--seconds",
+            "5",
+            "--nodes",
+            "5",
+            "--clients-per-node",
+            "1"
+        ])
+        .is_ok());
+        assert!(parse(&[
+            "demo",
+            "--smartmart",
+            "--seconds",
             "2",
             "--workers",
             "2",
@@ -355,9 +381,12 @@ mod tests {
         for bad in [
             &["demo", "--seconds", "0"][..],
             &["demo", "--seconds", "nan"],
-            &["demo", "--workers", "0"],
-            &["demo", "--sections", "9"],
-            &["demo", "--order-size", "-3"],
+            &["demo", "--smartmart", "--workers", "0"],
+            &["demo", "--smartmart", "--sections", "9"],
+            &["demo", "--smartmart", "--order-size", "-3"],
+            &["demo", "--workers", "2"],
+            &["demo", "--nodes", "2"],
+            &["demo", "--smartmart", "--nodes", "3"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -403,6 +403,9 @@ fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
             fault_interval_ms: args.fault_interval_ms,
             workload: WorkloadConfig::new(args.workload.kind()),
             node_args,
+            etcd: true,
+            fixed_faults: None,
+            progress: None,
         };
         run_cluster_resp(&config)
     } else {

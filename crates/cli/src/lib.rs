@@ -11,6 +11,7 @@ pub mod bench_resp_cluster;
 pub mod bench_transport;
 pub mod check;
 pub mod cluster;
+pub mod demo;
 pub mod resp;
 pub mod sim;
 pub mod sites;

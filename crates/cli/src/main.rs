@@ -15,8 +15,8 @@ use roost_bench::engine;
 use roost_bench::smartmart;
 use roost_cli::args::{Benchmark, Cli, Command};
 use roost_cli::{
-    bench_commit, bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, resp,
-    sim, sites,
+    bench_commit, bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, demo,
+    resp, sim, sites,
 };
 
 /// The command line as typed, for the results' `command` field.
@@ -27,11 +27,22 @@ fn command_line(args: &[OsString]) -> String {
         .join(" ")
 }
 
+/// `roost demo`'s default run (the cluster).
+const DEMO_SECONDS: f64 = 20.0;
+/// `roost demo --smartmart`'s default run.
+const SMARTMART_DEMO_SECONDS: f64 = 10.0;
+
 fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
     match cli.command {
+        Command::Demo(args) if !args.smartmart => demo::run(&demo::ClusterDemo {
+            seconds: args.seconds.unwrap_or(DEMO_SECONDS),
+            nodes: args.nodes,
+            clients_per_node: args.clients_per_node,
+            seed: args.seed,
+        })?,
         Command::Demo(args) => {
             let config = smartmart::demo::DemoConfig {
-                seconds: args.seconds,
+                seconds: args.seconds.unwrap_or(SMARTMART_DEMO_SECONDS),
                 workers: args.workers as usize,
                 order_size: args.order_size as usize,
                 sections: args.sections as usize,

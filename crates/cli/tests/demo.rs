@@ -32,5 +32,8 @@ fn the_demo_kills_a_node_and_checks_that_nothing_acknowledged_was_lost() {
         .map(|n| n.replace(',', ""))
         .and_then(|n| n.parse().ok())
         .expect("a summary line");
-    assert!(committed > 100, "only {committed} transfers committed:\n{stdout}");
+    assert!(
+        committed > 100,
+        "only {committed} transfers committed:\n{stdout}"
+    );
 }

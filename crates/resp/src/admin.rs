@@ -9,7 +9,11 @@
 //! expiry sweep's period, 1000/hz ms); parameters that describe what Roost
 //! is (`appendonly no`, `save ""`, `maxmemory 0`, `maxmemory-policy
 //! noeviction`, ...) accept only their value, and the rest are immutable,
-//! each refused with Redis's wording.
+//! each refused with Redis's wording. Redis's encoding thresholds
+//! (`hash-max-listpack-entries` and its `ziplist` alias, `list-max-listpack-size`,
+//! `set-max-intset-entries`, ...) are accepted within Redis's bounds,
+//! remembered and reported, and change nothing: Roost stores every
+//! collection one way (a row per member), so there is no encoding to switch.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -303,6 +307,31 @@ enum Settable {
     /// Lua scripts' time limit in ms (`lua_time_limit_ms`), under both of
     /// Redis 7's names.
     LuaTimeLimit,
+    /// An encoding threshold: [`THRESHOLDS`]`[i]`.
+    Threshold(usize),
+}
+
+/// Redis 7.0's encoding thresholds: (default, least, most), by slot.
+const THRESHOLDS: [(i64, i64, i64); 10] = [
+    (512, 0, i64::MAX),                     // hash-max-listpack-entries
+    (64, 0, i64::MAX),                      // hash-max-listpack-value
+    (-2, i32::MIN as i64, i32::MAX as i64), // list-max-listpack-size
+    (0, 0, i32::MAX as i64),                // list-compress-depth
+    (512, 0, i64::MAX),                     // set-max-intset-entries
+    (128, 0, i64::MAX),                     // zset-max-listpack-entries
+    (64, 0, i64::MAX),                      // zset-max-listpack-value
+    (4096, 0, i64::MAX),                    // stream-node-max-bytes
+    (100, 0, i64::MAX),                     // stream-node-max-entries
+    (3000, 0, i64::MAX),                    // hll-sparse-max-bytes
+];
+
+/// The encoding thresholds' current values.
+pub(crate) struct Thresholds([AtomicI64; THRESHOLDS.len()]);
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds(THRESHOLDS.map(|(default, _, _)| AtomicI64::new(default)))
+    }
 }
 
 /// Roost's parameters under their Redis names.
@@ -312,8 +341,16 @@ const PARAMETERS: &[(&str, Settable)] = &[
     ("busy-reply-threshold", Settable::LuaTimeLimit),
     ("cluster-enabled", Settable::Immutable),
     ("databases", Settable::Immutable),
+    ("hash-max-listpack-entries", Settable::Threshold(0)),
+    ("hash-max-listpack-value", Settable::Threshold(1)),
+    ("hash-max-ziplist-entries", Settable::Threshold(0)),
+    ("hash-max-ziplist-value", Settable::Threshold(1)),
+    ("hll-sparse-max-bytes", Settable::Threshold(9)),
     ("hz", Settable::Hz),
     ("io-threads", Settable::Immutable),
+    ("list-compress-depth", Settable::Threshold(3)),
+    ("list-max-listpack-size", Settable::Threshold(2)),
+    ("list-max-ziplist-size", Settable::Threshold(2)),
     ("lua-time-limit", Settable::LuaTimeLimit),
     ("maxclients", Settable::MaxClients),
     ("maxmemory", Settable::Fixed("not evicting keys")),
@@ -325,10 +362,22 @@ const PARAMETERS: &[(&str, Settable)] = &[
     ("port", Settable::Immutable),
     ("proto-max-bulk-len", Settable::Immutable),
     ("save", Settable::Fixed("not persisting to disk")),
+    ("set-max-intset-entries", Settable::Threshold(4)),
+    ("stream-node-max-bytes", Settable::Threshold(7)),
+    ("stream-node-max-entries", Settable::Threshold(8)),
     ("timeout", Settable::Fixed("without idle timeouts")),
+    ("zset-max-listpack-entries", Settable::Threshold(5)),
+    ("zset-max-listpack-value", Settable::Threshold(6)),
+    ("zset-max-ziplist-entries", Settable::Threshold(5)),
+    ("zset-max-ziplist-value", Settable::Threshold(6)),
 ];
 
 fn parameter_value(shared: &ServerShared, name: &str) -> String {
+    if let Some((_, Settable::Threshold(slot))) = PARAMETERS.iter().find(|(n, _)| *n == name) {
+        return shared.thresholds.0[*slot]
+            .load(Ordering::Relaxed)
+            .to_string();
+    }
     match name {
         "appendonly" => "no".into(),
         "bind" => shared.config.bind.ip().to_string(),
@@ -418,6 +467,7 @@ pub(crate) fn config(shared: &ServerShared, args: &Args, read_only_user: Option<
 /// CONFIG SET name value [name value ...]: all or none.
 fn config_set(shared: &ServerShared, pairs: &[Vec<u8>]) -> Frame {
     let mut changes = Vec::new();
+    let mut thresholds = Vec::new();
     for pair in pairs.chunks_exact(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = String::from_utf8_lossy(&pair[1]).into_owned();
@@ -456,7 +506,23 @@ fn config_set(shared: &ServerShared, pairs: &[Vec<u8>]) -> Frame {
                 }
                 changes.push((*name, n as u64));
             }
+            &Settable::Threshold(slot) => {
+                let Some(n) = parse_i64(value.as_bytes()) else {
+                    return failed("argument couldn't be parsed into an integer");
+                };
+                let (_, min, max) = THRESHOLDS[slot];
+                if !(min..=max).contains(&n) {
+                    return failed(&format!(
+                        "argument must be between {min} and {max} inclusive"
+                    ));
+                }
+                thresholds.push((slot, n));
+            }
         }
+    }
+    // All or none: nothing changes before every pair was accepted.
+    for (slot, n) in thresholds {
+        shared.thresholds.0[slot].store(n, Ordering::Relaxed);
     }
     for (name, n) in changes {
         match name {

@@ -46,6 +46,9 @@ pub(crate) struct ServerShared {
     pub(crate) clients: Clients,
     /// `max_clients`, as CONFIG SET maxclients left it.
     pub(crate) max_clients: AtomicUsize,
+    /// Redis's encoding thresholds as CONFIG SET left them (remembered and
+    /// reported; Roost's storage has no such encodings).
+    pub(crate) thresholds: crate::admin::Thresholds,
     /// INFO's `run_id`: random per server.
     pub(crate) run_id: u128,
     pub(crate) port: u16,
@@ -342,6 +345,7 @@ impl Server {
                 next_client_id: AtomicU64::new(1),
                 clients: Clients::default(),
                 max_clients: AtomicUsize::new(max_clients),
+                thresholds: crate::admin::Thresholds::default(),
                 run_id: rand::random(),
                 port,
                 stopped: AtomicBool::new(false),

@@ -767,6 +767,24 @@ CONFIG SET hz 10
 CONFIG GET hz
 CONFIG SET maxmemory-policy noeviction
 CONFIG SET appendonly no
+CONFIG GET hash-max-ziplist-entries
+CONFIG GET hash-max-listpack-value
+CONFIG GET list-max-ziplist-size
+CONFIG GET set-max-intset-entries
+CONFIG SET list-max-ziplist-size abc
+CONFIG SET set-max-intset-entries -1
+CONFIG SET list-compress-depth -1
+CONFIG SET list-max-listpack-size 2147483648
+CONFIG SET hash-max-ziplist-value 10
+CONFIG GET hash-max-listpack-value
+CONFIG GET hash-max-ziplist-value
+CONFIG SET zset-max-ziplist-entries 16 list-max-ziplist-size -1
+CONFIG GET zset-max-listpack-entries
+CONFIG GET list-max-listpack-size
+CONFIG SET zset-max-ziplist-entries 8 set-max-intset-entries x
+CONFIG GET zset-max-ziplist-entries
+CONFIG SET hash-max-ziplist-value 64
+CONFIG SET zset-max-ziplist-entries 128 list-max-ziplist-size -2
 CONFIG FOO
 CONFIG
 CONFIG RESETSTAT

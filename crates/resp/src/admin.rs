@@ -12,8 +12,9 @@
 //! each refused with Redis's wording. Redis's encoding thresholds
 //! (`hash-max-listpack-entries` and its `ziplist` alias, `list-max-listpack-size`,
 //! `set-max-intset-entries`, ...) are accepted within Redis's bounds,
-//! remembered and reported, and change nothing: Roost stores every
-//! collection one way (a row per member), so there is no encoding to switch.
+//! remembered and reported, and change nothing: Roost stores each type one
+//! way (a hash, set or sorted set as a row per member, a list as one value),
+//! so there is no encoding to switch.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -14,7 +14,7 @@ use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
 use crate::strings::{self, BitOpKind, StrOp};
-use crate::{hashes, sets, zsets};
+use crate::{hashes, lists, sets, zsets};
 
 /// How a command is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +174,13 @@ pub(crate) static COMMANDS: &[Spec] = &[
         false,
         (2, 2, 1),
         "OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT|HELP.",
+    ),
+    data(
+        "memory",
+        -2,
+        false,
+        (2, 2, 1),
+        "MEMORY USAGE key [SAMPLES n] (an estimate)|DOCTOR|PURGE|HELP.",
     ),
     data(
         "expire",
@@ -368,6 +375,134 @@ pub(crate) static COMMANDS: &[Spec] = &[
     data("lpush", -3, true, (1, 1, 1), "Prepends elements to a list."),
     data("lrange", 4, false, (1, 1, 1), "Returns a range of a list."),
     data("llen", 2, false, (1, 1, 1), "Returns the length of a list."),
+    data(
+        "lpop",
+        -2,
+        true,
+        (1, 1, 1),
+        "Removes and returns the first elements of a list (count).",
+    ),
+    data(
+        "rpop",
+        -2,
+        true,
+        (1, 1, 1),
+        "Removes and returns the last elements of a list (count).",
+    ),
+    data(
+        "lindex",
+        3,
+        false,
+        (1, 1, 1),
+        "Returns an element of a list by its index.",
+    ),
+    data(
+        "lset",
+        4,
+        true,
+        (1, 1, 1),
+        "Sets an element of a list by its index.",
+    ),
+    data(
+        "linsert",
+        5,
+        true,
+        (1, 1, 1),
+        "Inserts an element before or after another in a list.",
+    ),
+    data(
+        "lrem",
+        4,
+        true,
+        (1, 1, 1),
+        "Removes elements equal to a value from a list.",
+    ),
+    data(
+        "ltrim",
+        4,
+        true,
+        (1, 1, 1),
+        "Trims a list to a range of indexes.",
+    ),
+    data(
+        "lpos",
+        -3,
+        false,
+        (1, 1, 1),
+        "Returns the indexes of matching elements of a list (RANK, COUNT, MAXLEN).",
+    ),
+    data(
+        "lpushx",
+        -3,
+        true,
+        (1, 1, 1),
+        "Prepends elements to a list only if it exists.",
+    ),
+    data(
+        "rpushx",
+        -3,
+        true,
+        (1, 1, 1),
+        "Appends elements to a list only if it exists.",
+    ),
+    data(
+        "lmove",
+        5,
+        true,
+        (1, 2, 1),
+        "Pops an element from one end of a list and pushes it onto another list.",
+    ),
+    data(
+        "rpoplpush",
+        3,
+        true,
+        (1, 2, 1),
+        "Pops the last element of a list and pushes it onto the head of another.",
+    ),
+    // Keys are named after `numkeys` (Redis: first key 0, `movablekeys`).
+    data(
+        "lmpop",
+        -4,
+        true,
+        (0, 0, 0),
+        "Pops elements from the first non-empty list (LEFT|RIGHT, COUNT).",
+    ),
+    // The blocking forms wait (outside MULTI) by re-running the pop.
+    data(
+        "blpop",
+        -3,
+        true,
+        (1, -2, 1),
+        "Pops the first element of the first non-empty list, waiting for one.",
+    ),
+    data(
+        "brpop",
+        -3,
+        true,
+        (1, -2, 1),
+        "Pops the last element of the first non-empty list, waiting for one.",
+    ),
+    data(
+        "blmove",
+        6,
+        true,
+        (1, 2, 1),
+        "LMOVE, waiting for an element.",
+    ),
+    data(
+        "brpoplpush",
+        4,
+        true,
+        (1, 2, 1),
+        "RPOPLPUSH, waiting for an element.",
+    ),
+    data(
+        "blmpop",
+        -5,
+        true,
+        (0, 0, 0),
+        "LMPOP, waiting for an element.",
+    ),
     data("hget", 3, false, (1, 1, 1), "Returns a field of a hash."),
     data("hset", -4, true, (1, 1, 1), "Sets fields of a hash."),
     data(
@@ -944,8 +1079,10 @@ pub(crate) fn unknown_command(args: &[Vec<u8>]) -> Frame {
 pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
         "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
-        | "zinterstore" | "zdiffstore" => Some(2),
-        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" => Some(1),
+        | "zinterstore" | "zdiffstore" | "blmpop" => Some(2),
+        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" | "lmpop" => {
+            Some(1)
+        }
         _ => None,
     }
 }
@@ -1019,8 +1156,10 @@ pub(crate) fn take_all(a: &mut [Vec<u8>]) -> Vec<Vec<u8>> {
 fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
     let a = &mut args[1..];
     if spec.first_key > 0 {
+        // `a` is the arguments after the name: argument `i` is `a[i - 1]`,
+        // and a negative last key counts from the end (-1 the last).
         let last = if spec.last_key < 0 {
-            a.len()
+            usize::try_from(a.len() as i64 + 1 + i64::from(spec.last_key)).unwrap_or(0)
         } else {
             spec.last_key as usize
         };
@@ -1033,6 +1172,7 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
     if let Some(op) = hashes::parse(spec.name, a)
         .or_else(|| sets::parse(spec.name, a))
         .or_else(|| zsets::parse(spec.name, a))
+        .or_else(|| lists::parse(spec.name, a))
     {
         return op;
     }
@@ -1066,6 +1206,7 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
         "dbsize" => Op::Key(KeyOp::DbSize),
         "flushdb" | "flushall" => parse_flush(a)?,
         "object" => parse_object(a)?,
+        "memory" => parse_memory(a)?,
         "expire" => parse_expire(a, TimeCommand::Expire)?,
         "pexpire" => parse_expire(a, TimeCommand::PExpire)?,
         "expireat" => parse_expire(a, TimeCommand::ExpireAt)?,
@@ -1424,6 +1565,55 @@ const OBJECT_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
+const MEMORY_HELP: &[&str] = &[
+    "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DOCTOR",
+    "    Return memory problems reports.",
+    "MALLOC-STATS",
+    "    Return internal statistics report from the memory allocator.",
+    "PURGE",
+    "    Attempt to purge dirty pages for reclamation by the allocator.",
+    "STATS",
+    "    Return information about the memory usage of the server.",
+    "USAGE <key> [SAMPLES <count>]",
+    "    Return memory in bytes used by <key> and its value. Nested values are",
+    "    sampled up to <count> times (default: 5, 0 means sample all).",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// MEMORY: USAGE (Roost's estimate, see [`KeyOp::MemoryUsage`]), DOCTOR,
+/// PURGE (nothing to purge: OK) and HELP, with Redis 7.0's errors and
+/// order of checks (SAMPLES' count before the key is looked at).
+fn parse_memory(a: &mut [Vec<u8>]) -> Result<Op, Frame> {
+    let name = a[0].to_ascii_lowercase();
+    match name.as_slice() {
+        b"usage" if a.len() >= 2 => {
+            let mut rest = &a[2..];
+            while let [option, tail @ ..] = rest {
+                match tail {
+                    [count, more @ ..] if option.eq_ignore_ascii_case(b"samples") => {
+                        integer(count)?;
+                        rest = more;
+                    }
+                    _ => return Err(syntax_error()),
+                }
+            }
+            Ok(Op::Key(KeyOp::MemoryUsage(take(a, 1))))
+        }
+        b"doctor" if a.len() == 1 => Ok(Op::Reply(Frame::Verbatim {
+            format: *b"txt",
+            text: b"Hi Sam, I can't find any memory issue in your instance. I can only account \
+for what occurs on this base."
+                .to_vec(),
+        })),
+        b"purge" if a.len() == 1 => Ok(Op::Reply(Frame::ok())),
+        b"help" if a.len() == 1 => Ok(Op::Reply(help(MEMORY_HELP))),
+        b"usage" | b"doctor" | b"purge" | b"help" => Err(wrong_subcommand_arity("memory", &a[0])),
+        _ => Err(unknown_subcommand("memory", &a[0])),
+    }
+}
+
 /// Redis's help reply: its lines as simple strings.
 pub(crate) fn help(lines: &[&str]) -> Frame {
     Frame::Array(lines.iter().map(|l| Frame::Simple((*l).into())).collect())
@@ -1564,6 +1754,7 @@ pub(crate) fn command_docs(spec: &Spec) -> (Frame, Frame) {
 mod tests {
     use super::*;
     use crate::hashes::HashOp;
+    use crate::lists::ListOp;
     use crate::sets::SetOp;
     use crate::zsets::ZSetOp;
 
@@ -1638,6 +1829,78 @@ mod tests {
                 )
             }),
             ("llen k", |op| matches!(op, Op::LLen(key) if key == b"k")),
+            (
+                "lpop k 2",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Pop { left: true, count: Some(2), .. })),
+            ),
+            (
+                "rpop k",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Pop { left: false, count: None, .. })),
+            ),
+            (
+                "lindex k -1",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Index { index: Ok(-1), .. })),
+            ),
+            (
+                "lset k 0 v",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Set { index: Ok(0), value, .. } if value == b"v")),
+            ),
+            (
+                "linsert k before p v",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Insert { before: true, .. })),
+            ),
+            (
+                "lrem k -2 v",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Rem { count: -2, .. })),
+            ),
+            (
+                "ltrim k 1 -1",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Trim { start: 1, stop: -1, .. })),
+            ),
+            (
+                "lpos k e rank 2",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Pos(_))),
+            ),
+            (
+                "lpushx k a b",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::PushX { left: true, values, .. } if values.len() == 2)),
+            ),
+            (
+                "rpushx k a",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::PushX { left: false, .. })),
+            ),
+            (
+                "lmove a b left right",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Move { from_left: true, to_left: false, timeout_ms: None, .. })),
+            ),
+            (
+                "rpoplpush a b",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Move { from_left: false, to_left: true, .. })),
+            ),
+            (
+                "lmpop 2 a b left count 2",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::MPop { keys, count: 2, timeout_ms: None, .. } if keys.len() == 2)),
+            ),
+            (
+                "blpop a b 1",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::MPop { keys, left: true, timeout_ms: Some(1000), .. } if keys.len() == 2)),
+            ),
+            (
+                "brpop a 0",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::MPop { left: false, timeout_ms: Some(0), .. })),
+            ),
+            (
+                "blmove a b right left 0.5",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Move { timeout_ms: Some(500), .. })),
+            ),
+            (
+                "brpoplpush a b 0",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::Move { timeout_ms: Some(0), .. })),
+            ),
+            (
+                "blmpop 0 1 a right",
+                |op| matches!(op, Op::Lists(l) if matches!(&**l, ListOp::MPop { left: false, count: 1, timeout_ms: Some(0), .. })),
+            ),
             (
                 "hget k f",
                 |op| matches!(op, Op::Hashes(h) if matches!(&**h, HashOp::Get { key, field } if key == b"k" && field == b"f")),
@@ -1792,6 +2055,9 @@ mod tests {
             ("dbsize", |op| matches!(op, Op::Key(KeyOp::DbSize))),
             ("flushdb", |op| matches!(op, Op::Key(KeyOp::Flush))),
             ("flushall async", |op| matches!(op, Op::Key(KeyOp::Flush))),
+            ("memory usage k samples 5", |op| {
+                matches!(op, Op::Key(KeyOp::MemoryUsage(key)) if key == b"k")
+            }),
             ("object encoding k", |op| {
                 matches!(
                     op,

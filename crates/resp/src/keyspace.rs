@@ -316,6 +316,9 @@ pub(crate) enum KeyOp {
         sub: ObjectSub,
         key: Vec<u8>,
     },
+    /// MEMORY USAGE: an estimate of the bytes `key` takes (its entry, and
+    /// its members at an average size, not read one by one).
+    MemoryUsage(Vec<u8>),
 }
 
 impl KeyOp {
@@ -324,7 +327,8 @@ impl KeyOp {
             KeyOp::Type(key)
             | KeyOp::Rename { src: key, .. }
             | KeyOp::Copy { src: key, .. }
-            | KeyOp::Object { key, .. } => Some(key),
+            | KeyOp::Object { key, .. }
+            | KeyOp::MemoryUsage(key) => Some(key),
             KeyOp::Keys(_)
             | KeyOp::Scan(_)
             | KeyOp::RandomKey
@@ -406,6 +410,10 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
             tx.note(change);
             Frame::Integer(deleted as i64)
         }
+        KeyOp::MemoryUsage(key) => match tx.read(key).await? {
+            None => Frame::Null,
+            Some(entry) => Frame::Integer(memory_usage(key, &entry.value) as i64),
+        },
         KeyOp::Object { sub, key } => {
             let Some(entry) = tx.read(key).await? else {
                 return Ok(Frame::Null);
@@ -434,6 +442,30 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
         }
     })
 }
+
+/// Bytes an entry takes, estimated: the key and its entry's header, the
+/// value's bytes, and for a collection stored a row per member
+/// [`MEMBER_ROW_BYTES`] per member (its row and index slot at a typical
+/// member size), so MEMORY USAGE costs one read whatever the size.
+fn memory_usage(key: &[u8], value: &Value) -> usize {
+    let members = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).saturating_mul(MEMBER_ROW_BYTES);
+    let value_bytes = match value {
+        Value::Str(bytes) | Value::Counter(bytes) => bytes.len(),
+        Value::Int(_) => 8,
+        Value::List(list) => list.iter().map(|v| v.len() + LIST_ITEM_BYTES).sum(),
+        Value::Hash(n) | Value::Set(n) | Value::ZSet(n) => members(*n),
+        // `tx.read` reads whole entries; a header-only read is not one.
+        Value::Unread => 0,
+    };
+    ENTRY_BYTES + key.len() + value_bytes
+}
+
+/// An entry's fixed cost (record header, index slot, expiry and stamp).
+const ENTRY_BYTES: usize = 56;
+/// A list element's cost beside its bytes.
+const LIST_ITEM_BYTES: usize = 24;
+/// A collection member's row, at a typical member size.
+const MEMBER_ROW_BYTES: usize = 64;
 
 /// OBJECT ENCODING: the names Redis 7.0 gives its encodings of the same
 /// values.

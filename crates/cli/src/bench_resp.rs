@@ -91,6 +91,14 @@ pub struct RespBenchArgs {
     #[arg(long, value_name = "S", requires = "cluster",
           value_parser = clap::value_parser!(u32).range(1..=600))]
     pub cluster_seconds: Option<u32>,
+    /// With --cluster: seconds per hot-key run (default: --cluster-seconds').
+    #[arg(long, value_name = "S", requires = "cluster",
+          value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub hot_key_seconds: Option<u32>,
+    /// With --cluster: only the hot-key rows (no Redis), written to
+    /// resp_cluster_hot_key.*.
+    #[arg(long, requires = "cluster")]
+    pub hot_key_only: bool,
 }
 
 impl RespBenchArgs {

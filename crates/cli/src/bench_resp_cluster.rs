@@ -703,7 +703,37 @@ fn start_roost(nodes: u32, dir: PathBuf) -> anyhow::Result<LocalCluster> {
     Ok(cluster)
 }
 
+/// `--hot-key-only`: the hot-key rows alone, on a fresh cluster.
+fn run_hot_key_only(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()> {
+    let seconds = hot_key_seconds(args);
+    let dir = std::env::temp_dir().join(format!("roost-bench-hot-key-{}", std::process::id()));
+    let roost = start_roost(nodes, dir)?;
+    println!(
+        "roost: {nodes} nodes (Zeus, degree 3); hot key: {} repetition(s) of {seconds} s per variant",
+        args.reps
+    );
+    let hot = hot_key(&roost, args.reps, seconds)?;
+    drop(roost);
+    let mut report = BenchReport::new(HOT_KEY_BENCHMARK, command);
+    report.rows.extend(hot.rows(args.reps));
+    report.notes = hot.notes(seconds);
+    println!("{}", report.notes.join("\n"));
+    report.write(&args.out)?;
+    Ok(())
+}
+
+/// Results of `--hot-key-only`.
+const HOT_KEY_BENCHMARK: &str = "resp_cluster_hot_key";
+
+fn hot_key_seconds(args: &RespBenchArgs) -> f64 {
+    args.hot_key_seconds
+        .map_or_else(|| args.cluster_seconds(), f64::from)
+}
+
 pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()> {
+    if args.hot_key_only {
+        return run_hot_key_only(args, nodes, command);
+    }
     anyhow::ensure!(
         (2..=MAX_NODES).contains(&nodes),
         "--cluster takes 2 to {MAX_NODES} nodes, not {nodes}"
@@ -816,7 +846,8 @@ pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()
         );
     }
     drop(redis);
-    let hot = hot_key(&roost, args.reps, seconds)?;
+    let hot_seconds = hot_key_seconds(args);
+    let hot = hot_key(&roost, args.reps, hot_seconds)?;
     drop(roost);
 
     println!();
@@ -853,8 +884,8 @@ pub fn run(args: &RespBenchArgs, nodes: u32, command: &str) -> anyhow::Result<()
         args.reps,
         &redis_version,
     );
-    report.notes.extend(hot.notes(seconds));
-    println!("{}", hot.notes(seconds).join("\n"));
+    report.notes.extend(hot.notes(hot_seconds));
+    println!("{}", hot.notes(hot_seconds).join("\n"));
     let png = args.out.join(format!("{BENCHMARK}.png"));
     let charts = charts(&cells, &depths);
     report.write_with_plot(&args.out, || {

@@ -1080,9 +1080,7 @@ pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
         "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
         | "zinterstore" | "zdiffstore" | "blmpop" => Some(2),
-        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" | "lmpop" => {
-            Some(1)
-        }
+        "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" | "lmpop" => Some(1),
         _ => None,
     }
 }
@@ -2055,9 +2053,10 @@ mod tests {
             ("dbsize", |op| matches!(op, Op::Key(KeyOp::DbSize))),
             ("flushdb", |op| matches!(op, Op::Key(KeyOp::Flush))),
             ("flushall async", |op| matches!(op, Op::Key(KeyOp::Flush))),
-            ("memory usage k samples 5", |op| {
-                matches!(op, Op::Key(KeyOp::MemoryUsage(key)) if key == b"k")
-            }),
+            (
+                "memory usage k samples 5",
+                |op| matches!(op, Op::Key(KeyOp::MemoryUsage(key)) if key == b"k"),
+            ),
             ("object encoding k", |op| {
                 matches!(
                     op,

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -40,6 +41,11 @@ const UNAUTHENTICATED_MAX_ARRAY_LEN: usize = 10;
 const UNAUTHENTICATED_MAX_BULK_BYTES: usize = 16 << 10;
 /// The longest client name.
 const MAX_CLIENT_NAME_BYTES: usize = 256;
+/// How often a blocked command (BLPOP and its kin) tries again.
+const BLOCKED_RETRY: Duration = Duration::from_millis(10);
+/// Input read from a blocked client and kept for after its wait: past it
+/// the socket is no longer read until the wait ends.
+const MAX_INPUT_WHILE_BLOCKED: usize = 1 << 20;
 
 const NOAUTH: &str = "NOAUTH Authentication required.";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -89,7 +95,7 @@ struct Connection<'a> {
     next_forward: Option<(SocketAddr, Vec<u8>)>,
 }
 
-pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin, T: Timers>(
     mut stream: S,
     shared: &ServerShared,
     peer: Peer,
@@ -148,7 +154,18 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             };
             handled += 1;
-            conn.dispatch(step, &mut batch, &mut out).await;
+            if let Some(blocked) = conn.dispatch(step, &mut batch, &mut out).await {
+                // The replies before it go out before it waits.
+                conn.flush_tally();
+                if !out.is_empty() && !write_replies(&mut stream, &mut out, shared).await {
+                    return;
+                }
+                match conn.wait::<S, T>(blocked, &mut stream, &mut input).await {
+                    Some(reply) => reply.encode(conn.protocol, &mut out),
+                    // The client went away, or the server stops.
+                    None => return,
+                }
+            }
             if out.len() >= reply_limit && !write_replies(&mut stream, &mut out, shared).await {
                 // A client that pipelines without reading its replies waits
                 // here, on the socket, before more of its commands run.
@@ -298,9 +315,24 @@ impl Connection<'_> {
     }
 
     /// Runs one request's step: a data command outside MULTI joins the
-    /// batch; anything else runs the batch first, then itself.
-    async fn dispatch(&mut self, step: Step, batch: &mut Batch, out: &mut Vec<u8>) {
+    /// batch; anything else runs the batch first, then itself. A blocking
+    /// command outside MULTI runs the batch and is returned, for
+    /// [`wait`](Self::wait).
+    async fn dispatch(
+        &mut self,
+        step: Step,
+        batch: &mut Batch,
+        out: &mut Vec<u8>,
+    ) -> Option<Blocked> {
         match step {
+            Step::Data(Op::Lists(list)) if self.multi.is_none() && list.timeout_ms().is_some() => {
+                self.flush(batch, out).await;
+                let timeout_ms = list.timeout_ms().unwrap_or(0);
+                return Some(Blocked {
+                    op: Op::Lists(list),
+                    timeout_ms,
+                });
+            }
             Step::Data(Op::Key(KeyOp::Flush)) if self.multi.is_none() => {
                 self.flush(batch, out).await;
                 let reply = match self.shared.store.flush_all().await {
@@ -352,12 +384,78 @@ impl Connection<'_> {
                     if let Some(replies) = self.forward_exec().await {
                         self.client.info.multi.store(-1, Ordering::Relaxed);
                         out.extend_from_slice(&replies);
-                        return;
+                        return None;
                     }
                 }
                 let reply = self.run_step(step).await;
                 // After HELLO, its reply is already in the protocol it chose.
                 reply.encode(self.protocol, out);
+            }
+        }
+        None
+    }
+
+    /// Waits for a blocking command: re-runs it, each time a transaction of
+    /// its own, every [`BLOCKED_RETRY`] until it pops something or its
+    /// timeout passes (then the nil array, Redis's reply at a timeout). Meanwhile the socket is watched, so a client that goes
+    /// away ends the wait (`None`, as does a server that stops); what it
+    /// sends meanwhile is kept in `input`, for after, up to
+    /// [`MAX_INPUT_WHILE_BLOCKED`]. Nothing is held open between tries: no
+    /// transaction, no executor thread.
+    async fn wait<S: AsyncRead + Unpin, T: Timers>(
+        &mut self,
+        blocked: Blocked,
+        stream: &mut S,
+        input: &mut Vec<u8>,
+    ) -> Option<Frame> {
+        let started = Instant::now();
+        // 0: no timeout (and a deadline past what `Instant` holds: none either).
+        let deadline = match blocked.timeout_ms {
+            0 => None,
+            ms => started.checked_add(Duration::from_millis(ms)),
+        };
+        loop {
+            let reply = self
+                .run_here(vec![blocked.op.clone()])
+                .await
+                .pop()
+                .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
+            if !matches!(reply, Frame::Null | Frame::NullArray) {
+                return Some(reply);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                // Redis answers every list wait that timed out with the nil
+                // array, BLMOVE's and BRPOPLPUSH's too (nil where they
+                // do not wait).
+                return Some(Frame::NullArray);
+            }
+            let next_try = deadline.map_or(now + BLOCKED_RETRY, |d| d.min(now + BLOCKED_RETRY));
+            // Bounded: each turn ends at `next_try` or reads a chunk of
+            // input, and input stops being read past its cap.
+            loop {
+                if self.shared.stopped.load(Ordering::Acquire) {
+                    return None;
+                }
+                let now = Instant::now();
+                if now >= next_try {
+                    break;
+                }
+                let pause = T::sleep(next_try - now);
+                if input.len() >= MAX_INPUT_WHILE_BLOCKED {
+                    pause.await;
+                    continue;
+                }
+                if input.capacity() - input.len() < READ_CHUNK_BYTES / 2 {
+                    input.reserve(READ_CHUNK_BYTES);
+                }
+                tokio::select! {
+                    read = stream.read_buf(input) => match read {
+                        Ok(0) | Err(_) => return None,
+                        Ok(_) => {}
+                    },
+                    () = pause => {}
+                }
             }
         }
     }
@@ -551,7 +649,12 @@ impl Connection<'_> {
                         spec.name
                     )));
                 }
-                if spec.write && self.shared.forwarding.is_some() {
+                // A blocking command runs here: shipped, it would hold the
+                // owner's forwarding link while it waits.
+                if spec.write
+                    && self.shared.forwarding.is_some()
+                    && !crate::lists::is_blocking(spec.name)
+                {
                     self.next_forward = self.route_command(spec, &args);
                 }
                 let op = commands::parse_op(spec, args, &self.shared.functions);
@@ -1195,6 +1298,43 @@ struct Tally {
     total: u64,
     /// The last command counted, and how many times in a row.
     run: Option<(usize, u64)>,
+}
+
+/// A blocking command (BLPOP and its kin) outside MULTI, waiting to pop.
+struct Blocked {
+    /// Its non-blocking form: answers nil or the nil array when it pops
+    /// nothing.
+    op: Op,
+    /// 0: no timeout.
+    timeout_ms: u64,
+}
+
+/// Whose timers a connection sleeps on (a blocked command between tries):
+/// the executor's that serves it ([`ExecutorTimers`]), or tokio's for the
+/// connections a tokio runtime serves ([`TokioTimers`], a site's). A type
+/// rather than a check at run time: the executor's sleep is not `Send`,
+/// and a tokio task's future must be.
+pub(crate) trait Timers {
+    type Sleep: std::future::Future<Output = ()>;
+    fn sleep(duration: Duration) -> Self::Sleep;
+}
+
+pub(crate) struct ExecutorTimers;
+
+impl Timers for ExecutorTimers {
+    type Sleep = roost_exec::Sleep;
+    fn sleep(duration: Duration) -> roost_exec::Sleep {
+        roost_exec::sleep(duration)
+    }
+}
+
+pub(crate) struct TokioTimers;
+
+impl Timers for TokioTimers {
+    type Sleep = tokio::time::Sleep;
+    fn sleep(duration: Duration) -> tokio::time::Sleep {
+        tokio::time::sleep(duration)
+    }
 }
 
 /// What one request asks for.

@@ -448,7 +448,11 @@ pub(crate) async fn apply(tx: &Tx, op: &KeyOp) -> Result<Frame, ReactorError> {
 /// [`MEMBER_ROW_BYTES`] per member (its row and index slot at a typical
 /// member size), so MEMORY USAGE costs one read whatever the size.
 fn memory_usage(key: &[u8], value: &Value) -> usize {
-    let members = |n: u64| usize::try_from(n).unwrap_or(usize::MAX).saturating_mul(MEMBER_ROW_BYTES);
+    let members = |n: u64| {
+        usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(MEMBER_ROW_BYTES)
+    };
     let value_bytes = match value {
         Value::Str(bytes) | Value::Counter(bytes) => bytes.len(),
         Value::Int(_) => 8,

@@ -24,6 +24,7 @@ pub mod forward;
 pub mod functions;
 mod hashes;
 mod keyspace;
+mod lists;
 mod members;
 mod metrics;
 pub mod protocol;

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::admin::{Clients, Peer};
 use crate::config::{Config, ConfigError};
-use crate::connection::serve_connection;
+use crate::connection::{serve_connection, ExecutorTimers, TokioTimers};
 use crate::functions::Functions;
 use crate::sites::SiteCounters;
 use crate::stats::Stats;
@@ -215,7 +215,7 @@ async fn serve_on_executor(stream: tokio::net::TcpStream, shared: &Arc<ServerSha
             let shared = conn_shared;
             match roost_exec::net::TcpStream::from_std(stream) {
                 Ok(stream) => roost_exec::spawn(async move {
-                    serve_connection(stream, &shared, peer).await;
+                    serve_connection::<_, ExecutorTimers>(stream, &shared, peer).await;
                     shared
                         .stats
                         .connected_clients
@@ -414,7 +414,7 @@ impl Server {
             let shared = Arc::clone(&shared);
             let peer = peer_of(&stream);
             tokio::spawn(async move {
-                serve_connection(stream, &shared, peer).await;
+                serve_connection::<_, TokioTimers>(stream, &shared, peer).await;
                 shared
                     .stats
                     .connected_clients

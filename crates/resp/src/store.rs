@@ -52,6 +52,7 @@ use crate::expiry::{self, Clock, ExpireOp, ExpiryKey, SetTtl};
 use crate::functions::{run_call, FCall, Writes};
 use crate::hashes::{self, HashOp};
 use crate::keyspace::{self, IndexKey, KeyOp};
+use crate::lists::{self, ListOp};
 use crate::members::{
     self, Fail, KeyRows, Members, HASH_FIELDS, SET_MEMBERS, ZSET_MEMBERS, ZSET_SCORES,
 };
@@ -476,6 +477,8 @@ pub(crate) enum Op {
     Sets(Box<SetOp>),
     /// The sorted-set commands (`zsets`).
     ZSets(Box<ZSetOp>),
+    /// The list commands beside the four above (`lists`).
+    Lists(Box<ListOp>),
     /// A registered function's call (FCALL, FCALL_RO).
     FCall(Arc<FCall>),
     /// A Lua script's run (EVAL and its kin, FCALL of a Lua function).
@@ -509,6 +512,7 @@ impl Op {
             Op::Hashes(op) => op.first_key(),
             Op::Sets(op) => op.first_key(),
             Op::ZSets(op) => op.first_key(),
+            Op::Lists(op) => op.first_key(),
             Op::FCall(call) => call.first_key(),
             Op::Script(call) => call.first_key(),
             Op::Reply(_) | Op::BcFence(_) => None,
@@ -525,6 +529,7 @@ impl Op {
             Op::Hashes(op) => op.payload_bytes(),
             Op::Sets(op) => op.payload_bytes(),
             Op::ZSets(op) => op.payload_bytes(),
+            Op::Lists(op) => op.payload_bytes(),
             Op::FCall(call) => call.payload_bytes(),
             Op::Script(call) => call.payload_bytes(),
             _ => 64,
@@ -1811,6 +1816,7 @@ impl Tx {
             Op::Hashes(op) => Box::pin(hashes::apply(self, op)).await?,
             Op::Sets(op) => Box::pin(sets::apply(self, op)).await?,
             Op::ZSets(op) => Box::pin(zsets::apply(self, op)).await?,
+            Op::Lists(op) => Box::pin(lists::apply(self, op)).await?,
             Op::Stamps(keys) => {
                 let mut stamps = Vec::with_capacity(keys.len());
                 for key in keys {

@@ -598,7 +598,7 @@ fn parse_combine_options(
 
 /// The longest prefix of `s` that C's `strtod` reads (after leading
 /// spaces): its value and length, `(0.0, 0)` if none.
-fn strtod_prefix(s: &[u8]) -> (f64, usize) {
+pub(crate) fn strtod_prefix(s: &[u8]) -> (f64, usize) {
     let mut i = 0;
     while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
         i += 1;
@@ -763,7 +763,7 @@ pub(crate) fn parse_score(arg: &[u8]) -> Option<f64> {
 
 /// Whether a number's mantissa (before its exponent) is all zeros: a zero
 /// result from a nonzero one is an underflow.
-fn mantissa_is_zero(text: &[u8]) -> bool {
+pub(crate) fn mantissa_is_zero(text: &[u8]) -> bool {
     let lower = text.to_ascii_lowercase();
     let (digits, exponent) = match lower.windows(2).position(|w| w == b"0x") {
         Some(at) => (&lower[at + 2..], b'p'),

@@ -1,5 +1,5 @@
-//! Random sequences of data commands (the keyspace, expiry, string, hash,
-//! set and sorted-set commands among them) with arguments drawn from what their
+//! Random sequences of data commands (the keyspace, expiry, string, list,
+//! hash, set and sorted-set commands among them) with arguments drawn from what their
 //! parsers treat specially (options, huge and negative numbers, globs,
 //! empty strings, score bounds), run as one batch each on a keyspace that
 //! keeps what earlier batches left: no panic, one reply per command, every
@@ -71,6 +71,27 @@ const COMMANDS: &[&str] = &[
     "MGET",
     "RPUSH",
     "LRANGE",
+    "LPUSH",
+    "LLEN",
+    "LPOP",
+    "RPOP",
+    "LINDEX",
+    "LSET",
+    "LINSERT",
+    "LREM",
+    "LTRIM",
+    "LPOS",
+    "LPUSHX",
+    "RPUSHX",
+    "LMOVE",
+    "RPOPLPUSH",
+    "LMPOP",
+    // Their non-blocking forms here (the connection alone waits).
+    "BLPOP",
+    "BRPOP",
+    "BLMOVE",
+    "BRPOPLPUSH",
+    "BLMPOP",
     "HSET",
     "HSETNX",
     "HMSET",
@@ -218,6 +239,12 @@ const ARGS: &[&str] = &[
     "MAX",
     "CH",
     "INCR",
+    "LEFT",
+    "RIGHT",
+    "BEFORE",
+    "AFTER",
+    "RANK",
+    "MAXLEN",
 ];
 
 fn harness() -> &'static Mutex<StoreHarness> {

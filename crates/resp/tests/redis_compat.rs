@@ -1814,6 +1814,431 @@ ZRANK z a
 ZRANK z nomember
 "#;
 
+/// The list commands: every reply shape and error text, in Redis's order
+/// of checks (a bad argument against a missing key or a key of another
+/// type), negative indexes, counts, the blocking forms where they do not
+/// wait (an element there, a short timeout, inside MULTI), what WATCH sees
+/// of commands that change nothing, and the time to live a list keeps.
+const LISTS: &str = r#"
+FLUSHALL
+SET s str
+RPUSH l a b c d e
+LPOP l
+RPOP l
+LPOP l 2
+RPOP l 0
+LPOP l 0
+LRANGE l 0 -1
+RPOP l 5
+EXISTS l
+LPOP l
+LPOP l 2
+RPOP nokey
+RPOP nokey 0
+LPOP nokey 3
+LPOP l -1
+LPOP l abc
+LPOP l 1.5
+LPOP nokey -1
+LPOP s -1
+LPOP l 1 2
+LPOP
+RPOP
+LPOP s
+LPOP s 0
+RPOP s 2
+RPUSH l x
+LPOP l 1
+TYPE l
+RPUSH l a b c
+RPOP l 9223372036854775807
+RPUSH l 1 2 3 12345678901234567890 -5 ""
+LPOP l 10
+RPUSH l a b c
+LINDEX l 0
+LINDEX l 2
+LINDEX l 3
+LINDEX l -1
+LINDEX l -3
+LINDEX l -4
+LINDEX l abc
+LINDEX l 1.5
+LINDEX l 9223372036854775807
+LINDEX l -9223372036854775808
+LINDEX l 9223372036854775808
+LINDEX nokey 0
+LINDEX nokey abc
+LINDEX s 0
+LINDEX s abc
+LINDEX l
+LINDEX l 0 1
+LSET l 0 A
+LSET l -1 C
+LRANGE l 0 -1
+LSET l 3 x
+LSET l -4 x
+LSET l abc x
+LSET nokey 0 x
+LSET nokey abc x
+EXISTS nokey
+LSET s 0 x
+LSET s abc x
+LSET l 0
+LINSERT l BEFORE b X
+LINSERT l after b Y
+LINSERT l before A first
+LINSERT l AFTER C last
+LRANGE l 0 -1
+LINSERT l before nopivot x
+LINSERT nokey before a x
+EXISTS nokey
+LINSERT l middle b x
+LINSERT nokey middle b x
+LINSERT s before a x
+LINSERT s middle a x
+LINSERT l before b
+DEL l
+RPUSH l a b a c a d a
+LREM l 2 a
+LRANGE l 0 -1
+LREM l -1 a
+LRANGE l 0 -1
+LREM l 0 a
+LRANGE l 0 -1
+LREM l 0 zz
+LREM l x a
+LREM nokey 1 a
+LREM nokey x a
+LREM s 1 a
+LREM s x a
+LREM l 0 b
+LREM l 0 c
+LREM l 0 d
+EXISTS l
+RPUSH l a a b a
+LREM l -9223372036854775808 a
+LREM l 9223372036854775807 b
+EXISTS l
+LREM l 1
+RPUSH l a b c d e
+LTRIM l 1 -2
+LRANGE l 0 -1
+LTRIM l 0 -1
+LTRIM l -100 100
+LRANGE l 0 -1
+LTRIM l 2 1
+EXISTS l
+RPUSH l a b c
+LTRIM l 5 10
+EXISTS l
+LTRIM nokey 0 1
+LTRIM l x 1
+LTRIM l 0 x
+LTRIM nokey x 1
+LTRIM s 0 1
+LTRIM s x 1
+RPUSH l a b c d
+LTRIM l -2 -1
+LRANGE l 0 -1
+LTRIM l -9223372036854775808 9223372036854775807
+LRANGE l 0 -1
+LTRIM l 0
+DEL l
+RPUSH l a b c a b c a
+LPOS l a
+LPOS l c
+LPOS l zz
+LPOS l a RANK 2
+LPOS l a RANK -1
+LPOS l a RANK -2
+LPOS l a RANK 4
+LPOS l a RANK -4
+LPOS l a COUNT 0
+LPOS l a COUNT 2
+LPOS l a COUNT 2 RANK 2
+LPOS l a RANK -1 COUNT 0
+LPOS l a COUNT 0 MAXLEN 4
+LPOS l a RANK -1 COUNT 0 MAXLEN 1
+LPOS l a RANK 2 MAXLEN 3
+LPOS l a MAXLEN 0
+LPOS l a rank 1 rank 3
+LPOS l zz COUNT 1
+LPOS l a RANK 0
+LPOS l a RANK x
+LPOS l a COUNT -1
+LPOS l a COUNT x
+LPOS l a MAXLEN -1
+LPOS l a MAXLEN x
+LPOS l a RANK
+LPOS l a FOO 1
+LPOS l a RANK 0 COUNT -1
+LPOS l a COUNT -1 RANK 0
+LPOS l a RANK -9223372036854775808
+LPOS l a RANK -9223372036854775808 COUNT 1
+LPOS l a RANK 9223372036854775807 COUNT 0
+LPOS nokey a
+LPOS nokey a COUNT 0
+LPOS nokey a RANK 0
+LPOS s a
+LPOS s a COUNT 1
+LPOS s a RANK 0
+LPOS l
+LPUSHX nokey a
+RPUSHX nokey a b
+EXISTS nokey
+LPUSHX l x y
+RPUSHX l z
+LRANGE l 0 -1
+LPUSHX s a
+RPUSHX s a
+LPUSHX l
+DEL l m
+RPUSH l a b c
+LMOVE l m LEFT RIGHT
+LMOVE l m RIGHT LEFT
+LRANGE l 0 -1
+LRANGE m 0 -1
+LMOVE l m left left
+EXISTS l
+LMOVE l m left left
+LMOVE m m LEFT RIGHT
+LRANGE m 0 -1
+LMOVE m m RIGHT RIGHT
+LRANGE m 0 -1
+LMOVE nokey m left left
+LMOVE nokey s left left
+LMOVE s m left left
+LMOVE m s left left
+LRANGE m 0 -1
+LMOVE m m up left
+LMOVE m n left down
+LMOVE nokey n up left
+LMOVE m n left
+RPOPLPUSH m n
+RPOPLPUSH m n
+LRANGE n 0 -1
+RPOPLPUSH nokey n
+RPOPLPUSH n s
+RPOPLPUSH s n
+RPOPLPUSH n n
+LRANGE n 0 -1
+RPUSH one x
+RPOPLPUSH one one
+LRANGE one 0 -1
+RPOPLPUSH n
+DEL l m n
+RPUSH m a b c d
+LMPOP 2 l m LEFT
+LMPOP 2 l m RIGHT COUNT 2
+LMPOP 1 m left COUNT 10
+EXISTS m
+LMPOP 2 l m left
+LMPOP 1 nokey right count 3
+LMPOP 2 s m left
+RPUSH m a
+LMPOP 2 m s left
+LMPOP 0 l left
+LMPOP -1 l left
+LMPOP x l left
+LMPOP 3 l m left
+LMPOP 1 l up
+LMPOP 1 l left count 0
+LMPOP 1 l left count -1
+LMPOP 1 l left count x
+LMPOP 1 l left count 1 count 2
+LMPOP 1 l left count
+LMPOP 1 l left foo 1
+LMPOP 0 l up count 0
+LMPOP 1 l
+LMPOP 2 l m
+DEL l m
+RPUSH l a b c d e f
+BLPOP l 0
+BRPOP nokey l 0
+BLPOP nokey 0.01
+BRPOP nokey1 nokey2 0.02
+BLPOP s 0
+BLPOP nokey s 0.01
+BLPOP l s 0
+BLPOP l x
+BLPOP l -1
+BLPOP l -0.001
+BLPOP l -0.002
+BLPOP l -0.0011
+BLPOP l 1e-400
+BLPOP l ""
+BLPOP l " 1"
+BLPOP l "1 "
+BLPOP l inf
+BLPOP l 1e16
+BLPOP l nan
+BLPOP nokey x
+BLPOP s x
+BLPOP l
+BRPOP l
+BLMOVE l m left right 0
+BLMOVE l m right left 0.5
+LRANGE m 0 -1
+EXISTS l
+RPUSH l g h i j
+BLMOVE nokey m left right 0.01
+BLMOVE l m up right x
+BLMOVE l m left down x
+BLMOVE l m left right x
+BLMOVE l m left right -1
+BLMOVE s m left right 0
+BLMOVE l s left right 0
+BLMOVE l m left right
+BRPOPLPUSH l m 0
+BRPOPLPUSH nokey m 0.01
+BRPOPLPUSH l m x
+BRPOPLPUSH l s 0
+BRPOPLPUSH l m
+RPUSH l a b c
+BLMPOP 0 2 nokey l left count 2
+BLMPOP 0 2 nokey l right count 5
+BLMPOP 0.01 1 nokey left
+BLMPOP x 1 l left
+BLMPOP x 0 l left
+BLMPOP x 1 l up
+BLMPOP x 1 l left count 0
+BLMPOP 0.01 2 s l left
+BLMPOP -1 1 l left
+BLMPOP 0 1 l
+LRANGE m 0 -1
+MULTI
+BLPOP nokey 0
+BRPOP nokey nokey2 0
+BRPOPLPUSH nokey m 0
+BLMOVE nokey m left left 0
+BLMPOP 0 1 nokey left
+RPUSH q x y
+BLPOP q 0
+BLMPOP 0 1 q right count 3
+EXEC
+MULTI
+LPOP nokey
+LPOP nokey 1
+LMOVE nokey m left left
+LMPOP 1 nokey left
+LPOS nokey x
+LINDEX nokey 0
+LSET nokey 0 x
+EXEC
+EVAL "return redis.call('blmpop', 0, 1, KEYS[1], 'left')" 1 nokey
+RPUSH q z
+EVAL "return redis.call('blmpop', 0, 1, KEYS[1], 'left')" 1 q
+EVAL "return redis.call('lmpop', 1, KEYS[1], 'left')" 1 nokey
+RPUSH q a b c
+EVAL "return redis.call('lpop', KEYS[1], 2)" 1 q
+EVAL "return redis.call('lpos', KEYS[1], 'c', 'COUNT', 0)" 1 q
+EVAL "return redis.call('lmove', KEYS[1], KEYS[2], 'left', 'right')" 2 q r
+COMMAND GETKEYS LMOVE a b left right
+COMMAND GETKEYS RPOPLPUSH a b
+COMMAND GETKEYS LMPOP 2 a b left
+COMMAND GETKEYS LMPOP 2 a left
+COMMAND GETKEYS BLMPOP 0 2 a b left
+COMMAND GETKEYS BLPOP a b 0
+COMMAND GETKEYS BRPOPLPUSH a b 0
+COMMAND GETKEYS BLMOVE a b left left 0
+COMMAND GETKEYS LPOS k e
+DEL w
+RPUSH w a b
+WATCH w
+LREM w 0 zz
+LINSERT w before zz x
+LPUSHX nokey a
+LPOS w a
+LINDEX w 0
+LPOP w 0
+RPOPLPUSH nokey w
+LMOVE nokey w left left
+LMPOP 1 nokey left
+LSET nokey 0 x
+LTRIM nokey 0 1
+MULTI
+LLEN w
+EXEC
+WATCH w
+LSET w 0 a
+MULTI
+LLEN w
+EXEC
+WATCH w
+LMOVE w w left left
+MULTI
+LLEN w
+EXEC
+WATCH w
+LREM w 1 b
+MULTI
+LLEN w
+EXEC
+EXISTS w
+DEL t u
+RPUSH t a b c d
+EXPIRE t 1000
+LPOP t
+~1 TTL t
+LSET t 0 z
+~1 TTL t
+LINSERT t before z y
+~1 TTL t
+LREM t 1 y
+~1 TTL t
+LTRIM t 0 1
+~1 TTL t
+RPUSH u q
+EXPIRE u 500
+LMOVE u t left right
+~1 TTL t
+EXISTS u
+RPUSH u q r
+EXPIRE u 500
+LMOVE t u left right
+~1 TTL t
+~1 TTL u
+LPUSHX t w
+~1 TTL t
+RPOPLPUSH t t
+~1 TTL t
+LMPOP 1 t left count 1
+~1 TTL t
+k INFO keyspace
+"#;
+
+/// The list commands' replies in RESP3: nil and the nil array as `_`.
+const LISTS_RESP3: &str = r#"
+FLUSHALL
+RPUSH l a b c
+LPOP nokey
+LPOP nokey 2
+LPOP l 0
+LPOP l 2
+RPOP l
+LINDEX l 5
+LINDEX nokey 0
+LPOS l zz
+LPOS nokey a COUNT 1
+LPOS nokey a
+LMPOP 1 nokey left
+LMOVE nokey l left left
+RPOPLPUSH nokey l
+BLPOP nokey 0.01
+BRPOP nokey 0.01
+BLMOVE nokey l left left 0.01
+BRPOPLPUSH nokey l 0.01
+BLMPOP 0.01 1 nokey left
+RPUSH l x y
+BLPOP l 0
+LMPOP 1 l right count 5
+MULTI
+BLPOP nokey 0
+BRPOPLPUSH nokey l 0
+BLMPOP 0 1 nokey left
+EXEC
+"#;
+
 /// Keys with the characters patterns treat specially, and patterns over
 /// them: KEYS (as sets) must agree with Redis's `stringmatchlen` on each.
 /// (Table escapes: `\\` is a backslash, `\xHH` a byte.)
@@ -2101,6 +2526,57 @@ async fn replies_match_a_real_redis_server() {
     compare(RESP3, &mut theirs, &mut ours, &mut differences).await;
     compare(SETS_RESP3, &mut theirs, &mut ours, &mut differences).await;
     compare(HASHES_RESP3, &mut theirs, &mut ours, &mut differences).await;
+    assert!(
+        differences.is_empty(),
+        "{} replies differ from redis-server's:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+}
+
+/// The list commands (`lists.rs`) against redis-server, byte for byte:
+/// the [`LISTS`] table in RESP2, then [`LISTS_RESP3`] after HELLO 3; and
+/// a blocking pop that waits until another client pushes, on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_replies_match_a_real_redis_server() {
+    let redis = spawn_redis().await;
+    let roost = start(config());
+    let mut theirs = Raw::connect(redis.addr).await;
+    let mut ours = Raw::connect(roost.addr()).await;
+    let mut differences = Vec::new();
+    compare(LISTS, &mut theirs, &mut ours, &mut differences).await;
+    // A pop that waits: each server's client blocks, another pushes 150 ms
+    // later; the same reply, after the push, on each.
+    for addr in [redis.addr, roost.addr()] {
+        let mut blocked = Raw::connect(addr).await;
+        let mut pusher = Raw::connect(addr).await;
+        let started = Instant::now();
+        let wait = ["BLPOP", "wake", "nokey", "5"].map(|a| a.as_bytes().to_vec());
+        let push = async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            pusher.call(&["RPUSH", "wake", "x", "y"]).await
+        };
+        let (reply, pushed) = tokio::join!(blocked.call_bytes(&wait), push);
+        assert_eq!(pushed, Frame::Integer(2), "{addr}");
+        assert_eq!(reply, b"*2\r\n$4\r\nwake\r\n$1\r\nx\r\n", "{addr}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(140) && waited < Duration::from_secs(4),
+            "{addr}: waited {waited:?}"
+        );
+        assert_eq!(
+            blocked.call(&["LRANGE", "wake", "0", "-1"]).await,
+            Frame::Array(vec![Frame::bulk("y")]),
+            "{addr}"
+        );
+    }
+    let hello = ["HELLO", "3"].map(|a| a.as_bytes().to_vec());
+    let (a, b) = (
+        theirs.call_bytes(&hello).await,
+        ours.call_bytes(&hello).await,
+    );
+    assert_eq!((a[0], b[0]), (b'%', b'%'), "HELLO 3 answers a map");
+    compare(LISTS_RESP3, &mut theirs, &mut ours, &mut differences).await;
     assert!(
         differences.is_empty(),
         "{} replies differ from redis-server's:\n{}",

@@ -547,7 +547,9 @@ fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
     let not_allowed = spec.kind != Kind::Data
         || spec.name.starts_with("eval")
         || spec.name.starts_with("fcall")
-        || spec.name.starts_with("bc.");
+        || spec.name.starts_with("bc.")
+        // Redis's `noscript` commands (BLMPOP is not one).
+        || matches!(spec.name, "blpop" | "brpop" | "blmove" | "brpoplpush");
     if not_allowed {
         return Err(Frame::error(
             "ERR This Redis command is not allowed from script",

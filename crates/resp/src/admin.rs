@@ -748,7 +748,10 @@ pub(crate) fn info(shared: &ServerShared, sections: &[Vec<u8>]) -> Frame {
                     "maxclients",
                     shared.max_clients.load(Ordering::Relaxed).to_string(),
                 ),
-                field("blocked_clients", "0".into()),
+                field(
+                    "blocked_clients",
+                    shared.blocked_clients.load(Ordering::Relaxed).to_string(),
+                ),
                 field("tracking_clients", "0".into()),
                 field(
                     "max_reply_buffer_bytes",

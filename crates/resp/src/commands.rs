@@ -827,6 +827,28 @@ pub(crate) static COMMANDS: &[Spec] = &[
         (0, 0, 0),
         "Pops the lowest or highest members of the first sorted set that has some (COUNT).",
     ),
+    // The blocking forms wait (outside MULTI) by re-running the pop.
+    data(
+        "bzpopmin",
+        -3,
+        true,
+        (1, -2, 1),
+        "Pops the lowest member of the first non-empty sorted set, waiting for one.",
+    ),
+    data(
+        "bzpopmax",
+        -3,
+        true,
+        (1, -2, 1),
+        "Pops the highest member of the first non-empty sorted set, waiting for one.",
+    ),
+    data(
+        "bzmpop",
+        -5,
+        true,
+        (0, 0, 0),
+        "ZMPOP, waiting for a member.",
+    ),
     data(
         "zintercard",
         -3,
@@ -1079,7 +1101,7 @@ pub(crate) fn unknown_command(args: &[Vec<u8>]) -> Frame {
 pub(crate) fn numkeys_at(name: &str) -> Option<usize> {
     match name {
         "fcall" | "fcall_ro" | "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "zunionstore"
-        | "zinterstore" | "zdiffstore" | "blmpop" => Some(2),
+        | "zinterstore" | "zdiffstore" | "blmpop" | "bzmpop" => Some(2),
         "sintercard" | "zintercard" | "zunion" | "zinter" | "zdiff" | "zmpop" | "lmpop" => Some(1),
         _ => None,
     }
@@ -1957,7 +1979,19 @@ mod tests {
             ),
             (
                 "zmpop 2 a b max count 3",
-                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: true, count: 3 } if keys.len() == 2)),
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: true, count: 3, timeout_ms: None } if keys.len() == 2)),
+            ),
+            (
+                "bzmpop 1.5 2 a b min",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: false, count: 1, timeout_ms: Some(1500) } if keys.len() == 2)),
+            ),
+            (
+                "bzpopmin a b 0",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::BPop { keys, max: false, timeout_ms: 0 } if keys.len() == 2)),
+            ),
+            (
+                "bzpopmax a 2",
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::BPop { max: true, timeout_ms: 2000, .. })),
             ),
             (
                 "zrandmember k -3 withscores",

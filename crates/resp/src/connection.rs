@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -325,13 +325,10 @@ impl Connection<'_> {
         out: &mut Vec<u8>,
     ) -> Option<Blocked> {
         match step {
-            Step::Data(Op::Lists(list)) if self.multi.is_none() && list.timeout_ms().is_some() => {
+            Step::Data(op) if self.multi.is_none() && op.blocking_timeout_ms().is_some() => {
                 self.flush(batch, out).await;
-                let timeout_ms = list.timeout_ms().unwrap_or(0);
-                return Some(Blocked {
-                    op: Op::Lists(list),
-                    timeout_ms,
-                });
+                let timeout_ms = op.blocking_timeout_ms().unwrap_or(0);
+                return Some(Blocked { op, timeout_ms });
             }
             Step::Data(Op::Key(KeyOp::Flush)) if self.multi.is_none() => {
                 self.flush(batch, out).await;
@@ -409,6 +406,9 @@ impl Connection<'_> {
         input: &mut Vec<u8>,
     ) -> Option<Frame> {
         let started = Instant::now();
+        // Counted in INFO's `blocked_clients` from its first miss until it
+        // ends, however it ends.
+        let mut counted: Option<BlockedCount<'_>> = None;
         // 0: no timeout (and a deadline past what `Instant` holds: none either).
         let deadline = match blocked.timeout_ms {
             0 => None,
@@ -422,6 +422,9 @@ impl Connection<'_> {
                 .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
             if !matches!(reply, Frame::Null | Frame::NullArray) {
                 return Some(reply);
+            }
+            if counted.is_none() {
+                counted = Some(BlockedCount::new(&self.shared.blocked_clients));
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -654,6 +657,7 @@ impl Connection<'_> {
                 if spec.write
                     && self.shared.forwarding.is_some()
                     && !crate::lists::is_blocking(spec.name)
+                    && !matches!(spec.name, "bzpopmin" | "bzpopmax" | "bzmpop")
                 {
                     self.next_forward = self.route_command(spec, &args);
                 }
@@ -1298,6 +1302,22 @@ struct Tally {
     total: u64,
     /// The last command counted, and how many times in a row.
     run: Option<(usize, u64)>,
+}
+
+/// One client counted in INFO's `blocked_clients` while it lives.
+struct BlockedCount<'a>(&'a AtomicUsize);
+
+impl<'a> BlockedCount<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        BlockedCount(count)
+    }
+}
+
+impl Drop for BlockedCount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A blocking command (BLPOP and its kin) outside MULTI, waiting to pop.

@@ -49,6 +49,8 @@ pub(crate) struct ServerShared {
     /// Redis's encoding thresholds as CONFIG SET left them (remembered and
     /// reported; Roost's storage has no such encodings).
     pub(crate) thresholds: crate::admin::Thresholds,
+    /// Connections waiting in a blocking command (INFO's `blocked_clients`).
+    pub(crate) blocked_clients: AtomicUsize,
     /// INFO's `run_id`: random per server.
     pub(crate) run_id: u128,
     pub(crate) port: u16,
@@ -346,6 +348,7 @@ impl Server {
                 clients: Clients::default(),
                 max_clients: AtomicUsize::new(max_clients),
                 thresholds: crate::admin::Thresholds::default(),
+                blocked_clients: AtomicUsize::new(0),
                 run_id: rand::random(),
                 port,
                 stopped: AtomicBool::new(false),

@@ -520,6 +520,16 @@ impl Op {
     }
 
     /// Bytes of keys and values the command carries (bounds a batch).
+    /// A blocking command's timeout (ms; 0: none): BLPOP and its kin,
+    /// BZPOPMIN/BZPOPMAX/BZMPOP. `None` for every other op.
+    pub(crate) fn blocking_timeout_ms(&self) -> Option<u64> {
+        match self {
+            Op::Lists(op) => op.timeout_ms(),
+            Op::ZSets(op) => op.timeout_ms(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn payload_bytes(&self) -> usize {
         match self {
             Op::Set { key, value, .. } => key.len() + value.len(),

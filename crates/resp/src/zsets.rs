@@ -157,6 +157,15 @@ pub(crate) enum ZSetOp {
         keys: Vec<Vec<u8>>,
         max: bool,
         count: u64,
+        /// BZMPOP's timeout (ms; 0: none): it waits outside MULTI.
+        timeout_ms: Option<u64>,
+    },
+    /// BZPOPMIN/BZPOPMAX key [key ...] timeout: one member of the first key
+    /// that holds some, as `[key, member, score]`; outside MULTI it waits.
+    BPop {
+        keys: Vec<Vec<u8>>,
+        max: bool,
+        timeout_ms: u64,
     },
     /// ZRANDMEMBER key [count [WITHSCORES]].
     RandMember {
@@ -180,12 +189,23 @@ impl ZSetOp {
             | ZSetOp::Pop { key, .. }
             | ZSetOp::Scan { key, .. }
             | ZSetOp::RandMember { key, .. } => Some(key),
-            ZSetOp::MPop { keys, .. } => keys.first().map(Vec::as_slice),
+            ZSetOp::MPop { keys, .. } | ZSetOp::BPop { keys, .. } => {
+                keys.first().map(Vec::as_slice)
+            }
             ZSetOp::Range(range) => Some(range.store.as_ref().unwrap_or(&range.key)),
             ZSetOp::Combine(op) => op
                 .store
                 .as_deref()
                 .or_else(|| op.keys.first().map(Vec::as_slice)),
+        }
+    }
+
+    /// A blocking form's timeout (ms; 0: none); `None` for the others.
+    pub(crate) fn timeout_ms(&self) -> Option<u64> {
+        match self {
+            ZSetOp::MPop { timeout_ms, .. } => *timeout_ms,
+            ZSetOp::BPop { timeout_ms, .. } => Some(*timeout_ms),
+            _ => None,
         }
     }
 
@@ -235,6 +255,9 @@ pub(crate) fn is_zset_command(name: &str) -> bool {
             | "zscan"
             | "zrandmember"
             | "zmpop"
+            | "bzpopmin"
+            | "bzpopmax"
+            | "bzmpop"
     )
 }
 
@@ -370,7 +393,22 @@ fn parse_zset(name: &str, a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
                 card_limit: Some(limit),
             })
         }
-        "zmpop" => parse_zmpop(a)?,
+        "zmpop" => parse_zmpop(a, None)?,
+        "bzmpop" => {
+            let (timeout, rest) = a.split_at_mut(1);
+            let timeout_ms = crate::lists::parse_timeout(&timeout[0])?;
+            parse_zmpop(rest, Some(timeout_ms))?
+        }
+        "bzpopmin" | "bzpopmax" => {
+            let last = a.len() - 1;
+            let timeout_ms = crate::lists::parse_timeout(&a[last])?;
+            check_keys(&a[..last])?;
+            ZSetOp::BPop {
+                keys: take_all(&mut a[..last]),
+                max: name == "bzpopmax",
+                timeout_ms,
+            }
+        }
         "zrandmember" => {
             let (count, with_scores) = crate::hashes::parse_random_count(a, b"withscores")?;
             ZSetOp::RandMember {
@@ -951,7 +989,7 @@ fn pop(rows: &mut KeyRows<'_>, max: bool, count: u64) -> Result<Vec<(Vec<u8>, f6
 
 /// ZMPOP's arguments, checked in Redis's order: numkeys, the keys, MIN or
 /// MAX, then COUNT once.
-fn parse_zmpop(a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
+fn parse_zmpop(a: &mut [Vec<u8>], timeout_ms: Option<u64>) -> Result<ZSetOp, Frame> {
     let positive = |arg: &[u8], what: &str| {
         parse_i64(arg)
             .filter(|n| *n > 0)
@@ -983,6 +1021,7 @@ fn parse_zmpop(a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
         keys: take_all(&mut a[1..=numkeys]),
         max,
         count: count.unwrap_or(1),
+        timeout_ms,
     })
 }
 
@@ -1118,7 +1157,34 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
             })
             .await?
         }
-        ZSetOp::MPop { keys, max, count } => {
+        ZSetOp::BPop { keys, max, .. } => {
+            // The first key with members, in order, as BZPOPMIN answers:
+            // `[key, member, score]`; a key of another type on the way is
+            // an error.
+            for key in keys {
+                let (max, name) = (*max, key.clone());
+                let reply = tx
+                    .on_key_reply(key, move |rows| {
+                        let mut popped = pop(rows, max, 1)?;
+                        Ok(match popped.pop() {
+                            None => Frame::NullArray,
+                            Some((member, score)) => Frame::Array(vec![
+                                Frame::Bulk(name),
+                                Frame::Bulk(member),
+                                double(score),
+                            ]),
+                        })
+                    })
+                    .await?;
+                if !matches!(reply, Frame::NullArray) {
+                    return Ok(reply);
+                }
+            }
+            Frame::NullArray
+        }
+        ZSetOp::MPop {
+            keys, max, count, ..
+        } => {
             // The first key with members, in order; a key of another type
             // on the way is an error, as in Redis.
             for key in keys {

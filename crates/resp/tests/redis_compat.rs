@@ -2237,6 +2237,61 @@ BLPOP nokey 0
 BRPOPLPUSH nokey l 0
 BLMPOP 0 1 nokey left
 EXEC
+ZADD z 1 a 2.5 b 3 c
+BZPOPMIN z 0
+BZPOPMAX nokey z 0
+BZPOPMIN nokey 0.01
+BZMPOP 0 1 z MAX COUNT 5
+BZMPOP 0.01 1 z MIN
+MULTI
+BZPOPMIN nokey 0
+BZMPOP 0 1 nokey MIN
+EXEC
+"#;
+
+/// The blocking sorted-set pops (RESP2): with members there, timeouts,
+/// MULTI, their errors and order of checks.
+const BLOCKING_ZSETS: &str = r#"
+FLUSHALL
+ZADD z 1 a 2 b 3 c 4 d
+ZADD y 5 e
+SET s v
+BZPOPMIN z 0
+BZPOPMAX z 0
+BZPOPMIN nokey y 0
+BZPOPMIN nokey 0.01
+BZPOPMAX nokey other 0.02
+BZPOPMIN s 0
+BZPOPMIN nokey s 0.01
+BZPOPMIN z s 0
+BZPOPMIN z x
+BZPOPMIN z -1
+BZPOPMIN z
+BZPOPMIN
+BZMPOP 0 1 z MIN
+ZADD z 7 f 8 g 9 h
+BZMPOP 0 2 nokey z MAX COUNT 2
+BZMPOP 0 2 nokey z MAX COUNT 10
+BZMPOP 0.01 1 z MIN
+BZMPOP 0.01 1 nokey MAX
+BZMPOP 0 1 s MIN
+BZMPOP x 1 z MIN
+BZMPOP -1 1 z MIN
+BZMPOP 0 0 z MIN
+BZMPOP 0 2 z MIN
+BZMPOP 0 1 z FOO
+BZMPOP 0 1 z MIN COUNT 0
+BZMPOP 0 1 z MIN COUNT 1 COUNT 2
+BZMPOP 0 1 z
+ZADD z 1 a
+MULTI
+BZPOPMIN nokey 0
+BZPOPMAX z 0
+BZMPOP 0 1 nokey MIN
+EXEC
+EXISTS z
+COMMAND GETKEYS BZPOPMIN a b 0
+COMMAND GETKEYS BZMPOP 0 2 a b MIN
 "#;
 
 /// Keys with the characters patterns treat specially, and patterns over
@@ -2545,6 +2600,40 @@ async fn list_replies_match_a_real_redis_server() {
     let mut ours = Raw::connect(roost.addr()).await;
     let mut differences = Vec::new();
     compare(LISTS, &mut theirs, &mut ours, &mut differences).await;
+    compare(BLOCKING_ZSETS, &mut theirs, &mut ours, &mut differences).await;
+    // INFO's blocked_clients counts a client while it waits, on each.
+    for addr in [redis.addr, roost.addr()] {
+        let mut blocked = Raw::connect(addr).await;
+        let mut watcher = Raw::connect(addr).await;
+        let wait = ["BZPOPMIN", "zwake", "5"].map(|a| a.as_bytes().to_vec());
+        let watch = async {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            loop {
+                let info = watcher.call(&["INFO", "clients"]).await;
+                let text = match info {
+                    Frame::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                if text.contains("blocked_clients:1") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{addr}: never blocked: {text}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            watcher.call(&["ZADD", "zwake", "2", "m"]).await
+        };
+        let (reply, added) = tokio::join!(blocked.call_bytes(&wait), watch);
+        assert_eq!(added, Frame::Integer(1), "{addr}");
+        assert_eq!(
+            reply, b"*3\r\n$5\r\nzwake\r\n$1\r\nm\r\n$1\r\n2\r\n",
+            "{addr}"
+        );
+        let info = watcher.call(&["INFO", "clients"]).await;
+        assert!(
+            matches!(&info, Frame::Bulk(b) if String::from_utf8_lossy(b).contains("blocked_clients:0")),
+            "{addr}: {info:?}"
+        );
+    }
     // A pop that waits: each server's client blocks, another pushes 150 ms
     // later; the same reply, after the push, on each.
     for addr in [redis.addr, roost.addr()] {

@@ -549,7 +549,10 @@ fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
         || spec.name.starts_with("fcall")
         || spec.name.starts_with("bc.")
         // Redis's `noscript` commands (BLMPOP is not one).
-        || matches!(spec.name, "blpop" | "brpop" | "blmove" | "brpoplpush");
+        || matches!(
+            spec.name,
+            "blpop" | "brpop" | "blmove" | "brpoplpush" | "bzpopmin" | "bzpopmax"
+        );
     if not_allowed {
         return Err(Frame::error(
             "ERR This Redis command is not allowed from script",

@@ -2249,6 +2249,27 @@ BZMPOP 0 1 nokey MIN
 EXEC
 "#;
 
+/// FUNCTION LOAD's registration errors (redis.register_function's
+/// arguments, positional and named), as Redis 7.0's function_lua.c words
+/// them. None of these loads succeeds, so no library is left behind.
+const FUNCTION_REGISTRATION: &str = r##"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function()"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1')"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1', function() return 1 end, {}, 'x')"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function({}, function() return 1 end)"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1', 3)"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1', callback=function() return 1 end, flags={'bad'}}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1', callback=function() return 1 end, foo=1}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{callback=function() return 1 end}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1'}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1', function() return 1 end) redis.register_function('f1', function() return 1 end)"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f-1', function() return 1 end)"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1', callback=function() return 1 end, flags='x'}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name={}, callback=function() return 1 end}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1', callback=1}"
+FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function{function_name='f1', callback=function() return 1 end, description={}}"
+"##;
+
 /// The blocking sorted-set pops (RESP2): with members there, timeouts,
 /// MULTI, their errors and order of checks.
 const BLOCKING_ZSETS: &str = r#"
@@ -2601,6 +2622,13 @@ async fn list_replies_match_a_real_redis_server() {
     let mut differences = Vec::new();
     compare(LISTS, &mut theirs, &mut ours, &mut differences).await;
     compare(BLOCKING_ZSETS, &mut theirs, &mut ours, &mut differences).await;
+    compare(
+        FUNCTION_REGISTRATION,
+        &mut theirs,
+        &mut ours,
+        &mut differences,
+    )
+    .await;
     // INFO's blocked_clients counts a client while it waits, on each.
     for addr in [redis.addr, roost.addr()] {
         let mut blocked = Raw::connect(addr).await;

@@ -633,51 +633,140 @@ pub(crate) fn load_library(code: &[u8], time_limit: Duration) -> Result<Register
 /// recording into `registered[name] = {callback=, no_writes=, description=}`.
 fn register_function(lua: &Lua, registered: Table) -> mlua::Result<Function> {
     lua.create_function(move |lua, args: MultiValue| {
-        let mut args = args.into_iter();
-        let first = args.next().unwrap_or(Value::Nil);
-        let (name, callback, flags, description) = match first {
-            Value::Table(t) => (
-                t.raw_get::<Value>("function_name")?,
-                t.raw_get::<Value>("callback")?,
-                t.raw_get::<Value>("flags")?,
-                t.raw_get::<Value>("description")?,
-            ),
-            name => (name, args.next().unwrap_or(Value::Nil), Value::Nil, Value::Nil),
+        let fail = register_error;
+        // Redis 7.0's checks and texts (function_lua.c), in its order.
+        let args: Vec<Value> = args.into_iter().collect();
+        let (name, callback, flags, description) = match args.as_slice() {
+            [Value::Table(named)] => read_named_arguments(named)?,
+            [_] => {
+                return fail(
+                    "calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).",
+                )
+            }
+            [name, callback] => {
+                let Some(name) = lua_string(name) else {
+                    return fail("first argument to redis.register_function must be a string");
+                };
+                let Value::Function(callback) = callback else {
+                    return fail("second argument to redis.register_function must be a function");
+                };
+                (name, callback.clone(), None, None)
+            }
+            _ => return fail("wrong number of arguments to redis.register_function"),
         };
-        let Value::String(name) = name else {
-            return Err(mlua::Error::runtime("wrong arguments to redis.register_function"));
-        };
-        let Value::Function(callback) = callback else {
-            return Err(mlua::Error::runtime("wrong arguments to redis.register_function"));
-        };
-        let name = name.to_str()?.to_owned();
         if !super::valid_function_name(&name) {
-            return Err(mlua::Error::runtime(
-                "Function names can only contain letters, numbers, or underscores(_) and must be at least one character long",
-            ));
+            // Redis 7.0 says "Library names" here too.
+            return fail(
+                "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+            );
         }
         if registered.raw_get::<Value>(name.as_str())? != Value::Nil {
-            return Err(mlua::Error::runtime(format!("Function {name} already exists")));
+            return fail("Function already exists in the library");
         }
-        let mut no_writes = false;
-        if let Value::Table(flags) = flags {
-            for flag in flags.sequence_values::<String>() {
-                match flag?.as_str() {
-                    "no-writes" => no_writes = true,
-                    "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
-                    other => return Err(mlua::Error::runtime(format!("unknown flag given: {other}"))),
-                }
-            }
-        }
+        let no_writes = flags.is_some_and(|f| f.contains(&"no-writes"));
         let entry = lua.create_table()?;
         entry.raw_set("callback", callback)?;
         entry.raw_set("no_writes", no_writes)?;
-        if let Value::String(d) = description {
+        if let Some(d) = description {
             entry.raw_set("description", d)?;
         }
         registered.raw_set(name, entry)?;
         Ok(())
     })
+}
+
+/// A registration error as Redis 7.0 raises it: its text behind the
+/// generic `ERR` code (FUNCTION LOAD then answers "ERR Error registering
+/// functions: ERR ...", as Redis does).
+fn register_error<T>(text: &str) -> mlua::Result<T> {
+    Err(mlua::Error::runtime(format!("ERR {text}")))
+}
+
+/// A string argument as Redis's `luaGetStringSds` takes it (a string or a
+/// number, as Lua converts it).
+fn lua_string(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.to_string_lossy().to_string()),
+        Value::Integer(n) => Some(n.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The script flags a function may declare (Redis 7.0's).
+const FUNCTION_FLAGS: [&str; 5] = [
+    "no-writes",
+    "allow-oom",
+    "allow-stale",
+    "no-cluster",
+    "allow-cross-slot-keys",
+];
+
+type NamedArguments = (String, Function, Option<Vec<&'static str>>, Option<String>);
+
+/// `redis.register_function{function_name=, callback=, flags=, description=}`
+/// (keys case-insensitive), with Redis 7.0's errors.
+fn read_named_arguments(named: &Table) -> mlua::Result<NamedArguments> {
+    let fail = register_error;
+    let (mut name, mut callback, mut flags, mut description) = (None, None, None, None);
+    // Bounded by the table's size.
+    for pair in named.clone().pairs::<Value, Value>() {
+        let (key, value) = pair?;
+        let Some(key) = lua_string(&key) else {
+            return fail("named argument key given to redis.register_function is not a string");
+        };
+        match key.to_ascii_lowercase().as_str() {
+            "function_name" => {
+                match lua_string(&value) {
+                    Some(n) => name = Some(n),
+                    None => return fail(
+                        "function_name argument given to redis.register_function must be a string",
+                    ),
+                }
+            }
+            "description" => {
+                match lua_string(&value) {
+                    Some(d) => description = Some(d),
+                    None => return fail(
+                        "description argument given to redis.register_function must be a string",
+                    ),
+                }
+            }
+            "callback" => match value {
+                Value::Function(f) => callback = Some(f),
+                _ => {
+                    return fail(
+                        "callback argument given to redis.register_function must be a function",
+                    )
+                }
+            },
+            "flags" => {
+                let Value::Table(table) = value else {
+                    return fail(
+                        "flags argument to redis.register_function must be a table representing function flags",
+                    );
+                };
+                let mut given = Vec::new();
+                for flag in table.sequence_values::<Value>() {
+                    let known = lua_string(&flag?)
+                        .and_then(|f| FUNCTION_FLAGS.into_iter().find(|k| *k == f));
+                    match known {
+                        Some(flag) => given.push(flag),
+                        None => return fail("unknown flag given"),
+                    }
+                }
+                flags = Some(given);
+            }
+            _ => return fail("unknown argument given to redis.register_function"),
+        }
+    }
+    let Some(name) = name else {
+        return fail("redis.register_function must get a function name argument");
+    };
+    let Some(callback) = callback else {
+        return fail("redis.register_function must get a callback argument");
+    };
+    Ok((name, callback, flags, description))
 }
 
 /// Sets up a run of `call`: the state, KEYS/ARGV (EVAL) or the library's

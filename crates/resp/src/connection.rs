@@ -1220,16 +1220,19 @@ impl Connection<'_> {
         let scripting = self.shared.functions.scripting();
         match sub.as_slice() {
             b"list" => self.shared.functions.list(&args[2..]),
-            b"load" => {
-                let (replace, code) = match args.len() {
-                    3 => (false, &args[2]),
-                    4 if args[2].eq_ignore_ascii_case(b"replace") => (true, &args[3]),
-                    _ => {
-                        return Frame::error(
-                            "ERR unknown subcommand or wrong number of arguments for 'load'. Try FUNCTION HELP.",
-                        )
+            b"load" if args.len() >= 3 => {
+                // Redis 7.0: options, then the code, last.
+                let (code, options) = args[2..].split_last().expect("at least one");
+                let mut replace = false;
+                for option in options {
+                    if !option.eq_ignore_ascii_case(b"replace") {
+                        return Frame::error(format!(
+                            "ERR Unknown option given: {}",
+                            String::from_utf8_lossy(option)
+                        ));
                     }
-                };
+                    replace = true;
+                }
                 let functions = &self.shared.functions;
                 match scripting
                     .load_library(code, replace, &|name| functions.has_rust_function(name))
@@ -1245,9 +1248,30 @@ impl Connection<'_> {
                     Frame::error("ERR Library not found")
                 }
             }
-            b"flush" if args.len() <= 3 => {
+            b"flush" if args.len() == 2 => {
                 scripting.flush_libraries();
                 Frame::ok()
+            }
+            b"flush" if args.len() == 3 => {
+                if !(args[2].eq_ignore_ascii_case(b"sync")
+                    || args[2].eq_ignore_ascii_case(b"async"))
+                {
+                    return Frame::error("ERR FUNCTION FLUSH only supports SYNC|ASYNC option");
+                }
+                scripting.flush_libraries();
+                Frame::ok()
+            }
+            // Redis names the subcommand as it was typed here.
+            b"flush" => Frame::error(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+                String::from_utf8_lossy(&args[1])
+            )),
+            b"kill" if args.len() == 2 => scripting.kill(),
+            b"load" | b"delete" | b"kill" => {
+                crate::commands::wrong_subcommand_arity("function", &args[1])
+            }
+            b"dump" | b"stats" if args.len() != 2 => {
+                crate::commands::wrong_subcommand_arity("function", &args[1])
             }
             b"help" => Frame::Array(
                 [
@@ -1267,7 +1291,10 @@ impl Connection<'_> {
                 .map(|line| Frame::Simple(line.into()))
                 .collect(),
             ),
-            b"dump" | b"restore" | b"kill" | b"stats" => Frame::error(format!(
+            b"restore" if args.len() < 3 => {
+                crate::commands::wrong_subcommand_arity("function", &args[1])
+            }
+            b"dump" | b"restore" | b"stats" => Frame::error(format!(
                 "ERR FUNCTION {} is not supported by Roost",
                 String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
             )),

@@ -2253,6 +2253,23 @@ EXEC
 /// arguments, positional and named), as Redis 7.0's function_lua.c words
 /// them. None of these loads succeeds, so no library is left behind.
 const FUNCTION_REGISTRATION: &str = r##"
+FUNCTION LIST bad_argument
+FUNCTION LIST libraryname
+FUNCTION LIST withcode withcode
+FUNCTION LIST libraryname a libraryname b
+FUNCTION LIST WITHCODE LIBRARYNAME
+FUNCTION LOAD x y z
+FUNCTION LOAD foo bar
+FUNCTION LOAD replace
+FUNCTION LOAD
+FUNCTION FLUSH bad
+FUNCTION FLUSH sync async
+FUNCTION KILL
+FUNCTION KILL x
+FUNCTION STATS x
+FUNCTION DUMP x
+FUNCTION RESTORE
+FUNCTION DELETE
 FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function()"
 FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1')"
 FUNCTION LOAD "#!lua name=regtest\x0aredis.register_function('f1', function() return 1 end, {}, 'x')"

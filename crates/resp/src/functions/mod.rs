@@ -300,15 +300,25 @@ impl Functions {
         let mut pattern: Option<&[u8]> = None;
         let mut with_code = false;
         let mut i = 0;
+        // Redis 7.0's order: each option once; LIBRARYNAME needs its
+        // pattern. Bounded by the arguments.
         while i < args.len() {
             let option = args[i].to_ascii_lowercase();
             match option.as_slice() {
-                b"withcode" => with_code = true,
-                b"libraryname" if i + 1 < args.len() => {
+                b"withcode" if !with_code => with_code = true,
+                b"libraryname" if pattern.is_none() => {
+                    if i + 1 >= args.len() {
+                        return Frame::error("ERR library name argument was not given");
+                    }
                     pattern = Some(&args[i + 1]);
                     i += 1;
                 }
-                _ => return Frame::error("ERR Unknown argument or wrong number of arguments"),
+                _ => {
+                    return Frame::error(format!(
+                        "ERR Unknown argument {}",
+                        String::from_utf8_lossy(&args[i])
+                    ))
+                }
             }
             i += 1;
         }

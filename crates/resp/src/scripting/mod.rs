@@ -148,6 +148,17 @@ impl Scripting {
         Duration::from_millis(self.time_limit_ms.load(Ordering::Relaxed))
     }
 
+    /// SCRIPT KILL and FUNCTION KILL: stops the Lua code running now (it
+    /// applies nothing); NOTBUSY when none runs.
+    pub(crate) fn kill(&self) -> Frame {
+        if self.running.load(Ordering::SeqCst) == 0 {
+            Frame::error("NOTBUSY No scripts in execution right now.")
+        } else {
+            self.kill_epoch.fetch_add(1, Ordering::SeqCst);
+            Frame::ok()
+        }
+    }
+
     fn kill_epoch(&self) -> u64 {
         self.kill_epoch.load(Ordering::SeqCst)
     }
@@ -213,14 +224,7 @@ impl Scripting {
             {
                 self.flush_scripts()
             }
-            (b"kill", 2) => {
-                if self.running.load(Ordering::SeqCst) == 0 {
-                    Frame::error("NOTBUSY No scripts in execution right now.")
-                } else {
-                    self.kill_epoch.fetch_add(1, Ordering::SeqCst);
-                    Frame::ok()
-                }
-            }
+            (b"kill", 2) => self.kill(),
             (b"help", 2) => Frame::Array(
                 [
                     "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

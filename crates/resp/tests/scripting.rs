@@ -210,6 +210,47 @@ async fn errors_follow_redis_and_the_sandbox_holds() {
         text.contains("Attempt to modify a readonly table"),
         "{text}"
     );
+    // Redis's read-only globals: no global replaced, no field of `redis`
+    // or `cjson`, no metatable swapped or edited, no rawset around them.
+    for script in [
+        "redis = function() return 1 end",
+        "_G = {}",
+        "setmetatable(_G, {})",
+        "local g = getmetatable(_G) g.__index = {}",
+        "redis.call = function() return 1 end",
+        "cjson.encode = function() return 1 end",
+        "rawset(_G, 'x', 1)",
+        "rawset(redis, 'call', 1)",
+        "setmetatable(cjson, {})",
+        "getmetatable(redis).__newindex = nil",
+    ] {
+        let text = starts(
+            &eval(&mut r, script, &[], &[]).await,
+            "ERR Error running script",
+        );
+        assert!(
+            text.contains("Attempt to modify a readonly table"),
+            "{script}: {text}"
+        );
+    }
+    // What scripts may still do: their own tables and metatables, and the
+    // protected tables' contents.
+    assert_eq!(
+        eval(
+            &mut r,
+            "local t = setmetatable({}, {__index = function() return 7 end}) rawset(t, 'a', 1) \
+             return {t.a, t.b, type(redis.call), cjson.encode({1})}",
+            &[],
+            &[]
+        )
+        .await,
+        Frame::Array(vec![
+            Frame::Integer(1),
+            Frame::Integer(7),
+            Frame::bulk("function"),
+            Frame::bulk("[1]")
+        ])
+    );
     for (script, name) in [
         ("return undefined_thing", "undefined_thing"),
         ("return os.time()", "os"),

@@ -162,15 +162,47 @@ return function(main, ...)
 end
 "#;
 
-/// Protects the globals as Redis 7 does: a new global is refused, reading an
-/// absent one is an error. Run last, when everything is in place.
+/// Protects the globals as Redis 7 does (its Lua has read-only tables): no
+/// global may be set, added or replaced, nor a field of `redis` or
+/// `cjson`, nor their metatables, and reading an absent global is an error.
+/// Vanilla Lua 5.1 has no read-only tables, so the globals table, `redis`
+/// and `cjson` become empty proxies over hidden tables: every write reaches
+/// a `__newindex` that refuses it, their metatables are guarded
+/// (`__metatable`, itself such a proxy), and `setmetatable`/`rawset` refuse
+/// them. Run last, when everything is in place.
 const PROTECT_GLOBALS: &str = r#"
-setmetatable(_G, {
-  __newindex = function() error('Attempt to modify a readonly table', 2) end,
-  __index = function(_, name)
-    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
-  end,
-})
+local G, next, error, tostring = _G, next, error, tostring
+local raw_setmetatable, raw_rawset = setmetatable, rawset
+local function readonly() error('Attempt to modify a readonly table', 2) end
+local guarded = {}
+local function guard(t)
+  local proxy, shield = {}, {}
+  raw_setmetatable(shield, { __newindex = readonly, __metatable = false })
+  raw_setmetatable(proxy, { __index = t, __newindex = readonly, __metatable = shield })
+  guarded[proxy] = true
+  return proxy
+end
+local real = {}
+for k, v in next, G do real[k] = v end
+for k in next, real do raw_rawset(G, k, nil) end
+real.redis = guard(real.redis)
+real.cjson = guard(real.cjson)
+real._G = G
+real.setmetatable = function(t, mt)
+  if guarded[t] then error('Attempt to modify a readonly table', 2) end
+  return raw_setmetatable(t, mt)
+end
+real.rawset = function(t, k, v)
+  if guarded[t] then error('Attempt to modify a readonly table', 2) end
+  return raw_rawset(t, k, v)
+end
+raw_setmetatable(real, { __index = function(_, name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+end })
+local shield = {}
+raw_setmetatable(shield, { __newindex = readonly, __metatable = false })
+raw_setmetatable(G, { __index = real, __newindex = readonly, __metatable = shield })
+guarded[G] = true
 "#;
 
 /// A sandboxed state: base (without file access or code loading), table,

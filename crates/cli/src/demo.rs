@@ -19,6 +19,8 @@ use roost_check::workload::WorkloadConfig;
 use roost_check::{AnomalyKind, WorkloadKind};
 use roost_cluster::runtime::admin_get;
 
+use roost_bench::results::group_thousands as thousands;
+
 use crate::cluster::sample;
 
 /// What `roost demo` runs.
@@ -112,18 +114,6 @@ fn look(runtime: &tokio::runtime::Runtime, admins: &[SocketAddr]) -> Look {
         }
         look
     })
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 pub fn run(demo: &ClusterDemo) -> anyhow::Result<()> {

@@ -38,10 +38,17 @@ enum Membership {
 /// and a local etcd in etcd mode) with the test's timing and waits.
 struct Cluster {
     inner: LocalCluster,
+    /// One cluster at a time in this binary: each picks free ports and
+    /// releases them before its processes bind, so two starting at once
+    /// could be handed the same ones (a node that never answers).
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
     fn start(name: &str, nodes: u32, membership: Membership) -> Cluster {
+        let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("roost-cluster-{name}-{}", std::process::id()));
         let mut config =
             LocalClusterConfig::new(PathBuf::from(env!("CARGO_BIN_EXE_roost")), dir, nodes);
@@ -56,7 +63,10 @@ impl Cluster {
         let inner = LocalCluster::start(config).expect(
             "the cluster starts (etcd mode needs Debian's etcd-server; scripts/install-deps.sh installs it)",
         );
-        Cluster { inner }
+        Cluster {
+            inner,
+            _one_at_a_time: one_at_a_time,
+        }
     }
 
     fn spawn(&mut self, i: usize) {

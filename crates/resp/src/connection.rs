@@ -657,7 +657,6 @@ impl Connection<'_> {
                 if spec.write
                     && self.shared.forwarding.is_some()
                     && !crate::lists::is_blocking(spec.name)
-                    && !matches!(spec.name, "bzpopmin" | "bzpopmax" | "bzmpop")
                 {
                     self.next_forward = self.route_command(spec, &args);
                 }

@@ -191,9 +191,13 @@ pub(crate) fn is_list_command(name: &str) -> bool {
     )
 }
 
-/// Whether `name` blocks outside MULTI (Redis's `blocking` flag).
+/// Whether `name` blocks outside MULTI (Redis's `blocking` flag): the
+/// list forms and the sorted-set pops (`zsets`).
 pub(crate) fn is_blocking(name: &str) -> bool {
-    matches!(name, "blpop" | "brpop" | "blmove" | "brpoplpush" | "blmpop")
+    matches!(
+        name,
+        "blpop" | "brpop" | "blmove" | "brpoplpush" | "blmpop" | "bzpopmin" | "bzpopmax" | "bzmpop"
+    )
 }
 
 /// The list command `name`'s arguments (after the name, arity checked, the

@@ -10,8 +10,8 @@ use roost_bench::engine::{self, EngineBenchConfig};
 use roost_bench::smartmart::{self, SmartMartBenchConfig};
 
 use crate::{
-    bench_commit, bench_escrow, bench_ownership, bench_resp, bench_transport, check, cluster, resp,
-    sim, sites,
+    bench_commit, bench_durability, bench_escrow, bench_ownership, bench_resp, bench_transport,
+    check, cluster, resp, sim, sites,
 };
 
 /// Roost: an in-memory transactional database.
@@ -109,6 +109,10 @@ pub enum Benchmark {
     /// replication degree 1, 2 and 3, and pipelined against waiting for
     /// each reliable commit on one reactor.
     Commit(bench_commit::CommitBenchArgs),
+    /// The durability log: write throughput and latency of one node under
+    /// each sync policy (always, every 1000, off) and in memory, beside
+    /// redis-server's appendfsync always and everysec on the same disk.
+    Durability(bench_durability::DurabilityBenchArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

@@ -34,7 +34,7 @@ use roost_cluster::process::die_with_parent;
 const BENCHMARK: &str = "resp";
 const GOAL_RATIO: f64 = 1.0;
 const COMMANDS: [&str; 3] = ["SET", "GET", "INCR"];
-const CLIENTS: u32 = 50;
+pub(crate) const CLIENTS: u32 = 50;
 const KEYSPACE: u32 = 100_000;
 /// Requests per command and repetition, pipelined (`-P` above 1): about
 /// 0.3 s a run on the 2-core machine.

@@ -55,6 +55,39 @@ pub struct ClusterArgs {
     /// `roost up` makes one in its data directory.
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// Each node's durability log, in its data directory: when a reliably
+    /// committed write is acknowledged. `always` (fsync first, batched across
+    /// concurrent transactions), `every <ms>` (fsync in the background that
+    /// often: a power loss may lose that much, a process crash nothing),
+    /// `off` (the OS writes it back when it likes), `memory` (no log: a
+    /// restart of the whole cluster loses everything). Needs --data-dir.
+    #[arg(long, value_name = "POLICY", default_value = "always", value_parser = parse_sync)]
+    pub sync: SyncArg,
+}
+
+/// `--sync`: a durability log with its policy, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncArg {
+    Log(roost_durability::SyncPolicy),
+    Memory,
+}
+
+impl std::fmt::Display for SyncArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncArg::Log(policy) => write!(f, "{policy}"),
+            SyncArg::Memory => f.write_str("memory"),
+        }
+    }
+}
+
+fn parse_sync(text: &str) -> Result<SyncArg, String> {
+    if text.trim() == "memory" {
+        return Ok(SyncArg::Memory);
+    }
+    text.parse()
+        .map(SyncArg::Log)
+        .map_err(|e: roost_durability::ParseSyncPolicyError| format!("{e}, or memory"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -145,6 +178,7 @@ impl ClusterArgs {
         if let Some(path) = &self.secret_file {
             flags.extend(["--secret-file".to_owned(), path.display().to_string()]);
         }
+        flags.extend(["--sync".to_owned(), self.sync.to_string()]);
         if let Some(source) = self.membership {
             let name = match source {
                 MembershipSource::Etcd => "etcd",
@@ -280,6 +314,8 @@ pub enum PlantedZeusBug {
     /// A reader's replica stays readable while Invalid (between an R-INV
     /// and its R-VAL).
     ReadInvalidReplica,
+    /// The durability log answers a write before its fsync under `always`.
+    AnswerBeforeFsync,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -387,6 +423,8 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
                         PlantedZeusBug::ReadInvalidReplica => {
                             node_bugs.read_invalid_replicas = true
                         }
+                        // The log's, below.
+                        PlantedZeusBug::AnswerBeforeFsync => {}
                     }
                 }
             }
@@ -403,6 +441,7 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
         cluster: args.cluster.cluster()?,
         id: args.id,
         resp: resp_config(args)?,
+        durability: durability_config(args)?,
         protocol,
         state_dir: args.data_dir.clone(),
     };
@@ -443,6 +482,31 @@ pub fn node(args: &NodeArgs) -> anyhow::Result<()> {
         bail!("node {id}: its cluster side stopped (the log says why)");
     }
     Ok(())
+}
+
+/// The node's durability log from `--sync` and `--data-dir`.
+fn durability_config(
+    args: &NodeArgs,
+) -> anyhow::Result<Option<roost_durability::DurabilityConfig>> {
+    let SyncArg::Log(sync) = args.cluster.sync else {
+        return Ok(None);
+    };
+    if args.protocol != ProtocolArg::Ownership {
+        return Ok(None);
+    }
+    let Some(data_dir) = &args.data_dir else {
+        tracing::warn!(
+            "no --data-dir: this node keeps no durability log (a restart of the whole cluster \
+             loses its data); pass --data-dir DIR, or --sync memory to say so"
+        );
+        return Ok(None);
+    };
+    let mut config = roost_durability::DurabilityConfig::new(data_dir.join("durability"));
+    config.sync = sync;
+    config.bugs.answer_before_fsync = args
+        .planted_zeus
+        .contains(&PlantedZeusBug::AnswerBeforeFsync);
+    Ok(Some(config))
 }
 
 /// How often `roost node` checks that its cluster side still runs.

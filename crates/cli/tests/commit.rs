@@ -395,6 +395,83 @@ fn an_owner_that_answers_before_its_reliable_commit_loses_an_acknowledged_write_
     assert!(loss.contains("acknowledged increments lost"), "{loss}");
 }
 
+/// Durability (issue 21): clients increment counters on every node while
+/// the whole cluster is SIGKILLed at once, `rounds` times, and restarted
+/// from its nodes' logs; then every acknowledged increment must be there.
+/// `Err` names the first one lost.
+fn whole_cluster_sigkilled(tag: &str, extra_args: &[&str], rounds: u32) -> Result<Tally, String> {
+    let mut cluster = start(tag, extra_args);
+    wait_for_created(&cluster);
+    let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<JoinHandle<Tally>> = (0..NODES as usize)
+        .flat_map(|home| (0..2u64).map(move |c| (home, c)))
+        .map(|(home, c)| {
+            client(
+                addrs.clone(),
+                home,
+                ((home as u64) << 8) ^ c ^ 0x5a5a,
+                Arc::clone(&stop),
+            )
+        })
+        .collect();
+    wait_for(
+        "every counter on three nodes",
+        Duration::from_secs(60),
+        || replicated(&cluster),
+    );
+    for round in 0..rounds {
+        // A moment of load that varies per round, so the kills land at
+        // different points of the log (and of its group commits).
+        std::thread::sleep(Duration::from_millis(1_500 + 700 * u64::from(round)));
+        for node in 0..NODES {
+            cluster.kill(node).unwrap();
+        }
+        for node in 0..NODES {
+            cluster.start_node(node).unwrap();
+        }
+        wait_for_created(&cluster);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let mut tally = Tally::default();
+    for c in clients {
+        tally.merge(c.join().expect("a client thread"));
+    }
+    assert!(
+        tally.acked_total() > 200,
+        "few increments went through: {tally:?}"
+    );
+    check_no_loss(&cluster, &[0, 1, 2], &tally).map(|()| tally)
+}
+
+#[test]
+fn a_whole_cluster_sigkilled_at_once_keeps_every_acknowledged_increment() {
+    let tally = whole_cluster_sigkilled("all-killed", &["--sync", "always"], 3)
+        .unwrap_or_else(|loss| panic!("{loss}"));
+    eprintln!(
+        "{} acknowledged increments over {KEYS} counters, {} unknown; the whole cluster \
+         SIGKILLed 3 times and restarted from its logs",
+        tally.acked_total(),
+        tally.unknown.values().sum::<u64>()
+    );
+}
+
+#[test]
+fn a_log_that_answers_before_its_fsync_loses_acknowledged_increments_and_is_caught() {
+    let loss = whole_cluster_sigkilled(
+        "all-killed-planted",
+        &["--sync", "always", "--planted-zeus", "answer-before-fsync"],
+        1,
+    )
+    .expect_err("answering before the log is on disk loses acknowledged increments");
+    assert!(loss.contains("acknowledged increments lost"), "{loss}");
+    // And without a log at all, the cluster comes back empty.
+    let loss = whole_cluster_sigkilled("all-killed-memory", &["--sync", "memory"], 1)
+        .expect_err("a cluster without logs forgets everything");
+    assert!(loss.contains("acknowledged increments lost"), "{loss}");
+}
+
 const ACCOUNTS: usize = 8;
 const INITIAL_BALANCE: i64 = 1_000;
 

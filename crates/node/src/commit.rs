@@ -83,6 +83,13 @@ pub enum ZeusMsg {
     Yield {
         key: NodeReactor,
     },
+    /// The copies the sender recovered from its disk (reactor, `t_version`,
+    /// whole), before reactors are created (`crate::durable::CopyReports`);
+    /// `reply` asks for the receiver's.
+    Copies {
+        copies: Vec<(NodeReactor, u64, bool)>,
+        reply: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -459,6 +466,21 @@ impl Protocol for Zeus {
                         );
                     }
                 }
+                if self.shared.copies.wanted() {
+                    let copies = self.shared.recovered_copies();
+                    for &to in ctx.view.members.keys() {
+                        if to != ctx.me && !self.shared.copies.has(to) {
+                            let copies = copies.clone();
+                            fx.send(
+                                to,
+                                ZeusMsg::Copies {
+                                    copies,
+                                    reply: true,
+                                },
+                            );
+                        }
+                    }
+                }
                 let adopt = self.replicas.on_tick(ctx, &self.ownership, fx);
                 self.shared.commit.count_adoptions(adopt.len());
                 for cmd in adopt {
@@ -488,6 +510,21 @@ impl Protocol for Zeus {
                 from,
                 msg: ZeusMsg::Yield { key },
             } => self.shared.contention.release(&key.0, from),
+            Input::Message {
+                from,
+                msg: ZeusMsg::Copies { copies, reply },
+            } => {
+                if self.shared.copies.note(from, copies) && reply {
+                    let copies = self.shared.recovered_copies();
+                    fx.send(
+                        from,
+                        ZeusMsg::Copies {
+                            copies,
+                            reply: false,
+                        },
+                    );
+                }
+            }
             Input::Message {
                 from,
                 msg: ZeusMsg::StopReading { key },
@@ -527,6 +564,9 @@ impl Protocol for Zeus {
         }
         self.note_recovery(ctx, fx);
         self.replicas.arm(ctx, fx);
+        if let Some(durable) = self.shared.durable() {
+            durable.commit_step(fx);
+        }
         debug_assert!(self.in_flight.len() <= self.commit.in_flight());
     }
 }
@@ -644,7 +684,7 @@ pub(crate) fn reactor_key_bytes(key: &ReactorKey) -> Vec<u8> {
     key.to_string().into_bytes()
 }
 
-fn reactor_of(bytes: &[u8]) -> Option<ReactorKey> {
+pub(crate) fn reactor_of(bytes: &[u8]) -> Option<ReactorKey> {
     let text = std::str::from_utf8(bytes).ok()?;
     text.parse::<NodeReactor>().ok().map(|r| r.0)
 }
@@ -685,7 +725,25 @@ impl CommitObjectStore for CommitStore {
         self.shared
             .commit
             .set_version(&reactor, version, ObjectState::Invalid);
-        if self.shared.commit.coordinating.load(Ordering::Relaxed) || self.shared.owns(&reactor) {
+        let coordinator =
+            self.shared.commit.coordinating.load(Ordering::Relaxed) || self.shared.owns(&reactor);
+        let has_copy =
+            coordinator || matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. }));
+        if let (Some(durable), true) = (self.shared.durable(), has_copy) {
+            // Owner or follower, what this node applied of the commit, in
+            // the driver's order (a follower without a copy logs these rows
+            // with the copy, at its install). Synced before the step's
+            // acknowledgements leave (`Durable::commit_step`).
+            match postcard::from_bytes::<Vec<RowChange>>(data) {
+                Ok(rows) => durable.delta(&reactor, version, &rows),
+                Err(error) => {
+                    self.shared.commit.count_bad_apply();
+                    tracing::error!(%reactor, %error, "R-INV rows that do not decode");
+                    return;
+                }
+            }
+        }
+        if coordinator {
             // The coordinator: its database holds the rows already, and
             // later local commits over them. Even if it no longer owns
             // the reactor (a refused hand-over left it Invalid, demoted,

@@ -37,6 +37,7 @@ use thiserror::Error;
 
 pub mod applier;
 pub mod commit;
+pub mod durable;
 mod forward;
 mod prom;
 pub mod replicas;
@@ -71,6 +72,12 @@ pub struct NodeConfig {
     /// in memory (a warning at start: a process restarted before the first
     /// view reached it may vote on that view again). Unused with etcd.
     pub state_dir: Option<PathBuf>,
+    /// The node's durability log (`roost node --sync`, in
+    /// `<data dir>/durability`): every reliably committed update this node
+    /// applies, synced by the policy before it is acknowledged, and
+    /// recovered at start. `None` keeps the node in memory only (a whole
+    /// cluster's restart loses everything). Zeus only.
+    pub durability: Option<roost_durability::DurabilityConfig>,
 }
 
 /// The protocol a node runs over the cluster.
@@ -138,6 +145,8 @@ pub enum NodeError {
     Commit(#[source] roost_commit::ConfigError),
     #[error("the replication configuration: {0}")]
     Replication(#[source] DegreeError),
+    #[error("recovering the node's durability log: {0}")]
+    Durability(#[source] roost_durability::OpenError),
     #[error("starting this node's part of geo site {site}: {reason}")]
     Site { site: usize, reason: String },
     #[error(
@@ -305,6 +314,7 @@ impl Node {
             resp,
             protocol,
             state_dir,
+            durability,
         } = config;
         cluster
             .node(id)
@@ -327,6 +337,22 @@ impl Node {
             ))),
             NodeProtocol::ExampleRegister { .. } => None,
         };
+        if let (Some(shared), Some(config)) = (&zeus, durability) {
+            let durable = durable::Durable::open(config).map_err(NodeError::Durability)?;
+            let report = durable.report();
+            tracing::info!(
+                node = id,
+                reactors = report.reactors,
+                rows = report.rows,
+                records = report.records_replayed,
+                checkpoint_lsn = ?report.checkpoint_lsn,
+                truncated_tail = ?report.truncated_tail,
+                ms = report.duration_ms,
+                sync = %report.sync,
+                "recovered from the durability log"
+            );
+            shared.set_durable(durable);
+        }
         let keyspace = match &zeus {
             Some(shared) => Keyspace::with_placement(
                 &resp,
@@ -428,10 +454,12 @@ impl Node {
                     running.handle(),
                 ));
                 let nodes: Vec<NodeId> = cluster.nodes.iter().map(|n| NodeId(n.id)).collect();
-                let home = zeus::home_reactors(&keys, NodeId(id), &nodes);
-                runtime.spawn(zeus::create_home_reactors(
+                runtime.spawn(zeus::create_reactors(
                     OwnershipHandle(running.handle()),
-                    home,
+                    std::sync::Arc::clone(&shared),
+                    keys.clone(),
+                    NodeId(id),
+                    nodes,
                 ));
                 ClusterSide::Zeus(running)
             }
@@ -565,6 +593,7 @@ impl Node {
                     resp: Some(resp),
                     protocol: protocol.clone(),
                     state_dir: None,
+                    durability: None,
                 })
             })
             .collect()

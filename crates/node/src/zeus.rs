@@ -142,6 +142,10 @@ pub(crate) struct Shared {
     /// Reactors this node lost lately, and to whom: where the front door
     /// ships writes instead of taking them back ([`crate::forward`]).
     pub(crate) contention: crate::forward::Contention,
+    /// The node's durability log, when it keeps one (`crate::durable`).
+    durable: OnceLock<Arc<crate::durable::Durable>>,
+    /// What the other nodes recovered, before reactors are created.
+    pub(crate) copies: crate::durable::CopyReports,
 }
 
 /// What the node's `/metrics` shows of ownership.
@@ -183,6 +187,8 @@ impl Shared {
             applier: crate::applier::Applier::default(),
             bugs: OnceLock::new(),
             contention: crate::forward::Contention::default(),
+            durable: OnceLock::new(),
+            copies: crate::durable::CopyReports::default(),
         })
     }
 
@@ -249,7 +255,29 @@ impl Shared {
         text.push_str(&self.contention.prometheus());
         text.push_str(&self.commit.prometheus());
         text.push_str(&self.applier.prometheus());
+        if let Some(durable) = self.durable() {
+            text.push_str(&durable.prometheus());
+        }
         text
+    }
+
+    /// Gives the node its durability log (once, before the driver starts).
+    pub(crate) fn set_durable(&self, durable: Arc<crate::durable::Durable>) {
+        assert!(self.durable.set(durable).is_ok(), "one log per node");
+    }
+
+    pub(crate) fn durable(&self) -> Option<&Arc<crate::durable::Durable>> {
+        self.durable.get()
+    }
+
+    /// The copies this node recovered and has not used (what it reports).
+    pub(crate) fn recovered_copies(&self) -> Vec<(NodeReactor, u64, bool)> {
+        self.durable()
+            .map(|d| d.recovered_versions())
+            .unwrap_or_default()
+            .iter()
+            .map(|(key, version, whole)| (NodeReactor(key.clone()), *version, *whole))
+            .collect()
     }
 
     pub(crate) fn plant(&self, bugs: ZeusBugs) {
@@ -691,6 +719,9 @@ impl DbStore {
             self.failed();
             tracing::error!(reactor = %key, %error, "dropping a reactor's copy");
         }
+        if let Some(durable) = self.shared.durable() {
+            durable.dropped(key);
+        }
     }
 
     /// Whether read-only transactions may read the replica `key` now: this
@@ -765,11 +796,18 @@ impl ObjectStore<NodeReactor> for DbStore {
                     .installed
                     .fetch_add(1, Ordering::Relaxed);
                 self.shared.commit.installed(&key.0, data.t_version);
+                let durable = self.shared.durable().cloned();
+                if let Some(durable) = &durable {
+                    durable.image(data.t_version, &exported);
+                }
                 // Writes that reached this node before the copy, newer
                 // than it, in version order.
                 for (version, rows) in self.shared.take_early_rows(&key.0) {
                     if version <= data.t_version {
                         continue;
+                    }
+                    if let Some(durable) = &durable {
+                        durable.delta(&key.0, version, &rows);
                     }
                     if let Err(error) = self.db().apply_to_replica(&key.0, rows) {
                         self.failed();
@@ -884,20 +922,59 @@ pub(crate) fn home_reactors(keys: &[ReactorKey], me: NodeId, nodes: &[NodeId]) -
         .collect()
 }
 
-/// Creates `keys` through the protocol, retrying while the node is not
-/// serving yet; a reactor that exists already is left to its owner.
-pub(crate) async fn create_home_reactors(handle: OwnershipHandle, keys: Vec<ReactorKey>) {
+/// Creates the keyspace's reactors this node is to create, through the
+/// protocol, retrying while the node is not serving yet; a reactor that
+/// exists already is left to its owner. Without a durability log: its home
+/// reactors, empty. With one: each reactor is created by the node with its
+/// newest recovered copy, from that copy (`CopyReports::plan`), and those
+/// no node recovered by their home, empty.
+pub(crate) async fn create_reactors(
+    handle: OwnershipHandle,
+    shared: Arc<Shared>,
+    keys: Vec<ReactorKey>,
+    me: NodeId,
+    nodes: Vec<NodeId>,
+) {
+    let plan: Vec<(ReactorKey, ObjectData)> = match shared.durable() {
+        None => home_reactors(&keys, me, &nodes)
+            .into_iter()
+            .map(|key| {
+                let data = empty_copy(&key);
+                (key, data)
+            })
+            .collect(),
+        Some(durable) => shared
+            .copies
+            .plan(durable, &keys, me, &nodes)
+            .await
+            .into_iter()
+            .map(|(key, copy)| {
+                let data = match copy {
+                    Some(copy) => {
+                        if !copy.contiguous {
+                            tracing::warn!(reactor = %key, t_version = copy.t_version, "created from a recovered copy whose log has a gap: it may lack a commit");
+                        }
+                        ObjectData::new(copy.t_version, copy.exported.encode())
+                    }
+                    None => empty_copy(&key),
+                };
+                (key, data)
+            })
+            .collect(),
+    };
     let deadline = tokio::time::Instant::now() + CREATE_PATIENCE;
-    let keys = Arc::new(keys);
+    let plan = Arc::new(plan);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut creators = tokio::task::JoinSet::new();
-    for _ in 0..CREATES_IN_FLIGHT.min(keys.len()) {
-        let (handle, keys, next) = (handle.clone(), Arc::clone(&keys), Arc::clone(&next));
+    for _ in 0..CREATES_IN_FLIGHT.min(plan.len()) {
+        let (handle, plan, next) = (handle.clone(), Arc::clone(&plan), Arc::clone(&next));
         creators.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(key) = keys.get(i) else { return };
-                if !create_one(&handle, key, deadline).await {
+                let Some((key, data)) = plan.get(i) else {
+                    return;
+                };
+                if !create_one(&handle, key, data, deadline).await {
                     return;
                 }
             }
@@ -906,15 +983,20 @@ pub(crate) async fn create_home_reactors(handle: OwnershipHandle, keys: Vec<Reac
     while creators.join_next().await.is_some() {}
 }
 
+/// A new reactor's data: no rows, at version 1.
+fn empty_copy(key: &ReactorKey) -> ObjectData {
+    let data = ExportedReactor::empty(key.clone());
+    ObjectData::new(data.version(), data.encode())
+}
+
 /// Creates `key`, retrying while the node is not serving yet; `false` once
 /// the node stopped.
 async fn create_one(
     handle: &OwnershipHandle,
     key: &ReactorKey,
+    data: &ObjectData,
     deadline: tokio::time::Instant,
 ) -> bool {
-    let data = ExportedReactor::empty(key.clone());
-    let data = ObjectData::new(data.version(), data.encode());
     loop {
         let req = ReqId(handle.next_request_id());
         let cmd = OwnershipCmd::Create {

@@ -14,6 +14,17 @@ use common::{client, incr, metric, send, wait_created};
 const NODES: u32 = 3;
 const REACTORS: usize = 4;
 
+/// One cluster at a time in this binary: each picks free ports and releases
+/// them before its nodes bind, so two starting at once could be handed the
+/// same ones (seen once: a start that failed to bind).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn start_cluster() -> Vec<Node> {
     let cluster = ClusterConfig::loopback(NODES).unwrap();
     let nodes = Node::start_in_process(&cluster, REACTORS).unwrap();
@@ -42,6 +53,7 @@ fn total(nodes: &[Node], name: &str) -> u64 {
 
 #[test]
 fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
+    let _turn = one_at_a_time();
     let nodes = start_cluster();
     let (mut a, mut b) = (client(&nodes[0]), client(&nodes[1]));
     let acquires_before = total(&nodes, "roost_ownership_acquires_total");
@@ -144,6 +156,7 @@ fn two_nodes_taking_turns_at_one_key_forward_instead_of_moving_it_each_time() {
 
 #[test]
 fn the_forward_user_needs_the_clusters_password() {
+    let _turn = one_at_a_time();
     let nodes = start_cluster();
     let mut client = client(&nodes[0]);
     assert_eq!(

@@ -33,6 +33,7 @@ fn one_node_config() -> NodeConfig {
         resp: Some(resp),
         protocol: NodeProtocol::default(),
         state_dir: None,
+        durability: None,
     }
 }
 

@@ -37,7 +37,7 @@ pub use placement::{
     Acquire, AcquireError, LocalPlacement, Location, Placement, ReactorKey, ReplicaWait,
     MAX_REACTOR_NAME_BYTES,
 };
-pub use relocate::ExportedReactor;
+pub use relocate::{ExportedReactor, ExportedRow};
 pub use replication::{ReactorChanges, Replication, ReplicationError, RowChange, Sequenced};
 pub use roost_storage::{
     EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs, ScanDirection, TxError,

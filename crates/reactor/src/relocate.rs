@@ -51,6 +51,9 @@ pub struct ExportedReactor {
     rows: Vec<u8>,
 }
 
+/// One row of an export: (relation name, key, value).
+pub type ExportedRow = (String, Vec<u8>, Vec<u8>);
+
 /// The rows of one relation, as shipped.
 #[derive(Serialize, Deserialize)]
 struct WireRelation<'a> {
@@ -96,6 +99,53 @@ impl ExportedReactor {
 
     pub fn encode(&self) -> Vec<u8> {
         postcard::to_allocvec(self).expect("encoding to a vector does not fail")
+    }
+
+    /// Every row as (relation name, key, value), in the export's order:
+    /// what a node's durability log keeps of a copy it installed.
+    pub fn row_list(&self) -> Result<Vec<ExportedRow>, InstallError> {
+        let relations: Vec<WireRelation<'_>> =
+            postcard::from_bytes(&self.rows).map_err(|e| InstallError::Malformed(e.to_string()))?;
+        let mut rows = Vec::new();
+        for relation in relations {
+            rows.extend(
+                relation
+                    .rows
+                    .into_iter()
+                    .map(|(key, value)| (relation.name.to_owned(), key.to_vec(), value.to_vec())),
+            );
+        }
+        Ok(rows)
+    }
+
+    /// A reactor holding `rows` (relation name, key, value; any order, a
+    /// later duplicate wins) at placement version `version`: a copy rebuilt
+    /// from a durability log, installed like one that moved here.
+    pub fn from_rows(
+        key: ReactorKey,
+        version: u64,
+        rows: impl IntoIterator<Item = ExportedRow>,
+    ) -> Self {
+        let mut table: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>> = BTreeMap::new();
+        for (relation, key, value) in rows {
+            table.entry(relation).or_default().insert(key, value);
+        }
+        let relations: Vec<WireRelation<'_>> = table
+            .iter()
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(name, rows)| WireRelation {
+                name,
+                rows: rows
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                    .collect(),
+            })
+            .collect();
+        ExportedReactor {
+            key,
+            version,
+            rows: postcard::to_allocvec(&relations).expect("encoding to a vector does not fail"),
+        }
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, InstallError> {
@@ -359,5 +409,26 @@ mod tests {
             broken.apply_changes(&[], 1),
             Err(InstallError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_row_list_rebuilds_the_same_export() {
+        let original = exported(
+            4,
+            &[
+                ("items", &[("a", "1"), ("b", "2")]),
+                ("meta", &[("k", "v")]),
+            ],
+        );
+        let rows = original.row_list().unwrap();
+        assert_eq!(rows.len(), 3);
+        // Any order, a later duplicate wins.
+        let mut shuffled: Vec<_> = rows.iter().rev().cloned().collect();
+        shuffled.insert(0, ("items".into(), b"a".to_vec(), b"stale".to_vec()));
+        let rebuilt = ExportedReactor::from_rows(key(), 4, shuffled);
+        assert_eq!(rebuilt, original);
+        assert_eq!(contents(&rebuilt), contents(&original));
+        let empty = ExportedReactor::from_rows(key(), 1, Vec::new());
+        assert_eq!(empty, ExportedReactor::empty(key()));
     }
 }

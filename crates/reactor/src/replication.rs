@@ -98,6 +98,15 @@ pub enum ReplicationError {
         "this node holds no valid lease (cut off from the cluster?): the read was not answered"
     )]
     NotServing,
+    /// The node could not make the writes durable on its disk (the log
+    /// failed: disk full, an I/O error, a read-only data directory): they
+    /// are in memory and may or may not survive; the node takes no more
+    /// writes until its disk is fixed and it restarts. Reads go on.
+    #[error(
+        "this node's durability log failed (disk full or an I/O error; see the node's log): \
+         the transaction may or may not survive, and the node takes no writes until it restarts"
+    )]
+    NotDurable,
 }
 
 /// What a transaction's caller waits for once it committed here. Polled on

@@ -63,6 +63,11 @@ pub struct ClusterArgs {
     /// restart of the whole cluster loses everything). Needs --data-dir.
     #[arg(long, value_name = "POLICY", default_value = "always", value_parser = parse_sync)]
     pub sync: SyncArg,
+    /// Each node folds its durability log into a checkpoint (in the
+    /// background, transactions go on) once this many MiB are not yet
+    /// folded: less log to replay at a restart, more writing meanwhile.
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    pub checkpoint_after_mb: u64,
 }
 
 /// `--sync`: a durability log with its policy, or none.
@@ -179,6 +184,10 @@ impl ClusterArgs {
             flags.extend(["--secret-file".to_owned(), path.display().to_string()]);
         }
         flags.extend(["--sync".to_owned(), self.sync.to_string()]);
+        flags.extend([
+            "--checkpoint-after-mb".to_owned(),
+            self.checkpoint_after_mb.to_string(),
+        ]);
         if let Some(source) = self.membership {
             let name = match source {
                 MembershipSource::Etcd => "etcd",
@@ -503,6 +512,7 @@ fn durability_config(
     };
     let mut config = roost_durability::DurabilityConfig::new(data_dir.join("durability"));
     config.sync = sync;
+    config.checkpoint_after_bytes = args.cluster.checkpoint_after_mb << 20;
     config.bugs.answer_before_fsync = args
         .planted_zeus
         .contains(&PlantedZeusBug::AnswerBeforeFsync);

@@ -447,8 +447,14 @@ fn whole_cluster_sigkilled(tag: &str, extra_args: &[&str], rounds: u32) -> Resul
 
 #[test]
 fn a_whole_cluster_sigkilled_at_once_keeps_every_acknowledged_increment() {
-    let tally = whole_cluster_sigkilled("all-killed", &["--sync", "always"], 3)
-        .unwrap_or_else(|loss| panic!("{loss}"));
+    // Checkpoints every MiB of log: the kills land before, during and
+    // after them, and the restarts read checkpoints and logs.
+    let tally = whole_cluster_sigkilled(
+        "all-killed",
+        &["--sync", "always", "--checkpoint-after-mb", "1"],
+        3,
+    )
+    .unwrap_or_else(|loss| panic!("{loss}"));
     eprintln!(
         "{} acknowledged increments over {KEYS} counters, {} unknown; the whole cluster \
          SIGKILLed 3 times and restarted from its logs",

@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod common;
+mod resp_client;
 
 use roost_cluster::local_cluster::free_ports;
 use roost_cluster::local_etcd::LocalEtcd;
@@ -236,10 +237,30 @@ fn recorded_epoch(data: &Path) -> u64 {
         .unwrap()
 }
 
+/// Increments `key` on node `node` of `scratch`'s cluster until one is
+/// acknowledged (the reactors are created once the cluster serves).
+fn incr_acknowledged(scratch: &Scratch, node: u16, key: &str) -> i64 {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], scratch.resp_base + node));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(Some(n)) =
+            resp_client::Client::connect(addr, Duration::from_secs(5)).and_then(|mut c| c.incr(key))
+        {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "INCR {key} on node {node} never acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A second `roost up` over the same data directory keeps every node's
 /// state directory: the new processes, all of them new incarnations, vote
 /// as their predecessors and choose the view after the last run's, and the
-/// cluster serves again.
+/// cluster serves again, with the data of the last run (each node's
+/// durability log is in its directory).
 #[test]
 fn roost_up_again_continues_the_last_runs_views() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -250,6 +271,12 @@ fn roost_up_again_continues_the_last_runs_views() {
     scratch.first_lines(&lines);
     let first = scratch.wait_for_three_live();
     assert_eq!(first.membership, "peer");
+    let keys: Vec<String> = (0..6).map(|i| format!("kept-{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        for _ in 0..=i {
+            incr_acknowledged(&scratch, (i % 3) as u16, key);
+        }
+    }
     up.stop();
     let last = recorded_epoch(&scratch.dir.join("data"));
     assert!(last >= first.epoch);
@@ -262,6 +289,16 @@ fn roost_up_again_continues_the_last_runs_views() {
         second.epoch
     );
     assert_ne!(second.incarnation, first.incarnation);
+    // The last run's writes are back, on any node: the next increment of
+    // each key goes on from them.
+    for (i, key) in keys.iter().enumerate() {
+        let node = ((i + 1) % 3) as u16;
+        assert_eq!(
+            incr_acknowledged(&scratch, node, key),
+            i as i64 + 2,
+            "{key} after roost up again"
+        );
+    }
     up.stop();
 }
 

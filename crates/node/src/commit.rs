@@ -725,17 +725,19 @@ impl CommitObjectStore for CommitStore {
         self.shared
             .commit
             .set_version(&reactor, version, ObjectState::Invalid);
-        let coordinator =
-            self.shared.commit.coordinating.load(Ordering::Relaxed) || self.shared.owns(&reactor);
+        let coordinating = self.shared.commit.coordinating.load(Ordering::Relaxed);
+        let coordinator = coordinating || self.shared.owns(&reactor);
         let has_copy =
             coordinator || matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. }));
         if let (Some(durable), true) = (self.shared.durable(), has_copy) {
             // Owner or follower, what this node applied of the commit, in
             // the driver's order (a follower without a copy logs these rows
-            // with the copy, at its install). Synced before the step's
-            // acknowledgements leave (`Durable::commit_step`).
+            // with the copy, at its install). A follower's are synced before
+            // the step's R-ACK leaves (`Durable::commit_step`); the
+            // coordinator's own before its client is answered
+            // (`Durable::own_writes_durable`, off the driver).
             match postcard::from_bytes::<Vec<RowChange>>(data) {
-                Ok(rows) => durable.delta(&reactor, version, &rows),
+                Ok(rows) => durable.delta(&reactor, version, &rows, coordinating),
                 Err(error) => {
                     self.shared.commit.count_bad_apply();
                     tracing::error!(%reactor, %error, "R-INV rows that do not decode");
@@ -1379,7 +1381,15 @@ pub(crate) async fn forward_intake(shared: Arc<Shared>, handle: ProtocolHandle<Z
                 Err(error) => Err(error),
             };
             let result = match outcome {
-                Ok(ZeusOut::Committed { .. }) => Ok(()),
+                // Reliably committed: answered once this node's own log has
+                // it too (the followers synced theirs before their R-ACKs).
+                Ok(ZeusOut::Committed { .. }) => match shared.durable() {
+                    Some(durable) => match durable.own_writes_durable() {
+                        Some(wait) => wait.await,
+                        None => Ok(()),
+                    },
+                    None => Ok(()),
+                },
                 Ok(ZeusOut::CommitFailed { error, .. }) => Err(error),
                 Ok(other) => {
                     tracing::error!(?other, "a commit answered by another output");

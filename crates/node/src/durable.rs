@@ -23,11 +23,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use roost_cluster::protocol::Effects;
 use roost_durability::{DurabilityConfig, Log, OpenError, Record, RowDelta, RowImage};
-use roost_reactor::{ExportedReactor, ReactorKey, ReplicationError, RowChange};
+use roost_reactor::{ExportedReactor, ReactorKey, Replication, ReplicationError, RowChange};
 
 use crate::commit::{reactor_key_bytes, ZeusMsg, ZeusOut};
 
@@ -58,13 +58,79 @@ pub struct RecoveryReport {
     pub sync: String,
 }
 
+/// What the syncer thread and those waiting for it share.
+struct Syncer {
+    log: Arc<Log>,
+    /// The highest lsn someone waits for (the thread commits up to it).
+    wanted: Mutex<u64>,
+    wake: Condvar,
+    /// The lsn every record up to which is as durable as the policy says.
+    done: tokio::sync::watch::Sender<u64>,
+    /// Why the log failed, once it did: writes are no longer answered.
+    failed: OnceLock<String>,
+    stop: AtomicBool,
+}
+
+impl Syncer {
+    fn fail(&self, cause: String) {
+        if self.failed.set(cause.clone()).is_ok() {
+            tracing::error!(%cause, "the durability log failed: this node answers no more writes");
+        }
+        // Wakes every waiter, who then finds the failure.
+        self.done.send_replace(u64::MAX);
+    }
+
+    /// The thread: commits the log (one group commit for every waiter so
+    /// far) whenever someone waits for more than is done. Bounded by
+    /// `stop`, which the node's `Durable` sets when dropped.
+    fn run(&self) {
+        loop {
+            let target = {
+                let mut wanted = self.wanted.lock().expect("wanted lock");
+                loop {
+                    if self.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if *wanted > *self.done.borrow() && self.failed.get().is_none() {
+                        break;
+                    }
+                    wanted = self
+                        .wake
+                        .wait_timeout(wanted, std::time::Duration::from_millis(200))
+                        .expect("wanted lock")
+                        .0;
+                }
+                *wanted
+            };
+            // Everything appended by now: at least `target`.
+            let appended = self.log.appended_lsn();
+            debug_assert!(appended >= target, "waiters wait for appended records");
+            match self.log.commit() {
+                Ok(()) => {
+                    self.done.send_if_modified(|done| {
+                        let moved = appended > *done;
+                        *done = (*done).max(appended);
+                        moved
+                    });
+                }
+                Err(error) => self.fail(error.to_string()),
+            }
+        }
+    }
+}
+
 /// The node's log and what it recovered.
 pub struct Durable {
     log: Arc<Log>,
-    /// Records appended since the driver last committed the log.
+    /// Records appended since the driver last committed the log (the
+    /// coordinator's own deltas excepted: `own_writes_durable`).
     dirty: AtomicBool,
-    /// Why the log failed, once it did: writes are no longer answered.
-    failed: OnceLock<String>,
+    /// The last of the coordinator's own deltas appended.
+    own_lsn: AtomicU64,
+    /// `always`: own deltas wait for the syncer's fdatasync; otherwise
+    /// they are written to the OS by whoever waits, with no thread hop.
+    syncs: bool,
+    syncer: Arc<Syncer>,
     recovered: Mutex<HashMap<ReactorKey, RecoveredCopy>>,
     /// Every recovered copy's (reactor, `t_version`, whole), sorted: what
     /// this node reports, also once the copies themselves are gone.
@@ -79,6 +145,8 @@ impl Durable {
     pub fn open(config: DurabilityConfig) -> Result<Arc<Durable>, OpenError> {
         let started = std::time::Instant::now();
         let sync = config.sync.to_string();
+        let syncs =
+            config.sync == roost_durability::SyncPolicy::Always && !config.bugs.answer_before_fsync;
         let (log, recovered) = Log::open(config)?;
         let mut copies = HashMap::new();
         let mut rows = 0;
@@ -124,11 +192,29 @@ impl Durable {
             .map(|(key, copy)| (key.clone(), copy.t_version, copy.contiguous))
             .collect();
         versions.sort();
+        let syncer = Arc::new(Syncer {
+            log: Arc::clone(&log),
+            wanted: Mutex::new(0),
+            wake: Condvar::new(),
+            done: tokio::sync::watch::Sender::new(recovered.last_lsn),
+            failed: OnceLock::new(),
+            stop: AtomicBool::new(false),
+        });
+        let thread_syncer = Arc::clone(&syncer);
+        std::thread::Builder::new()
+            .name("roost-log-sync".to_owned())
+            .spawn(move || thread_syncer.run())
+            .map_err(|source| OpenError::Spawn {
+                dir: syncer.log.dir().to_path_buf(),
+                source,
+            })?;
         Ok(Arc::new(Durable {
             log,
             versions,
             dirty: AtomicBool::new(false),
-            failed: OnceLock::new(),
+            own_lsn: AtomicU64::new(0),
+            syncs,
+            syncer,
             recovered: Mutex::new(copies),
             report,
             withheld: AtomicU64::new(0),
@@ -145,27 +231,34 @@ impl Durable {
 
     /// Why the log failed, if it did.
     pub fn failure(&self) -> Option<&str> {
-        self.failed.get().map(String::as_str)
+        self.syncer.failed.get().map(String::as_str)
     }
 
-    fn append(&self, record: &Record) {
-        if self.failed.get().is_some() {
+    /// Appends `record`; `own`: one of the coordinator's own deltas, synced
+    /// before its client is answered rather than before the step's
+    /// messages leave.
+    fn append(&self, record: &Record, own: bool) {
+        if self.failure().is_some() {
             return;
         }
         match self.log.append(record) {
+            Ok(lsn) if own => {
+                self.own_lsn.fetch_max(lsn, Ordering::AcqRel);
+            }
             Ok(_) => self.dirty.store(true, Ordering::Release),
-            Err(error) => self.fail(error.to_string()),
+            Err(error) => self.syncer.fail(error.to_string()),
         }
     }
 
-    fn fail(&self, cause: String) {
-        if self.failed.set(cause.clone()).is_ok() {
-            tracing::error!(%cause, "the durability log failed: this node answers no more writes");
-        }
-    }
-
-    /// The rows one reliable commit changed in `reactor` at `t_version`.
-    pub(crate) fn delta(&self, reactor: &ReactorKey, t_version: u64, rows: &[RowChange]) {
+    /// The rows one reliable commit changed in `reactor` at `t_version`
+    /// (`own`: this node coordinates it).
+    pub(crate) fn delta(
+        &self,
+        reactor: &ReactorKey,
+        t_version: u64,
+        rows: &[RowChange],
+        own: bool,
+    ) {
         let rows = rows
             .iter()
             .map(|row| RowDelta {
@@ -174,11 +267,14 @@ impl Durable {
                 value: row.value.clone(),
             })
             .collect();
-        self.append(&Record::Delta {
-            reactor: reactor_key_bytes(reactor),
-            t_version,
-            rows,
-        });
+        self.append(
+            &Record::Delta {
+                reactor: reactor_key_bytes(reactor),
+                t_version,
+                rows,
+            },
+            own,
+        );
     }
 
     /// A whole copy of `exported`'s reactor installed here at `t_version`.
@@ -200,18 +296,24 @@ impl Durable {
                 value,
             })
             .collect();
-        self.append(&Record::Image {
-            reactor: reactor_key_bytes(exported.key()),
-            t_version,
-            rows,
-        });
+        self.append(
+            &Record::Image {
+                reactor: reactor_key_bytes(exported.key()),
+                t_version,
+                rows,
+            },
+            false,
+        );
     }
 
     /// This node's copy of `reactor` left it.
     pub(crate) fn dropped(&self, reactor: &ReactorKey) {
-        self.append(&Record::Drop {
-            reactor: reactor_key_bytes(reactor),
-        });
+        self.append(
+            &Record::Drop {
+                reactor: reactor_key_bytes(reactor),
+            },
+            false,
+        );
     }
 
     /// At the end of every driver step: makes the step's records as durable
@@ -220,12 +322,19 @@ impl Durable {
     /// commit's messages are dropped (the protocols re-send) and the
     /// step's `Committed` answers become [`ReplicationError::NotDurable`].
     pub(crate) fn commit_step(&self, fx: &mut Effects<ZeusMsg, ZeusOut>) {
-        if self.dirty.swap(false, Ordering::AcqRel) && self.failed.get().is_none() {
+        if self.dirty.swap(false, Ordering::AcqRel) && self.failure().is_none() {
             if let Err(error) = self.log.commit() {
-                self.fail(error.to_string());
+                self.syncer.fail(error.to_string());
             }
         }
-        if self.failed.get().is_none() {
+        // The step's own deltas: their sync starts now, beside their
+        // reliable commit's round to the followers, so that it is usually
+        // over when the client's answer waits for it.
+        let own = self.own_lsn.load(Ordering::Acquire);
+        if self.syncs && own > *self.syncer.done.borrow() {
+            self.want(own);
+        }
+        if self.failure().is_none() {
             return;
         }
         let before = fx.sends.len();
@@ -242,6 +351,80 @@ impl Durable {
             }
         }
         self.withheld.fetch_add(withheld, Ordering::Relaxed);
+    }
+
+    /// A wait until every own delta appended so far is as durable as the
+    /// policy says (`None`: they are): what a client's answer, and a read
+    /// that may have seen them, wait for. The syncer thread commits the log
+    /// once for everyone waiting (group commit), off the protocol driver,
+    /// so the pipeline of reliable commits goes on meanwhile.
+    pub(crate) fn own_writes_durable(&self) -> Option<Replication> {
+        self.own_writes_durable_or(Err(ReplicationError::NotDurable))
+    }
+
+    /// What a read-only transaction waits for: as above, but once the log
+    /// failed reads go on (what they may see of writes after the failure
+    /// was answered "outcome unknown").
+    pub(crate) fn own_writes_durable_for_read(&self) -> Option<Replication> {
+        self.own_writes_durable_or(Ok(()))
+    }
+
+    fn own_writes_durable_or(
+        &self,
+        when_failed: Result<(), ReplicationError>,
+    ) -> Option<Replication> {
+        let target = self.own_lsn.load(Ordering::Acquire);
+        if self.failure().is_some() {
+            if when_failed.is_ok() {
+                return None;
+            }
+            return Some(Box::pin(std::future::ready(Err(
+                ReplicationError::NotDurable,
+            ))));
+        }
+        if *self.syncer.done.borrow() >= target {
+            return None;
+        }
+        if !self.syncs {
+            // Written to the OS here (or, planted, not at all): no fsync
+            // to wait for.
+            return match self.log.commit() {
+                Ok(()) => {
+                    self.syncer.done.send_if_modified(|done| {
+                        let moved = target > *done;
+                        *done = (*done).max(target);
+                        moved
+                    });
+                    None
+                }
+                Err(error) => {
+                    self.syncer.fail(error.to_string());
+                    when_failed
+                        .is_err()
+                        .then(|| Box::pin(std::future::ready(when_failed)) as Replication)
+                }
+            };
+        }
+        self.want(target);
+        let syncer = Arc::clone(&self.syncer);
+        let mut done = self.syncer.done.subscribe();
+        Some(Box::pin(async move {
+            // The sender lives as long as `syncer`, held here.
+            let _ = done.wait_for(|done| *done >= target).await;
+            if syncer.failed.get().is_some() {
+                return when_failed;
+            }
+            Ok(())
+        }))
+    }
+
+    /// Asks the syncer thread to commit the log up to `lsn` at least.
+    fn want(&self, lsn: u64) {
+        let mut wanted = self.syncer.wanted.lock().expect("wanted lock");
+        if lsn > *wanted {
+            *wanted = lsn;
+            self.syncer.wake.notify_one();
+        }
     }
 
     /// The copy of `key` recovered here, taken (creation uses it once).
@@ -268,7 +451,7 @@ impl Durable {
             (
                 "roost_durability_failed",
                 "1 once this node's durability log failed (it answers no writes since).",
-                u64::from(self.failed.get().is_some()),
+                u64::from(self.failure().is_some()),
             ),
             (
                 "roost_durability_withheld_total",
@@ -293,6 +476,13 @@ impl Durable {
             }
         }
         text
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        self.syncer.stop.store(true, Ordering::Release);
+        self.syncer.wake.notify_all();
     }
 }
 

@@ -465,19 +465,33 @@ impl Placement for ZeusPlacement {
         if !self.shared.lease_valid() {
             return Some(refuse_read(&self.shared));
         }
-        let barrier = crate::commit::read_barrier_of(&self.shared, seq_upto)?;
+        let barrier = crate::commit::read_barrier_of(&self.shared, seq_upto);
+        // It may have read writes of this node that are reliably committed
+        // but not yet in its own log: answered once they are (a whole
+        // cluster's crash must not take back what a read returned).
+        let durable = self
+            .shared
+            .durable()
+            .and_then(|durable| durable.own_writes_durable_for_read());
+        if barrier.is_none() && durable.is_none() {
+            return None;
+        }
         // It read writes of this node still being replicated: again once
         // they are, for a write left unknown when the node lost its place
         // in the view counts as done, and must not be read back as if it
         // were reliably committed.
         let shared = Arc::clone(&self.shared);
         Some(Box::pin(async move {
-            barrier.await?;
-            if shared.lease_valid() {
-                Ok(())
-            } else {
-                refuse_read(&shared).await
+            if let Some(barrier) = barrier {
+                barrier.await?;
+                if !shared.lease_valid() {
+                    return refuse_read(&shared).await;
+                }
             }
+            if let Some(durable) = durable {
+                durable.await?;
+            }
+            Ok(())
         }))
     }
 
@@ -807,7 +821,7 @@ impl ObjectStore<NodeReactor> for DbStore {
                         continue;
                     }
                     if let Some(durable) = &durable {
-                        durable.delta(&key.0, version, &rows);
+                        durable.delta(&key.0, version, &rows, false);
                     }
                     if let Err(error) = self.db().apply_to_replica(&key.0, rows) {
                         self.failed();

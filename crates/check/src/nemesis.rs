@@ -29,6 +29,10 @@ pub enum FaultKind {
     Delay,
     Duplicate,
     CutEtcd,
+    /// SIGKILL of every node at once, then every node restarted: what the
+    /// nodes' durability logs must survive (not in [`FaultKind::ALL`]: it
+    /// takes the whole cluster down, asked for by name).
+    KillAll,
 }
 
 impl FaultKind {
@@ -51,6 +55,7 @@ impl FaultKind {
             "delay" => FaultKind::Delay,
             "dup" | "duplicate" => FaultKind::Duplicate,
             "cut-etcd" => FaultKind::CutEtcd,
+            "kill-all" => FaultKind::KillAll,
             _ => return None,
         })
     }
@@ -96,6 +101,14 @@ pub enum Fault {
     Heal {
         node: u32,
     },
+    /// SIGKILL of nodes `0..nodes`, one right after the other.
+    KillAll {
+        nodes: u32,
+    },
+    /// Starts nodes `0..nodes` again.
+    RestartAll {
+        nodes: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +144,25 @@ pub fn schedule(
         let node = healthy[rng.random_range(0..healthy.len())];
         let kind = kinds[rng.random_range(0..kinds.len())];
         let end_ms = (at_ms + interval_ms * rng.random_range(1..=3)).min(duration_ms);
+        if kind == FaultKind::KillAll {
+            // Only on a whole cluster, and it takes all of it.
+            if !faulty.is_empty() {
+                continue;
+            }
+            // Down for one interval: long enough for every client to see
+            // it, short enough to leave the run time to serve.
+            let end_ms = (at_ms + interval_ms).min(duration_ms);
+            faulty.extend((0..nodes).map(|n| (n, end_ms)));
+            out.push(ScheduledFault {
+                at_ms,
+                fault: Fault::KillAll { nodes },
+            });
+            out.push(ScheduledFault {
+                at_ms: end_ms,
+                fault: Fault::RestartAll { nodes },
+            });
+            continue;
+        }
         let (start, stop) = match kind {
             FaultKind::Kill => (Fault::Kill { node }, Fault::Restart { node }),
             FaultKind::Pause => (Fault::Pause { node }, Fault::Resume { node }),
@@ -163,6 +195,7 @@ pub fn schedule(
                 Fault::Heal { node },
             ),
             FaultKind::CutEtcd => (Fault::CutEtcd { node }, Fault::Heal { node }),
+            FaultKind::KillAll => unreachable!("drawn above"),
         };
         faulty.insert(node, end_ms);
         out.push(ScheduledFault {
@@ -226,6 +259,37 @@ pub fn inject(cluster: &mut LocalCluster, fault: &Fault) -> Result<(), String> {
         }
         Fault::CutEtcd { node } => admin(cluster, *node, "/chaos/coordinator?cut=1".into()),
         Fault::Heal { node } => admin(cluster, *node, "/chaos/heal".into()),
+        Fault::KillAll { nodes } => {
+            // As close to at once as one process can: no wait between.
+            let mut failed = Vec::new();
+            for node in 0..*nodes {
+                if cluster.is_running(node) {
+                    if let Err(e) = cluster.kill(node) {
+                        failed.push(e.to_string());
+                    }
+                }
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(failed.join("; "))
+            }
+        }
+        Fault::RestartAll { nodes } => {
+            let mut failed = Vec::new();
+            for node in 0..*nodes {
+                if !cluster.is_running(node) {
+                    if let Err(e) = cluster.start_node(node) {
+                        failed.push(e.to_string());
+                    }
+                }
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(failed.join("; "))
+            }
+        }
     }
 }
 
@@ -233,7 +297,10 @@ pub fn inject(cluster: &mut LocalCluster, fault: &Fault) -> Result<(), String> {
 fn strikes(fault: &Fault) -> bool {
     !matches!(
         fault,
-        Fault::Restart { .. } | Fault::Resume { .. } | Fault::Heal { .. }
+        Fault::Restart { .. }
+            | Fault::Resume { .. }
+            | Fault::Heal { .. }
+            | Fault::RestartAll { .. }
     )
 }
 
@@ -383,6 +450,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kill_all_takes_a_whole_cluster_down_and_brings_it_back() {
+        let a = schedule(3, 3, 20_000, 1_000, &[FaultKind::KillAll, FaultKind::Pause]);
+        let kills: Vec<_> = a
+            .iter()
+            .filter(|f| matches!(f.fault, Fault::KillAll { nodes: 3 }))
+            .collect();
+        let restarts: Vec<_> = a
+            .iter()
+            .filter(|f| matches!(f.fault, Fault::RestartAll { nodes: 3 }))
+            .collect();
+        assert!(!kills.is_empty(), "{a:?}");
+        assert_eq!(kills.len(), restarts.len());
+        // Nothing else strikes while the cluster is down.
+        for (kill, restart) in kills.iter().zip(&restarts) {
+            assert!(restart.at_ms > kill.at_ms);
+            assert!(a.iter().all(|f| {
+                !(f.at_ms > kill.at_ms && f.at_ms < restart.at_ms && strikes(&f.fault))
+            }));
+        }
+        assert!(!strikes(&Fault::RestartAll { nodes: 3 }));
+        assert_eq!(FaultKind::parse("kill-all"), Some(FaultKind::KillAll));
+        assert!(!FaultKind::ALL.contains(&FaultKind::KillAll));
+    }
+
+    #[test]
     fn a_seed_gives_one_schedule_that_heals_everything_and_keeps_a_majority() {
         let a = schedule(7, 5, 20_000, 500, &FaultKind::ALL);
         assert_eq!(a, schedule(7, 5, 20_000, 500, &FaultKind::ALL));
@@ -404,6 +496,9 @@ mod tests {
                 | Fault::CutEtcd { node } => {
                     assert!(faulty.insert(*node), "{f:?} strikes a faulty node");
                     assert!(faulty.len() <= 2, "more than a minority of 5 faulty");
+                }
+                Fault::KillAll { .. } | Fault::RestartAll { .. } => {
+                    panic!("{f:?} drawn without being asked for")
                 }
             }
         }

@@ -77,7 +77,9 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     clients_per_node: u32,
     /// With --cluster: the nemesis's faults, comma-separated, from kill,
-    /// pause, partition, loss, delay, dup, cut-etcd, or `all` / `none`.
+    /// pause, partition, loss, delay, dup, cut-etcd, kill-all (every node
+    /// SIGKILLed at once and restarted from its durability log), or `all`
+    /// (every one but kill-all) / `none`.
     #[arg(long, value_name = "FAULTS", default_value = "all", value_parser = parse_faults)]
     nemesis: FaultList,
     /// With --cluster: a fault strikes every this many milliseconds.
@@ -106,7 +108,7 @@ fn parse_faults(text: &str) -> Result<FaultList, String> {
     text.split(',')
         .map(|name| {
             FaultKind::parse(name.trim()).ok_or_else(|| {
-                format!("unknown fault `{name}` (kill, pause, partition, loss, delay, dup, cut-etcd, all, none)")
+                format!("unknown fault `{name}` (kill, pause, partition, loss, delay, dup, cut-etcd, kill-all, all, none; all is every one but kill-all)")
             })
         })
         .collect::<Result<Vec<_>, _>>()
@@ -352,6 +354,11 @@ fn run_cluster(args: &CheckArgs, nodes: u32) -> anyhow::Result<()> {
     }
     if !resp && !args.planted_zeus.is_empty() {
         anyhow::bail!("--planted-zeus plants a bug in Zeus: drop --register");
+    }
+    if !resp && args.nemesis.0.contains(&FaultKind::KillAll) {
+        anyhow::bail!(
+            "--nemesis kill-all needs the nodes' durability logs: the register keeps none (drop --register)"
+        );
     }
     let faults: Vec<FaultKind> = args
         .nemesis

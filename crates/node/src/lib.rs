@@ -51,6 +51,11 @@ pub use zeus::{DbStore, NodeOwnership, NodeReactor, ZeusBugs, ZeusPlacement};
 /// (the protocol driver, the transport's links, the admin endpoint). The
 /// database's executors and the front door have threads of their own.
 pub const CLUSTER_WORKER_THREADS: usize = 2;
+/// The largest copy of a reactor that ownership moves, replicates or creates
+/// (under the transport's frame limit, with room for the envelope). Past
+/// it, a reactor cannot move: a keyspace of more than about 64 x 15 MiB
+/// needs more (smaller) keyspace reactors.
+pub const MAX_REACTOR_COPY_BYTES: usize = 15 << 20;
 /// How long [`Node::stop`] lets the cluster runtime's tasks finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -106,7 +111,14 @@ impl Default for NodeProtocol {
             // The old owner stays a reader (the seed's sharer vector): the
             // reliable commit keeps its copy current, and a reactor that
             // moves back finds its rows there.
-            ownership: OwnershipConfig::default(),
+            ownership: OwnershipConfig {
+                // A keyspace reactor holds a 64th of the keys: its copy
+                // (an ownership ACK, an add-reader, a creation from a
+                // recovered copy) may be megabytes. At most what one
+                // transport frame carries.
+                max_data_bytes: MAX_REACTOR_COPY_BYTES,
+                ..OwnershipConfig::default()
+            },
             ownership_bugs: OwnershipBugs::default(),
             commit: CommitConfig {
                 // A transaction may write every keyspace reactor (FLUSHALL)

@@ -687,6 +687,10 @@ fn start_roost(nodes: u32, dir: PathBuf) -> anyhow::Result<LocalCluster> {
     let exe = std::env::current_exe().context("locating the roost executable")?;
     let mut config = LocalClusterConfig::new(exe, dir, nodes);
     config.protocol = "ownership";
+    // Like with like: the Redis beside it replicates in memory (replicaof,
+    // WAIT) and keeps no append-only file, so no durability log here
+    // either (`roost bench durability` compares the logs).
+    config.extra_args = vec!["--sync".to_owned(), "memory".to_owned()];
     // Three nodes, etcd, Redis and the clients share the machine: a lease
     // a node starved for a moment survives.
     config.lease_ttl_s = 2;

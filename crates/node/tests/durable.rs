@@ -17,6 +17,12 @@ use common::{client, command, incr, metric, wait_created};
 const REACTORS: usize = 8;
 
 fn one_node(dir: &Path, faults: &FaultInjector) -> Node {
+    let node = Node::start(node_config(dir, faults)).unwrap();
+    wait_created(std::slice::from_ref(&node), REACTORS);
+    node
+}
+
+fn node_config(dir: &Path, faults: &FaultInjector) -> NodeConfig {
     let ports = free_ports(2).unwrap();
     let cluster = ClusterConfig {
         nodes: vec![NodeAddr {
@@ -35,17 +41,14 @@ fn one_node(dir: &Path, faults: &FaultInjector) -> Node {
     let mut durability = DurabilityConfig::new(dir.join("durability"));
     durability.sync = SyncPolicy::Always;
     durability.faults = faults.clone();
-    let node = Node::start(NodeConfig {
+    NodeConfig {
         cluster,
         id: 0,
         resp: Some(resp),
         protocol: NodeProtocol::default(),
         state_dir: None,
         durability: Some(durability),
-    })
-    .unwrap();
-    wait_created(std::slice::from_ref(&node), REACTORS);
-    node
+    }
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
@@ -128,5 +131,44 @@ fn a_failed_disk_refuses_writes_clearly_and_reads_go_on() {
     assert!(metric(&node, "roost_durability_withheld_total") > 0);
     drop(c);
     node.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_corrupt_log_stops_the_node_from_starting_and_names_the_file() {
+    let dir = temp_dir("corrupt");
+    let faults = FaultInjector::new();
+    let node = one_node(&dir, &faults);
+    let mut c = client(&node);
+    for i in 0..20 {
+        assert_eq!(
+            command(&mut c, &["SET", &format!("key-{i}"), "some value"]),
+            "+OK\r\n"
+        );
+    }
+    drop(c);
+    node.stop();
+    // One flipped bit in the middle of the log, far from its tail.
+    let durability = dir.join("durability");
+    let segment = std::fs::read_dir(&durability)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .expect("a log segment");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert!(bytes.len() > 1_000, "{} bytes", bytes.len());
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x10;
+    std::fs::write(&segment, &bytes).unwrap();
+    let error = match Node::start(node_config(&dir, &faults)) {
+        Ok(_) => panic!("a node started over a corrupt log"),
+        Err(error) => error.to_string(),
+    };
+    let name = segment.file_name().unwrap().to_str().unwrap();
+    assert!(
+        error.contains("durability log") && error.contains(name),
+        "{error}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -233,6 +233,25 @@ fn client(
     )
 }
 
+/// Two incrementing clients per node (seeds varied by `salt`), until `stop`.
+fn counter_clients(
+    addrs: &[SocketAddr],
+    salt: u64,
+    stop: &Arc<AtomicBool>,
+) -> Vec<JoinHandle<Tally>> {
+    (0..NODES as usize)
+        .flat_map(|home| (0..2u64).map(move |c| (home, c)))
+        .map(|(home, c)| {
+            client(
+                addrs.to_vec(),
+                home,
+                ((home as u64) << 8) ^ c ^ salt,
+                Arc::clone(stop),
+            )
+        })
+        .collect()
+}
+
 /// Reads every counter on every node and checks it against what the
 /// clients saw: `Err` names the first acknowledged increment that is gone
 /// (or a value no client could have made).
@@ -280,17 +299,7 @@ fn no_acknowledged_increment_is_lost_while_owners_are_sigkilled_and_restarted() 
     wait_for_created(&cluster);
     let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<JoinHandle<Tally>> = (0..NODES as usize)
-        .flat_map(|home| (0..2u64).map(move |c| (home, c)))
-        .map(|(home, c)| {
-            client(
-                addrs.clone(),
-                home,
-                ((home as u64) << 8) ^ c,
-                Arc::clone(&stop),
-            )
-        })
-        .collect();
+    let clients = counter_clients(&addrs, 0, &stop);
     wait_for(
         "every counter on three nodes",
         Duration::from_secs(60),
@@ -404,17 +413,7 @@ fn whole_cluster_sigkilled(tag: &str, extra_args: &[&str], rounds: u32) -> Resul
     wait_for_created(&cluster);
     let addrs: Vec<SocketAddr> = (0..NODES).map(|n| cluster.resp_addr(n).unwrap()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<JoinHandle<Tally>> = (0..NODES as usize)
-        .flat_map(|home| (0..2u64).map(move |c| (home, c)))
-        .map(|(home, c)| {
-            client(
-                addrs.clone(),
-                home,
-                ((home as u64) << 8) ^ c ^ 0x5a5a,
-                Arc::clone(&stop),
-            )
-        })
-        .collect();
+    let clients = counter_clients(&addrs, 0x5a5a, &stop);
     wait_for(
         "every counter on three nodes",
         Duration::from_secs(60),

@@ -2,14 +2,11 @@
 //! comes back when it starts again from its directory; a disk that fails
 //! stops the writes with a clear error while reads go on.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use roost_cluster::config::{ClusterConfig, NodeAddr};
-use roost_cluster::local_cluster::free_ports;
 use roost_durability::{DurabilityConfig, FaultInjector, SyncPolicy};
-use roost_node::{Node, NodeConfig, NodeProtocol};
+use roost_node::{Node, NodeConfig};
 
 mod common;
 use common::{client, command, incr, metric, wait_created};
@@ -23,32 +20,15 @@ fn one_node(dir: &Path, faults: &FaultInjector) -> Node {
 }
 
 fn node_config(dir: &Path, faults: &FaultInjector) -> NodeConfig {
-    let ports = free_ports(2).unwrap();
-    let cluster = ClusterConfig {
-        nodes: vec![NodeAddr {
-            id: 0,
-            addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
-            resp_addr: None,
-        }],
-        ..ClusterConfig::local(1)
-    };
-    let resp = roost_resp::Config {
-        bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-        keyspace_reactors: REACTORS,
-        ..roost_resp::Config::default()
-    };
+    let mut config = common::one_node_config();
+    if let Some(resp) = config.resp.as_mut() {
+        resp.keyspace_reactors = REACTORS;
+    }
     let mut durability = DurabilityConfig::new(dir.join("durability"));
     durability.sync = SyncPolicy::Always;
     durability.faults = faults.clone();
-    NodeConfig {
-        cluster,
-        id: 0,
-        resp: Some(resp),
-        protocol: NodeProtocol::default(),
-        state_dir: None,
-        durability: Some(durability),
-    }
+    config.durability = Some(durability);
+    config
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {

@@ -5,37 +5,14 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use roost_cluster::config::{ClusterConfig, NodeAddr};
 use roost_cluster::local_cluster::free_ports;
 use roost_cluster::register::{RegisterCmd, RegisterOut};
 use roost_cluster::runtime::admin_get;
-use roost_node::{Node, NodeConfig, NodeError, NodeProtocol};
+use roost_node::{Node, NodeError, NodeProtocol};
 use roost_ownership::{OwnershipCmd, OwnershipOut, ReqId};
 
-fn one_node_config() -> NodeConfig {
-    let ports = free_ports(2).unwrap();
-    let cluster = ClusterConfig {
-        nodes: vec![NodeAddr {
-            id: 0,
-            addr: SocketAddr::from(([127, 0, 0, 1], ports[0])),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], ports[1])),
-            resp_addr: None,
-        }],
-        ..ClusterConfig::local(1)
-    };
-    let resp = roost_resp::Config {
-        bind: SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..roost_resp::Config::default()
-    };
-    NodeConfig {
-        cluster,
-        id: 0,
-        resp: Some(resp),
-        protocol: NodeProtocol::default(),
-        state_dir: None,
-        durability: None,
-    }
-}
+mod common;
+use common::one_node_config;
 
 /// Sends one RESP command and reads until `expect` has arrived (or 5 s).
 fn resp_round_trip(stream: &mut TcpStream, args: &[&str], expect: &[u8]) {

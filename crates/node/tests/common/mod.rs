@@ -8,8 +8,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use roost_cluster::config::{ClusterConfig, NodeAddr};
+use roost_cluster::local_cluster::free_ports;
 use roost_cluster::runtime::admin_get;
-use roost_node::{Node, NodeReactor};
+use roost_node::{Node, NodeConfig, NodeProtocol, NodeReactor};
 use roost_ownership::{Inspection, OwnershipCmd, OwnershipOut, ReqId};
 
 /// What `node`'s ownership protocol holds.
@@ -94,4 +96,31 @@ pub fn metric(node: &Node, name: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// One node alone in its cluster, on free ports, serving RESP on any free
+/// port; Zeus; no state directory and no durability log.
+pub fn one_node_config() -> NodeConfig {
+    let ports = free_ports(2).unwrap();
+    let cluster = ClusterConfig {
+        nodes: vec![NodeAddr {
+            id: 0,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], ports[0])),
+            admin_addr: std::net::SocketAddr::from(([127, 0, 0, 1], ports[1])),
+            resp_addr: None,
+        }],
+        ..ClusterConfig::local(1)
+    };
+    let resp = roost_resp::Config {
+        bind: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..roost_resp::Config::default()
+    };
+    NodeConfig {
+        cluster,
+        id: 0,
+        resp: Some(resp),
+        protocol: NodeProtocol::default(),
+        state_dir: None,
+        durability: None,
+    }
 }

@@ -623,8 +623,14 @@ fn getkeys(args: &[Vec<u8>]) -> Frame {
             spec.last_key as usize
         };
         let step = spec.step.max(1) as usize;
+        // SORT's STORE destination, found by its keyword (Redis's
+        // `sortGetKeys`).
+        let store = (spec.name == "sort")
+            .then(|| crate::sort::store_key_position(args))
+            .flatten();
         (first..=last.min(args.len() - 1))
             .step_by(step)
+            .chain(store)
             .map(|i| Frame::Bulk(args[i].clone()))
             .collect()
     };
@@ -900,6 +906,9 @@ mod tests {
         assert_eq!(keys("bitop and d s1 s2"), bulks(&["d", "s1", "s2"]));
         assert_eq!(keys("object encoding k"), bulks(&["k"]));
         assert_eq!(keys("fcall f 2 a b x"), bulks(&["a", "b"]));
+        assert_eq!(keys("sort k by w_* store d"), bulks(&["k", "d"]));
+        assert_eq!(keys("sort k get store"), bulks(&["k"]));
+        assert_eq!(keys("sort_ro k"), bulks(&["k"]));
         assert_eq!(
             keys("nosuch k"),
             Frame::error("ERR Invalid command specified")

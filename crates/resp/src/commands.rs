@@ -14,7 +14,7 @@ use crate::keyspace::{KeyOp, ObjectSub, ScanArgs};
 use crate::protocol::Frame;
 use crate::store::{parse_i64, Op, SetCond, MAX_KEY_BYTES, MAX_VALUE_BYTES, NOT_INTEGER};
 use crate::strings::{self, BitOpKind, StrOp};
-use crate::{hashes, lists, sets, zsets};
+use crate::{hashes, lists, sets, sort, zsets};
 
 /// How a command is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -611,6 +611,21 @@ pub(crate) static COMMANDS: &[Spec] = &[
         (1, 1, 1),
         "Returns random members of a set (a negative count may repeat them).",
     ),
+    // BY and GET read keys their patterns name, inside the same transaction.
+    data(
+        "sort",
+        -2,
+        true,
+        (1, 1, 1),
+        "Sorts a list, set or sorted set (BY, LIMIT, GET, ASC|DESC, ALPHA, STORE).",
+    ),
+    data(
+        "sort_ro",
+        -2,
+        false,
+        (1, 1, 1),
+        "Sorts a list, set or sorted set (BY, LIMIT, GET, ASC|DESC, ALPHA).",
+    ),
     data("sinter", -2, false, (1, -1, 1), "Intersects sets."),
     data("sunion", -2, false, (1, -1, 1), "Unites sets."),
     data("sdiff", -2, false, (1, -1, 1), "Subtracts sets from the first."),
@@ -1193,6 +1208,7 @@ fn parse_op_checked(spec: &Spec, args: &mut [Vec<u8>]) -> Result<Op, Frame> {
         .or_else(|| sets::parse(spec.name, a))
         .or_else(|| zsets::parse(spec.name, a))
         .or_else(|| lists::parse(spec.name, a))
+        .or_else(|| sort::parse(spec.name, a))
     {
         return op;
     }
@@ -1723,7 +1739,8 @@ pub(crate) fn command_info(spec: &Spec) -> Frame {
             flags.push(Frame::Simple(
                 if spec.write { "write" } else { "readonly" }.into(),
             ));
-            if numkeys_at(spec.name).is_some() {
+            // SORT's STORE destination is found by its keyword.
+            if numkeys_at(spec.name).is_some() || spec.name == "sort" {
                 flags.push(Frame::Simple("movablekeys".into()));
             }
         }
@@ -2273,6 +2290,14 @@ mod tests {
             (
                 "srandmember k -3",
                 |op| matches!(op, Op::Sets(s) if matches!(&**s, SetOp::RandMember { count: Some(-3), .. })),
+            ),
+            (
+                "sort k by w_* limit 0 2 get # desc alpha store d",
+                |op| matches!(op, Op::Sort(s) if s.key == b"k" && s.desc && s.alpha && s.gets.len() == 1 && s.store.as_deref() == Some(&b"d"[..])),
+            ),
+            (
+                "sort_ro k get o_*",
+                |op| matches!(op, Op::Sort(s) if s.key == b"k" && s.store.is_none() && s.gets.len() == 1),
             ),
             (
                 "sinter a b",

@@ -32,6 +32,7 @@ mod scripting;
 mod server;
 mod sets;
 pub mod sites;
+mod sort;
 pub mod stats;
 mod store;
 mod strings;

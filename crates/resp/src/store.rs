@@ -59,6 +59,7 @@ use crate::members::{
 use crate::protocol::Frame;
 use crate::sets::{self, SetOp};
 use crate::sites::SiteCounters;
+use crate::sort::{self, SortOp};
 use crate::stats::Stats;
 use crate::strings::{self, StrOp};
 use crate::zsets::{self, ZSetOp};
@@ -479,6 +480,8 @@ pub(crate) enum Op {
     ZSets(Box<ZSetOp>),
     /// The list commands beside the four above (`lists`).
     Lists(Box<ListOp>),
+    /// SORT and SORT_RO (`sort`).
+    Sort(Box<SortOp>),
     /// A registered function's call (FCALL, FCALL_RO).
     FCall(Arc<FCall>),
     /// A Lua script's run (EVAL and its kin, FCALL of a Lua function).
@@ -513,6 +516,7 @@ impl Op {
             Op::Sets(op) => op.first_key(),
             Op::ZSets(op) => op.first_key(),
             Op::Lists(op) => op.first_key(),
+            Op::Sort(op) => op.first_key(),
             Op::FCall(call) => call.first_key(),
             Op::Script(call) => call.first_key(),
             Op::Reply(_) | Op::BcFence(_) => None,
@@ -540,6 +544,7 @@ impl Op {
             Op::Sets(op) => op.payload_bytes(),
             Op::ZSets(op) => op.payload_bytes(),
             Op::Lists(op) => op.payload_bytes(),
+            Op::Sort(op) => op.payload_bytes(),
             Op::FCall(call) => call.payload_bytes(),
             Op::Script(call) => call.payload_bytes(),
             _ => 64,
@@ -1827,6 +1832,7 @@ impl Tx {
             Op::Sets(op) => Box::pin(sets::apply(self, op)).await?,
             Op::ZSets(op) => Box::pin(zsets::apply(self, op)).await?,
             Op::Lists(op) => Box::pin(lists::apply(self, op)).await?,
+            Op::Sort(op) => Box::pin(sort::apply(self, op)).await?,
             Op::Stamps(keys) => {
                 let mut stamps = Vec::with_capacity(keys.len());
                 for key in keys {

@@ -536,9 +536,15 @@ fn command_keys<'a>(spec: &commands::Spec, args: &'a [Vec<u8>]) -> Vec<&'a [u8]>
         i64::from(spec.last_key)
     };
     let step = spec.step.max(1) as usize;
+    // SORT's STORE destination, found by its keyword (the keys its BY and
+    // GET patterns name are read as Redis reads them, undeclared).
+    let store = (spec.name == "sort")
+        .then(|| crate::sort::store_key_position(args))
+        .flatten();
     (spec.first_key as usize..args.len())
         .step_by(step)
         .take_while(|&i| i as i64 <= last)
+        .chain(store)
         .map(|i| args[i].as_slice())
         .collect()
 }

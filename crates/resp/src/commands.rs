@@ -1006,6 +1006,24 @@ pub(crate) static COMMANDS: &[Spec] = &[
     conn("ping", -1, false, "Returns PONG or the argument."),
     conn("echo", 2, false, "Returns the argument."),
     conn("time", 1, false, "Returns the server's time."),
+    conn(
+        "save",
+        1,
+        false,
+        "Refused: every node logs its writes and checkpoints in the background (roost node --sync).",
+    ),
+    conn(
+        "bgsave",
+        -1,
+        false,
+        "Refused: every node logs its writes and checkpoints in the background (roost node --sync).",
+    ),
+    conn(
+        "shutdown",
+        -1,
+        false,
+        "Refused: a node stops on SIGTERM (roost up stops its nodes).",
+    ),
     conn("select", 2, false, "Selects a database (only 0 exists)."),
     conn(
         "client",

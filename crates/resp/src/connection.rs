@@ -844,6 +844,18 @@ impl Connection<'_> {
                 }
                 Frame::Simple("RESET".into())
             }
+            // Redis's `no-multi` commands: refused when queued, which dooms
+            // the transaction (EXECABORT).
+            "save" | "bgsave" | "shutdown" if in_multi => {
+                self.queued(Frame::error("ERR Command not allowed inside a transaction"))
+            }
+            "save" | "bgsave" => Frame::error(
+                "ERR SAVE and BGSAVE are not needed: every Roost node keeps a log of the writes it \
+                 applies (roost node --sync) and folds it into checkpoints in the background",
+            ),
+            "shutdown" => Frame::error(
+                "ERR SHUTDOWN is not served over RESP: stop a node with SIGTERM (roost up stops its nodes)",
+            ),
             "auth" if in_multi => self.queued(Frame::error("ERR AUTH inside MULTI is not allowed")),
             "hello" if in_multi => {
                 self.queued(Frame::error("ERR HELLO inside MULTI is not allowed"))

@@ -424,6 +424,25 @@ async fn multi_exec_is_one_transaction() {
         err("EXECABORT Transaction discarded because of previous errors.")
     );
     assert_eq!(r.call(&["GET", "m"]).await, Frame::bulk("1"));
+    // SAVE, BGSAVE and SHUTDOWN are refused by name inside MULTI (Redis's
+    // no-multi), which dooms the EXEC; outside it they say why not.
+    for refused in ["SAVE", "BGSAVE", "SHUTDOWN"] {
+        r.call(&["MULTI"]).await;
+        r.call(&["SET", "m", "2"]).await;
+        assert_eq!(
+            r.call(&[refused]).await,
+            err("ERR Command not allowed inside a transaction")
+        );
+        assert_eq!(
+            r.call(&["EXEC"]).await,
+            err("EXECABORT Transaction discarded because of previous errors.")
+        );
+        assert_eq!(r.call(&["GET", "m"]).await, Frame::bulk("1"));
+        let Frame::Error(why) = r.call(&[refused]).await else {
+            panic!("{refused} outside MULTI is refused");
+        };
+        assert!(why.contains("roost") || why.contains("SIGTERM"), "{why}");
+    }
     // DISCARD drops the queue.
     r.call(&["MULTI"]).await;
     r.call(&["SET", "m", "3"]).await;

@@ -509,46 +509,6 @@ pub(crate) fn parse_fcall(
     })))
 }
 
-/// The keys a command's arguments name (COMMAND's key positions, or its
-/// `numkeys`).
-fn command_keys<'a>(spec: &commands::Spec, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
-    if let Some(at) = commands::numkeys_at(spec.name) {
-        let mut keys = Vec::new();
-        if spec.first_key == 1 {
-            // ZUNIONSTORE and its kin: the destination, then the sources.
-            keys.push(args[1].as_slice());
-        }
-        let n = args.get(at).and_then(|n| parse_i64(n)).unwrap_or(0).max(0) as u64;
-        keys.extend(
-            args.iter()
-                .skip(at + 1)
-                .take(n.min(args.len() as u64) as usize)
-                .map(Vec::as_slice),
-        );
-        return keys;
-    }
-    if spec.first_key <= 0 {
-        return Vec::new();
-    }
-    let last = if spec.last_key < 0 {
-        args.len() as i64 + i64::from(spec.last_key)
-    } else {
-        i64::from(spec.last_key)
-    };
-    let step = spec.step.max(1) as usize;
-    // SORT's STORE destination, found by its keyword (the keys its BY and
-    // GET patterns name are read as Redis reads them, undeclared).
-    let store = (spec.name == "sort")
-        .then(|| crate::sort::store_key_position(args))
-        .flatten();
-    (spec.first_key as usize..args.len())
-        .step_by(step)
-        .take_while(|&i| i as i64 <= last)
-        .chain(store)
-        .map(|i| args[i].as_slice())
-        .collect()
-}
-
 /// A command a script calls, as the op it runs, or the error `redis.call`
 /// raises (Redis 7's texts where Redis has one).
 fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
@@ -578,19 +538,11 @@ fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
             "ERR Write commands are not allowed from read-only scripts.",
         ));
     }
-    let keys = command_keys(spec, &args);
-    if keys.is_empty() {
-        return Err(Frame::error(format!(
-            "ERR '{}' names no key: a Roost script may only call commands on the keys it declares",
-            spec.name
-        )));
-    }
-    if let Some(key) = keys.iter().find(|k| !call.keys.iter().any(|d| d == *k)) {
-        return Err(Frame::error(format!(
-            "ERR Script attempted to access key '{}' that it did not declare (KEYS)",
-            String::from_utf8_lossy(&key[..key.len().min(128)])
-        )));
-    }
+    // Keys the script did not declare, and commands on no key (DBSIZE,
+    // KEYS, RANDOMKEY), are served as Redis serves them outside cluster
+    // mode: the script is one transaction, and it enters whatever reactor
+    // a key lives in (on a cluster, acquiring it). The declared keys only
+    // say where the script runs first.
     // No FCALL/EVAL reaches here: the functions are never consulted.
     static NONE: OnceLock<Functions> = OnceLock::new();
     Ok(commands::parse_op(
@@ -650,30 +602,6 @@ mod tests {
         );
         assert!(shebang_no_writes(b"#!js\nreturn 1").is_err());
         assert!(shebang_no_writes(b"#!lua flags=bogus\n").is_err());
-    }
-
-    #[test]
-    fn key_positions() {
-        let spec = |name: &str| commands::lookup(name.as_bytes()).unwrap();
-        let keys = |name: &str, text: &str| -> Vec<Vec<u8>> {
-            let a = args(text);
-            command_keys(spec(name), &a)
-                .into_iter()
-                .map(<[u8]>::to_vec)
-                .collect()
-        };
-        assert_eq!(keys("get", "get k"), vec![b"k".to_vec()]);
-        assert_eq!(
-            keys("mset", "mset a 1 b 2"),
-            vec![b"a".to_vec(), b"b".to_vec()]
-        );
-        assert_eq!(keys("del", "del a b"), vec![b"a".to_vec(), b"b".to_vec()]);
-        assert_eq!(
-            keys("zunionstore", "zunionstore d 2 a b"),
-            vec![b"d".to_vec(), b"a".to_vec(), b"b".to_vec()]
-        );
-        assert_eq!(keys("sintercard", "sintercard 1 a"), vec![b"a".to_vec()]);
-        assert!(keys("dbsize", "dbsize").is_empty());
     }
 
     #[test]

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -414,18 +414,21 @@ impl Connection<'_> {
             0 => None,
             ms => started.checked_add(Duration::from_millis(ms)),
         };
+        // The retry tick this client is trying on (none on its first try).
+        let mut tick: Option<u64> = None;
         loop {
             let reply = self
                 .run_here(vec![blocked.op.clone()])
                 .await
                 .pop()
                 .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
+            if let (Some(counted), Some(tick)) = (&counted, tick) {
+                counted.tried(tick);
+            }
             if !matches!(reply, Frame::Null | Frame::NullArray) {
                 return Some(reply);
             }
-            if counted.is_none() {
-                counted = Some(BlockedCount::new(&self.shared.blocked_clients));
-            }
+            let counted = counted.get_or_insert_with(|| BlockedCount::new(self.shared));
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 // Redis answers every list wait that timed out with the nil
@@ -433,7 +436,8 @@ impl Connection<'_> {
                 // do not wait).
                 return Some(Frame::NullArray);
             }
-            let next_try = deadline.map_or(now + BLOCKED_RETRY, |d| d.min(now + BLOCKED_RETRY));
+            let (next_tick, turn) = retry_turn(self.shared.blocked_epoch, now, counted.older());
+            let next_try = deadline.map_or(turn, |d| d.min(turn));
             // Bounded: each turn ends at `next_try` or reads a chunk of
             // input, and input stops being read past its cap.
             loop {
@@ -460,6 +464,14 @@ impl Connection<'_> {
                     () = pause => {}
                 }
             }
+            // The clients that began to wait before this one try first on
+            // this tick; bounded by one retry period, after which it tries
+            // anyway (one of them may be stuck, and none may starve it).
+            let give_up = Instant::now() + BLOCKED_RETRY;
+            while !counted.older_tried(next_tick) && Instant::now() < give_up {
+                T::sleep(RETRY_RANK_STEP).await;
+            }
+            tick = Some(next_tick);
         }
     }
 
@@ -1342,20 +1354,87 @@ struct Tally {
     run: Option<(usize, u64)>,
 }
 
-/// One client counted in INFO's `blocked_clients` while it lives.
-struct BlockedCount<'a>(&'a AtomicUsize);
+/// One blocked client while it lives: counted in INFO's `blocked_clients`,
+/// and its ticket among the waiters (its place in the queue).
+struct BlockedCount<'a> {
+    shared: &'a ServerShared,
+    ticket: u64,
+}
+
+/// Waiters ahead of a blocked client that shift its retries (at most).
+const MAX_RETRY_RANK: u32 = 8;
+/// How much later than the one ahead of it a blocked client retries.
+const RETRY_RANK_STEP: Duration = Duration::from_millis(1);
 
 impl<'a> BlockedCount<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        BlockedCount(count)
+    fn new(shared: &'a ServerShared) -> Self {
+        shared.blocked_clients.fetch_add(1, Ordering::Relaxed);
+        let ticket = shared.next_blocked_ticket.fetch_add(1, Ordering::Relaxed);
+        shared
+            .blocked_waiters
+            .lock()
+            .expect("waiters lock")
+            .insert(ticket, 0);
+        BlockedCount { shared, ticket }
+    }
+
+    /// Blocked clients that began to wait before this one (at most
+    /// `MAX_RETRY_RANK`).
+    fn older(&self) -> u32 {
+        let waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
+        waiters
+            .range(..self.ticket)
+            .take(MAX_RETRY_RANK as usize)
+            .count() as u32
+    }
+
+    /// Whether every client that began to wait before this one has tried
+    /// on retry tick `tick` (or a later one).
+    fn older_tried(&self, tick: u64) -> bool {
+        let waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
+        waiters
+            .range(..self.ticket)
+            .all(|(_, &tried)| tried >= tick)
+    }
+
+    /// This client tried on retry tick `tick`.
+    fn tried(&self, tick: u64) {
+        let mut waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
+        if let Some(tried) = waiters.get_mut(&self.ticket) {
+            *tried = (*tried).max(tick);
+        }
     }
 }
 
 impl Drop for BlockedCount<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.shared.blocked_clients.fetch_sub(1, Ordering::Relaxed);
+        self.shared
+            .blocked_waiters
+            .lock()
+            .expect("waiters lock")
+            .remove(&self.ticket);
     }
+}
+
+/// When a blocked client tries again: at the next tick of a grid shared by
+/// every blocked client (`BLOCKED_RETRY` apart from `epoch`), shifted by
+/// `RETRY_RANK_STEP` per older waiter; there each also waits (at most a
+/// period) until every older one tried on that tick, so that they try in
+/// the order they began to wait and an element pushed meanwhile goes to the
+/// one that waited longest, as Redis serves them (a polling approximation:
+/// a push landing between two waiters' tries of one tick goes to the later).
+fn retry_turn(epoch: Instant, now: Instant, older: u32) -> (u64, Instant) {
+    let period_us = BLOCKED_RETRY.as_micros().max(1);
+    let since_us = now.saturating_duration_since(epoch).as_micros();
+    let tick_number = since_us / period_us + 1;
+    let tick_us = tick_number * period_us;
+    let tick = epoch + Duration::from_micros(u64::try_from(tick_us).unwrap_or(u64::MAX / 2));
+    debug_assert!(tick > now, "the next tick is ahead");
+    (
+        u64::try_from(tick_number).unwrap_or(u64::MAX),
+        tick + RETRY_RANK_STEP * older.min(MAX_RETRY_RANK),
+    )
 }
 
 /// A blocking command (BLPOP and its kin) outside MULTI, waiting to pop.

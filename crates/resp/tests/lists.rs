@@ -235,3 +235,78 @@ async fn blocking_forms_do_not_wait_in_multi_or_scripts() {
     );
     assert_eq!(raw.call(&["EXISTS", "k"]).await, Frame::Integer(0));
 }
+
+/// `blocked_clients` of INFO clients.
+async fn blocked_clients(raw: &mut Raw) -> u64 {
+    let text = match raw.call(&["INFO", "clients"]).await {
+        Frame::Bulk(text) => String::from_utf8(text).unwrap(),
+        other => panic!("INFO: {other:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .expect("blocked_clients")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn until_blocked(raw: &mut Raw, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while blocked_clients(raw).await != n {
+        assert!(Instant::now() < deadline, "never {n} blocked clients");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Blocked clients are served first come, first served, as Redis serves
+/// them: the one that waited longest gets the first element, and one whose
+/// pop fails (BRPOPLPUSH to a key of another type) leaves the element to
+/// the next (Redis's "BRPOPLPUSH with multiple blocked clients").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_clients_are_served_in_the_order_they_began_to_wait() {
+    let server = start(config());
+    let addr = server.addr();
+    let mut r = Raw::connect(addr).await;
+    for round in 0..10 {
+        let (mut first, mut second) = (Raw::connect(addr).await, Raw::connect(addr).await);
+        first.send(&frame(&["BLPOP", "fifo", "0"])).await;
+        until_blocked(&mut r, 1).await;
+        second.send(&frame(&["BLPOP", "fifo", "0"])).await;
+        until_blocked(&mut r, 2).await;
+        assert_eq!(r.call(&["RPUSH", "fifo", "a"]).await, Frame::Integer(1));
+        assert_eq!(
+            first.frame().await,
+            Some(bulks(&["fifo", "a"])),
+            "round {round}: the first to wait gets the first element"
+        );
+        assert_eq!(r.call(&["RPUSH", "fifo", "b"]).await, Frame::Integer(1));
+        assert_eq!(second.frame().await, Some(bulks(&["fifo", "b"])));
+    }
+    for round in 0..10 {
+        assert_eq!(r.call(&["SET", "not-a-list", "x"]).await, Frame::ok());
+        let (mut first, mut second) = (Raw::connect(addr).await, Raw::connect(addr).await);
+        first
+            .send(&frame(&["BRPOPLPUSH", "src", "not-a-list", "0"]))
+            .await;
+        until_blocked(&mut r, 1).await;
+        second
+            .send(&frame(&["BRPOPLPUSH", "src", "dst", "0"]))
+            .await;
+        until_blocked(&mut r, 2).await;
+        assert_eq!(r.call(&["LPUSH", "src", "foo"]).await, Frame::Integer(1));
+        let Some(Frame::Error(e)) = first.frame().await else {
+            panic!("round {round}: the first fails on its destination's type");
+        };
+        assert!(e.starts_with("WRONGTYPE"), "{e}");
+        assert_eq!(second.frame().await, Some(Frame::bulk("foo")));
+        assert_eq!(r.call(&["LPOP", "dst"]).await, Frame::bulk("foo"));
+    }
+}
+
+fn frame(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    out
+}

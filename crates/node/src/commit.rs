@@ -727,31 +727,10 @@ impl CommitObjectStore for CommitStore {
             .set_version(&reactor, version, ObjectState::Invalid);
         let coordinating = self.shared.commit.coordinating.load(Ordering::Relaxed);
         let coordinator = coordinating || self.shared.owns(&reactor);
-        let has_copy =
-            coordinator || matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. }));
-        if let (Some(durable), true) = (self.shared.durable(), has_copy) {
-            // Owner or follower, what this node applied of the commit, in
-            // the driver's order (a follower without a copy logs these rows
-            // with the copy, at its install). A follower's are synced before
-            // the step's R-ACK leaves (`Durable::commit_step`); the
-            // coordinator's own before its client is answered
-            // (`Durable::own_writes_durable`, off the driver).
-            match postcard::from_bytes::<Vec<RowChange>>(data) {
-                Ok(rows) => durable.delta(&reactor, version, &rows, coordinating),
-                Err(error) => {
-                    self.shared.commit.count_bad_apply();
-                    tracing::error!(%reactor, %error, "R-INV rows that do not decode");
-                    return;
-                }
-            }
-        }
-        if coordinator {
+        let durable = self.shared.durable();
+        if coordinator && durable.is_none() {
             // The coordinator: its database holds the rows already, and
-            // later local commits over them. Even if it no longer owns
-            // the reactor (a refused hand-over left it Invalid, demoted,
-            // while this commit was pending), applying these rows again
-            // would overwrite those later commits (the 3-process ownership
-            // test lost increments that way).
+            // later local commits over them (see below). Nothing to decode.
             return;
         }
         let rows: Vec<RowChange> = match postcard::from_bytes(data) {
@@ -762,7 +741,26 @@ impl CommitObjectStore for CommitStore {
                 return;
             }
         };
-        if !matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. })) {
+        let replica = matches!(self.db().holding(&reactor), Ok(Holding::Replica { .. }));
+        if let (Some(durable), true) = (durable, coordinator || replica) {
+            // Owner or follower, what this node applied of the commit, in
+            // the driver's order (a follower without a copy logs these rows
+            // with the copy, at its install). A follower's are synced before
+            // the step's R-ACK leaves (`Durable::commit_step`); the
+            // coordinator's own before its client is answered
+            // (`Durable::own_writes_durable`, off the driver).
+            durable.delta(&reactor, version, &rows, coordinating);
+        }
+        if coordinator {
+            // The coordinator: its database holds the rows already, and
+            // later local commits over them. Even if it no longer owns
+            // the reactor (a refused hand-over left it Invalid, demoted,
+            // while this commit was pending), applying these rows again
+            // would overwrite those later commits (the 3-process ownership
+            // test lost increments that way).
+            return;
+        }
+        if !replica {
             // No copy here yet: an owner that made this node a reader sends
             // its next writes at once, and they can overtake the copy the
             // add-reader ships (from the owner's snapshot, older). Kept,

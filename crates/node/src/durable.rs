@@ -72,6 +72,16 @@ struct Syncer {
 }
 
 impl Syncer {
+    /// Every record up to `lsn` is as durable as the policy says: wakes
+    /// those waiting for it (`done` only moves up).
+    fn done_up_to(&self, lsn: u64) {
+        self.done.send_if_modified(|done| {
+            let moved = lsn > *done;
+            *done = (*done).max(lsn);
+            moved
+        });
+    }
+
     fn fail(&self, cause: String) {
         if self.failed.set(cause.clone()).is_ok() {
             tracing::error!(%cause, "the durability log failed: this node answers no more writes");
@@ -106,13 +116,7 @@ impl Syncer {
             let appended = self.log.appended_lsn();
             debug_assert!(appended >= target, "waiters wait for appended records");
             match self.log.commit() {
-                Ok(()) => {
-                    self.done.send_if_modified(|done| {
-                        let moved = appended > *done;
-                        *done = (*done).max(appended);
-                        moved
-                    });
-                }
+                Ok(()) => self.done_up_to(appended),
                 Err(error) => self.fail(error.to_string()),
             }
         }
@@ -390,11 +394,7 @@ impl Durable {
             // to wait for.
             return match self.log.commit() {
                 Ok(()) => {
-                    self.syncer.done.send_if_modified(|done| {
-                        let moved = target > *done;
-                        *done = (*done).max(target);
-                        moved
-                    });
+                    self.syncer.done_up_to(target);
                     None
                 }
                 Err(error) => {

@@ -17,15 +17,15 @@ fn bulks(items: &[&str]) -> Frame {
     Frame::Array(items.iter().map(|s| Frame::bulk(s.as_bytes())).collect())
 }
 
-/// `connected_clients` of INFO clients.
-async fn connected_clients(raw: &mut Raw) -> u64 {
+/// A count of INFO clients (`connected_clients`, `blocked_clients`).
+async fn clients_info(raw: &mut Raw, field: &str) -> u64 {
     let text = match raw.call(&["INFO", "clients"]).await {
         Frame::Bulk(text) => String::from_utf8(text).unwrap(),
         other => panic!("INFO: {other:?}"),
     };
     text.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .expect("connected_clients")
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in INFO clients"))
         .trim()
         .parse()
         .unwrap()
@@ -143,7 +143,7 @@ async fn timeouts_pipelines_and_other_clients() {
     // transaction: others are served, and its tries write nothing, so a
     // WATCH of the key it waits on still holds.
     let mut other = Raw::connect(addr).await;
-    let before = connected_clients(&mut other).await;
+    let before = clients_info(&mut other, "connected_clients").await;
     let mut waiter = Raw::connect(addr).await;
     waiter
         .send(b"*3\r\n$5\r\nBLPOP\r\n$7\r\nforever\r\n$1\r\n0\r\n")
@@ -168,11 +168,14 @@ async fn timeouts_pipelines_and_other_clients() {
         Frame::Array(vec![Frame::Integer(0)]),
         "the waiting client's tries wrote nothing"
     );
-    assert_eq!(connected_clients(&mut other).await, before + 1);
+    assert_eq!(
+        clients_info(&mut other, "connected_clients").await,
+        before + 1
+    );
     // Gone while it waits: its connection ends (it no longer counts).
     drop(waiter);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while connected_clients(&mut other).await != before {
+    while clients_info(&mut other, "connected_clients").await != before {
         assert!(
             Instant::now() < deadline,
             "a disconnected waiting client is still connected"
@@ -236,23 +239,9 @@ async fn blocking_forms_do_not_wait_in_multi_or_scripts() {
     assert_eq!(raw.call(&["EXISTS", "k"]).await, Frame::Integer(0));
 }
 
-/// `blocked_clients` of INFO clients.
-async fn blocked_clients(raw: &mut Raw) -> u64 {
-    let text = match raw.call(&["INFO", "clients"]).await {
-        Frame::Bulk(text) => String::from_utf8(text).unwrap(),
-        other => panic!("INFO: {other:?}"),
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .expect("blocked_clients")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 async fn until_blocked(raw: &mut Raw, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while blocked_clients(raw).await != n {
+    while clients_info(raw, "blocked_clients").await != n {
         assert!(Instant::now() < deadline, "never {n} blocked clients");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -269,9 +258,9 @@ async fn blocked_clients_are_served_in_the_order_they_began_to_wait() {
     let mut r = Raw::connect(addr).await;
     for round in 0..10 {
         let (mut first, mut second) = (Raw::connect(addr).await, Raw::connect(addr).await);
-        first.send(&frame(&["BLPOP", "fifo", "0"])).await;
+        first.send_command(&["BLPOP", "fifo", "0"]).await;
         until_blocked(&mut r, 1).await;
-        second.send(&frame(&["BLPOP", "fifo", "0"])).await;
+        second.send_command(&["BLPOP", "fifo", "0"]).await;
         until_blocked(&mut r, 2).await;
         assert_eq!(r.call(&["RPUSH", "fifo", "a"]).await, Frame::Integer(1));
         assert_eq!(
@@ -286,11 +275,11 @@ async fn blocked_clients_are_served_in_the_order_they_began_to_wait() {
         assert_eq!(r.call(&["SET", "not-a-list", "x"]).await, Frame::ok());
         let (mut first, mut second) = (Raw::connect(addr).await, Raw::connect(addr).await);
         first
-            .send(&frame(&["BRPOPLPUSH", "src", "not-a-list", "0"]))
+            .send_command(&["BRPOPLPUSH", "src", "not-a-list", "0"])
             .await;
         until_blocked(&mut r, 1).await;
         second
-            .send(&frame(&["BRPOPLPUSH", "src", "dst", "0"]))
+            .send_command(&["BRPOPLPUSH", "src", "dst", "0"])
             .await;
         until_blocked(&mut r, 2).await;
         assert_eq!(r.call(&["LPUSH", "src", "foo"]).await, Frame::Integer(1));
@@ -301,12 +290,4 @@ async fn blocked_clients_are_served_in_the_order_they_began_to_wait() {
         assert_eq!(second.frame().await, Some(Frame::bulk("foo")));
         assert_eq!(r.call(&["LPOP", "dst"]).await, Frame::bulk("foo"));
     }
-}
-
-fn frame(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-    }
-    out
 }

@@ -2,6 +2,8 @@
 //! crate connection, and a raw socket client that reads frames exactly.
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -108,11 +110,16 @@ impl Raw {
         self.reply_bytes().await.expect("a reply")
     }
 
-    pub async fn call(&mut self, args: &[&str]) -> Frame {
+    /// Sends one command without waiting for its reply.
+    pub async fn send_command(&mut self, args: &[&str]) {
         let mut wire = Vec::new();
         Frame::Array(args.iter().map(|a| Frame::bulk(a.as_bytes())).collect())
             .encode(roost_resp::protocol::Protocol::Resp2, &mut wire);
         self.send(&wire).await;
+    }
+
+    pub async fn call(&mut self, args: &[&str]) -> Frame {
+        self.send_command(args).await;
         self.frame().await.expect("a reply")
     }
 }

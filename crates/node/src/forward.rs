@@ -317,6 +317,41 @@ impl roost_resp::Router for NodeRouter {
     }
 }
 
+/// What `ROOST.OWNER` answers at this node: the owner of each keyspace
+/// reactor as the ownership protocol last told this node.
+pub(crate) struct NodeDirectory {
+    shared: Arc<Shared>,
+    /// The keyspace's reactors, by index.
+    reactors: Vec<ReactorKey>,
+    /// Every node's RESP port, this one's too.
+    resp_addrs: HashMap<NodeId, SocketAddr>,
+}
+
+impl NodeDirectory {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        reactors: Vec<ReactorKey>,
+        resp_addrs: HashMap<NodeId, SocketAddr>,
+    ) -> NodeDirectory {
+        NodeDirectory {
+            shared,
+            reactors,
+            resp_addrs,
+        }
+    }
+}
+
+impl roost_resp::Directory for NodeDirectory {
+    fn owner(&self, reactor: usize) -> Option<roost_resp::Owner> {
+        let key = self.reactors.get(reactor)?;
+        let node = self.shared.owner_of(key)?;
+        Some(roost_resp::Owner {
+            node: node.0,
+            resp_addr: self.resp_addrs.get(&node).copied(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -388,9 +388,22 @@ impl Node {
             let router = zeus
                 .as_ref()
                 .and_then(|shared| node_router(&cluster, id, shared, &keys, &mut resp));
+            let directory = zeus.as_ref().map(|shared| {
+                let resp_addrs = cluster
+                    .nodes
+                    .iter()
+                    .filter_map(|n| Some((NodeId(n.id), n.resp_addr?)))
+                    .collect();
+                std::sync::Arc::new(forward::NodeDirectory::new(
+                    std::sync::Arc::clone(shared),
+                    keys.clone(),
+                    resp_addrs,
+                )) as std::sync::Arc<dyn roost_resp::Directory>
+            });
             let services = Services {
                 keyspace: Some(keyspace.clone()),
                 router,
+                directory,
                 site_counters: site.as_ref().map(roost_escrow::KeyspaceSite::counters),
                 ..Services::examples()
             };

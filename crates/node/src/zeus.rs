@@ -142,6 +142,9 @@ pub(crate) struct Shared {
     /// Reactors this node lost lately, and to whom: where the front door
     /// ships writes instead of taking them back ([`crate::forward`]).
     pub(crate) contention: crate::forward::Contention,
+    /// The owner of each reactor this node keeps metadata for, as the
+    /// ownership protocol last said (what `ROOST.OWNER` answers).
+    owners: Mutex<HashMap<ReactorKey, NodeId>>,
     /// The node's durability log, when it keeps one (`crate::durable`).
     durable: OnceLock<Arc<crate::durable::Durable>>,
     /// What the other nodes recovered, before reactors are created.
@@ -187,6 +190,7 @@ impl Shared {
             applier: crate::applier::Applier::default(),
             bugs: OnceLock::new(),
             contention: crate::forward::Contention::default(),
+            owners: Mutex::new(HashMap::new()),
             durable: OnceLock::new(),
             copies: crate::durable::CopyReports::default(),
         })
@@ -305,6 +309,23 @@ impl Shared {
 
     pub(crate) fn owns(&self, key: &ReactorKey) -> bool {
         self.owned.lock().expect("owned lock").contains(key)
+    }
+
+    /// Who owns `key`, as this node last learned.
+    pub(crate) fn owner_of(&self, key: &ReactorKey) -> Option<NodeId> {
+        self.owners.lock().expect("owners lock").get(key).copied()
+    }
+
+    fn note_owner(&self, key: &ReactorKey, owner: Option<NodeId>) {
+        let mut owners = self.owners.lock().expect("owners lock");
+        match owner {
+            Some(node) => {
+                owners.insert(key.clone(), node);
+            }
+            None => {
+                owners.remove(key);
+            }
+        }
     }
 
     fn set_lost(&self, key: &ReactorKey, lost: bool) {
@@ -888,6 +909,7 @@ impl ObjectStore<NodeReactor> for DbStore {
         let held = self.holding(&key.0);
         let lost = access != Access::Owner && matches!(held, Holding::Owned { .. });
         self.shared.contention.note(&key.0, lost, owner);
+        self.shared.note_owner(&key.0, owner);
         self.shared.set_reading(&key.0, access == Access::Reader);
         match (access, held) {
             (Access::Owner, Holding::Replica { .. }) => {

@@ -1005,6 +1005,12 @@ pub(crate) static COMMANDS: &[Spec] = &[
     ),
     conn("ping", -1, false, "Returns PONG or the argument."),
     conn("echo", 2, false, "Returns the argument."),
+    conn(
+        "roost.owner",
+        -2,
+        false,
+        "ROOST.OWNER key...: each key's keyspace reactor, its owner node and that node's RESP address (nil where this node does not know).",
+    ),
     conn("time", 1, false, "Returns the server's time."),
     conn(
         "save",

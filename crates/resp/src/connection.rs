@@ -1168,6 +1168,29 @@ impl Connection<'_> {
         ])
     }
 
+    /// `ROOST.OWNER key...`: per key, `[reactor, node, resp_addr]`, the
+    /// last two nil where this node does not know the owner (or it serves
+    /// no clients).
+    fn owners(&self, keys: &[Vec<u8>]) -> Frame {
+        let k = self.shared.config.keyspace_reactors;
+        let directory = self.shared.directory.as_deref();
+        Frame::Array(
+            keys.iter()
+                .map(|key| {
+                    let reactor = crate::store::keyspace_index(key, k);
+                    let owner = directory.and_then(|d| d.owner(reactor));
+                    Frame::Array(vec![
+                        Frame::Integer(reactor as i64),
+                        owner.map_or(Frame::Null, |o| Frame::Integer(i64::from(o.node))),
+                        owner
+                            .and_then(|o| o.resp_addr)
+                            .map_or(Frame::Null, |a| Frame::bulk(a.to_string())),
+                    ])
+                })
+                .collect(),
+        )
+    }
+
     /// Connection and server commands with no effect on transactions.
     fn simple_command(&mut self, spec: &'static Spec, args: &Args) -> Frame {
         let arg = |i: usize| args.get(i).map(|a| a.to_ascii_lowercase());
@@ -1178,6 +1201,7 @@ impl Connection<'_> {
                 _ => wrong_arity("ping"),
             },
             "echo" => Frame::Bulk(args[1].clone()),
+            "roost.owner" => self.owners(&args[1..]),
             "time" => admin::time(),
             "select" => match crate::store::parse_i64(&args[1]) {
                 Some(0) => Frame::ok(),

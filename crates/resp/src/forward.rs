@@ -53,6 +53,24 @@ pub trait Router: Send + Sync + 'static {
     fn served(&self, _reactors: &[usize], _forwarded: bool) {}
 }
 
+/// Where the keyspace's reactors are, as far as this node knows: what
+/// `ROOST.OWNER` answers, so that a client's router sends a request to the
+/// node that owns its reactors.
+pub trait Directory: Send + Sync + 'static {
+    /// The owner of keyspace reactor `reactor` (its index), if this node
+    /// knows it.
+    fn owner(&self, reactor: usize) -> Option<Owner>;
+}
+
+/// A keyspace reactor's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Its node id.
+    pub node: u32,
+    /// Its RESP port, if it serves clients.
+    pub resp_addr: Option<SocketAddr>,
+}
+
 /// Why a forwarded request got no reply.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ForwardError {

@@ -39,13 +39,14 @@ mod strings;
 mod zsets;
 
 pub use config::{Access, Config, ConfigError, User};
-pub use forward::{Router, FORWARD_USER};
+pub use forward::{Directory, Owner, Router, FORWARD_USER};
 pub use functions::{Function, FunctionCtx, FunctionError, FunctionFuture, Functions};
 pub use members::{MemberAudit, MAX_MEMBER_BYTES};
 pub use server::{Keyspace, RunningServer, Server, ServerError, Services};
 pub use sites::{LocalApplied, SiteCounters, SiteOutcome};
 pub use store::{
-    keyspace_index, keyspace_reactor, SiteRow, MAX_KEY_BYTES, MAX_STAMP_ORIGIN, MAX_VALUE_BYTES,
+    hash_tag, keyspace_index, keyspace_reactor, SiteRow, MAX_KEY_BYTES, MAX_STAMP_ORIGIN,
+    MAX_VALUE_BYTES,
 };
 
 /// The Redis version Roost reports (HELLO, INFO): clients use it to pick

@@ -71,6 +71,8 @@ pub(crate) struct ServerShared {
     /// In a cluster: where writes on reactors owned elsewhere may be
     /// shipped ([`crate::forward`]).
     pub(crate) forwarding: Option<Arc<crate::forward::Forwarding>>,
+    /// Who owns each keyspace reactor, where a cluster says (`ROOST.OWNER`).
+    pub(crate) directory: Option<Arc<dyn crate::forward::Directory>>,
 }
 
 /// Tells the connections the server has stopped, when `serve` ends.
@@ -97,6 +99,8 @@ pub struct Services {
     /// In a cluster: the node's forwarding policy (needs the config's
     /// `forward_password`); `None`: every command runs here.
     pub router: Option<Arc<dyn crate::forward::Router>>,
+    /// In a cluster: who owns each keyspace reactor (`ROOST.OWNER`).
+    pub directory: Option<Arc<dyn crate::forward::Directory>>,
 }
 
 impl Services {
@@ -296,6 +300,7 @@ impl Server {
             site_counters,
             keyspace,
             router,
+            directory,
         } = services;
         config.validate()?;
         if router.is_some() && config.forward_password.is_none() {
@@ -366,6 +371,7 @@ impl Server {
                 stopping: tokio::sync::Notify::new(),
                 next_executor: AtomicUsize::new(0),
                 forwarding,
+                directory,
             }),
         })
     }

@@ -552,9 +552,24 @@ impl Op {
     }
 }
 
-/// `fnv1a64(key) mod k`: which keyspace reactor holds `key`.
+/// `fnv1a64(key) mod k`: which keyspace reactor holds `key`. As in Redis
+/// Cluster, a key with a hash tag (the bytes between its first `{` and the
+/// first `}` after it, if any) is placed by the tag alone, so that an
+/// application keeps the keys it uses together (`acct:{17}:sav`,
+/// `acct:{17}:chk`) in one reactor, which moves as one.
 pub fn keyspace_index(key: &[u8], k: usize) -> usize {
-    (fnv1a64(key) % k as u64) as usize
+    (fnv1a64(hash_tag(key)) % k as u64) as usize
+}
+
+/// The part of `key` that places it: its hash tag, else the whole key.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    let Some(open) = key.iter().position(|&b| b == b'{') else {
+        return key;
+    };
+    match key[open + 1..].iter().position(|&b| b == b'}') {
+        Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+        _ => key,
+    }
 }
 
 fn fnv1a64(key: &[u8]) -> u64 {
@@ -1993,6 +2008,25 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hash_tag_places_a_key_as_redis_cluster_does() {
+        assert_eq!(hash_tag(b"acct:{17}:sav"), b"17");
+        assert_eq!(hash_tag(b"{user1000}.following"), b"user1000");
+        // The first `{` and the first `}` after it; an empty tag is none.
+        assert_eq!(hash_tag(b"foo{}{bar}"), b"foo{}{bar}");
+        assert_eq!(hash_tag(b"foo{{bar}}zap"), b"{bar");
+        assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
+        assert_eq!(hash_tag(b"no tag"), b"no tag");
+        assert_eq!(hash_tag(b"open{only"), b"open{only");
+        for k in [1, 7, 64, 4096] {
+            assert_eq!(
+                keyspace_index(b"acct:{17}:sav", k),
+                keyspace_index(b"acct:{17}:chk", k)
+            );
+            assert_eq!(keyspace_index(b"x{17}", k), keyspace_index(b"17", k));
+        }
+    }
 
     #[test]
     fn stamps_are_unique_across_nodes_and_restarts() {

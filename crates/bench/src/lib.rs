@@ -6,6 +6,8 @@
 //! - [`plot`]: grouped bar charts as PNG;
 //! - [`engine`]: `roost bench engine`, Silo OCC against a no-concurrency-control
 //!   baseline on the storage engine alone;
+//! - [`smallbank`]: `roost bench smallbank`, Smallbank over a cluster: Roost
+//!   against static sharding with 2PC and perfect sharding;
 //! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
 //!   application on the reactor layer, sync against async deployments.
 
@@ -13,6 +15,7 @@ pub mod engine;
 pub mod harness;
 pub mod plot;
 pub mod results;
+pub mod smallbank;
 pub mod smartmart;
 pub mod sys;
 pub mod zipf;

@@ -113,6 +113,11 @@ pub enum Benchmark {
     /// each sync policy (always, every 1000, off) and in memory, beside
     /// redis-server's appendfsync always and everysec on the same disk.
     Durability(bench_durability::DurabilityBenchArgs),
+    /// Smallbank (FaSST flavour) on a three-node cluster: Roost against
+    /// static sharding with two-phase commit and perfect sharding, by the
+    /// fraction of transactions that touch two partitions (the Zeus seed's
+    /// Figure 9).
+    Smallbank(crate::bench_smallbank::SmallbankArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

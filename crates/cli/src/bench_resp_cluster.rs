@@ -922,7 +922,7 @@ struct HotKey {
 }
 
 /// Every node's `roost_ownership_acquires_total`, summed.
-fn acquisitions(cluster: &LocalCluster) -> anyhow::Result<u64> {
+pub(crate) fn acquisitions(cluster: &LocalCluster) -> anyhow::Result<u64> {
     let mut total = 0;
     for node in 0..cluster.nodes() {
         let (code, body) = cluster

@@ -1,0 +1,553 @@
+//! `roost bench smallbank`: the Zeus seed's Figure 9 on Smallbank (the
+//! FaSST/DrTM flavour): throughput against the fraction of transactions
+//! that touch two partitions, Roost (ownership moves the remote account
+//! to the transaction) against static sharding with two-phase commit and
+//! perfect sharding, on one three-node cluster in one run, the systems
+//! interleaved (`roost_bench::smallbank` has the workload and the three
+//! ways of running it).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use hdrhistogram::Histogram;
+use roost_bench::results::{median, BenchReport, LatencyUs, Row};
+use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
+use roost_client::{NodeAddr, RouteTable, Router};
+use roost_cluster::local_cluster::{LocalCluster, LocalClusterConfig};
+
+const BENCHMARK: &str = "smallbank";
+/// The Venmo-like remote fraction at three nodes
+/// (`../shared/reference/seeds-implementations.md`, 0.81 %).
+const VENMO_REMOTE: f64 = 0.008;
+/// The goal: Roost at least this times static-2PC at the Venmo fraction.
+const STATIC_GOAL: f64 = 1.35;
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the routers look again at the owners.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
+/// Candidate hash tags asked about per reactor (enough to name every one).
+const TAGS_PER_REACTOR: usize = 12;
+
+#[derive(Debug, Args)]
+pub struct SmallbankArgs {
+    /// About 40 s: 1 repetition of 2 s cells, 10,000 accounts per node,
+    /// three remote fractions.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for smallbank.json and smallbank.md.
+    #[arg(long, value_name = "DIR", default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Nodes in the cluster (replication degree = nodes).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=5))]
+    pub nodes: u32,
+    /// Client threads per node's partition.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub clients_per_node: u32,
+    /// Accounts per partition (FaSST: 100,000; --quick: 10,000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
+    pub accounts: Option<u64>,
+    /// Keyspace reactors (a reactor holds accounts/reactors-per-node accounts).
+    #[arg(long, default_value_t = 3072, value_parser = clap::value_parser!(u64).range(16..=65_536))]
+    pub reactors: u64,
+    /// Fractions of all transactions that touch two partitions.
+    #[arg(long, value_delimiter = ',')]
+    pub remote: Option<Vec<f64>>,
+    /// Measured seconds per cell (after one second of warm-up).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Repetitions (the systems interleaved in each); rows give medians.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub reps: Option<u32>,
+}
+
+struct Plan {
+    params: Params,
+    remote: Vec<f64>,
+    seconds: f64,
+    reps: u32,
+}
+
+impl SmallbankArgs {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        let mut params = Params::FASST;
+        let (remote, seconds, reps) = if self.quick {
+            params.accounts_per_partition = 10_000;
+            params.hot_per_partition = 400;
+            (vec![0.0, VENMO_REMOTE, 0.1], 2.0, 1)
+        } else {
+            (vec![0.0, VENMO_REMOTE, 0.025, 0.05, 0.1, 0.2, 0.4], 5.0, 3)
+        };
+        if let Some(accounts) = self.accounts {
+            params.accounts_per_partition = accounts;
+            params.hot_per_partition = (accounts / 25).max(1);
+        }
+        let remote = self.remote.clone().unwrap_or(remote);
+        for &r in &remote {
+            anyhow::ensure!(
+                (0.0..=smallbank::TWO_ACCOUNT_SHARE).contains(&r),
+                "--remote {r}: a fraction in [0, {}] (only two-account transactions cross)",
+                smallbank::TWO_ACCOUNT_SHARE
+            );
+        }
+        let seconds = self.seconds.unwrap_or(seconds);
+        anyhow::ensure!(
+            seconds.is_finite() && (0.1..=600.0).contains(&seconds),
+            "--seconds {seconds}: in [0.1, 600]"
+        );
+        Ok(Plan {
+            params,
+            remote,
+            seconds,
+            reps: self.reps.unwrap_or(reps),
+        })
+    }
+}
+
+fn start_cluster(args: &SmallbankArgs, dir: PathBuf) -> anyhow::Result<LocalCluster> {
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let resp_config = dir.with_extension("resp.toml");
+    std::fs::write(
+        &resp_config,
+        format!("keyspace_reactors = {}\n", args.reactors),
+    )
+    .with_context(|| format!("writing {}", resp_config.display()))?;
+    let exe = std::env::current_exe().context("locating the roost executable")?;
+    let mut config = LocalClusterConfig::new(exe, dir, args.nodes);
+    config.protocol = "ownership";
+    // Zeus's evaluation replicates in memory; every system here runs on
+    // the same nodes, so all three have the same durability.
+    config.extra_args = vec![
+        "--sync".to_owned(),
+        "memory".to_owned(),
+        "--resp-config".to_owned(),
+        resp_config.display().to_string(),
+    ];
+    config.lease_ttl_s = 2;
+    let cluster = LocalCluster::start(config).context("starting the Roost cluster")?;
+    let deadline = Instant::now() + READY_TIMEOUT;
+    while let Some(why) = roost_check::resp_run::zeus_unready(&cluster, args.nodes) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the cluster was not ready within {} s: {why}",
+            READY_TIMEOUT.as_secs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(cluster)
+}
+
+/// One hash tag per reactor and each one's owner, once every reactor has
+/// an owner.
+fn tags_by_owner(
+    router: &mut Router,
+    reactors: usize,
+) -> anyhow::Result<HashMap<u32, Vec<String>>> {
+    let candidates: Vec<String> = (0..reactors * TAGS_PER_REACTOR)
+        .map(|i| format!("t{i}"))
+        .collect();
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let mut first: HashMap<usize, (String, Option<u32>)> = HashMap::new();
+        for chunk in candidates.chunks(roost_client::MAX_KEYS_PER_LOOK) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|t| t.as_bytes()).collect();
+            for (tag, owner) in chunk.iter().zip(router.owners(&refs)?) {
+                first
+                    .entry(owner.reactor)
+                    .or_insert((tag.clone(), owner.node));
+            }
+        }
+        let covered = first.len();
+        let owned = first.values().filter(|(_, n)| n.is_some()).count();
+        if covered == reactors && owned == reactors {
+            let mut by_owner: HashMap<u32, Vec<String>> = HashMap::new();
+            for (tag, node) in first.into_values() {
+                by_owner.entry(node.expect("owned")).or_default().push(tag);
+            }
+            for tags in by_owner.values_mut() {
+                tags.sort();
+            }
+            return Ok(by_owner);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{covered} of {reactors} reactors named by {} tags, {owned} with an owner",
+            candidates.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Each tag's owner now.
+fn owners_now(router: &mut Router, layout: &Layout) -> anyhow::Result<HashMap<String, u32>> {
+    let tags: Vec<&String> = layout.all_tags().collect();
+    let mut owners = HashMap::new();
+    for chunk in tags.chunks(roost_client::MAX_KEYS_PER_LOOK) {
+        let refs: Vec<&[u8]> = chunk.iter().map(|t| t.as_bytes()).collect();
+        for (tag, owner) in chunk.iter().zip(router.owners(&refs)?) {
+            let node = owner
+                .node
+                .with_context(|| format!("no node names the owner of tag {tag}"))?;
+            owners.insert((*tag).clone(), node);
+        }
+    }
+    Ok(owners)
+}
+
+/// One cell: a system at a remote fraction for `seconds`.
+struct Cell {
+    system: System,
+    remote: f64,
+    committed_tps: f64,
+    abort_rate: f64,
+    conflicts: u64,
+    cross_share: f64,
+    moves: u64,
+    route_moves: u64,
+    latency_ns: Histogram<u64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cell(
+    cluster: &LocalCluster,
+    nodes: &[NodeAddr],
+    scripts: &Scripts,
+    layout: &Arc<Layout>,
+    system: System,
+    remote: f64,
+    clients_per_node: u32,
+    seconds: f64,
+    seed: u64,
+    expected_total: &mut i128,
+) -> anyhow::Result<Cell> {
+    let mut admin = Router::new(nodes.to_vec(), RouteTable::new());
+    let parts = Arc::new(Partitions::new(
+        layout,
+        owners_now(&mut admin, layout)?,
+        nodes,
+    ));
+    let moves_before = crate::bench_resp_cluster::acquisitions(cluster)?;
+    let table = RouteTable::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let counting = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for p in 0..nodes.len() {
+        for c in 0..clients_per_node {
+            let (layout, parts, scripts) =
+                (Arc::clone(layout), Arc::clone(&parts), scripts.clone());
+            let (stop, counting) = (Arc::clone(&stop), Arc::clone(&counting));
+            let mut router = Router::new(nodes.to_vec(), Arc::clone(&table));
+            let seed = seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            clients.push(std::thread::spawn(move || {
+                smallbank::run_client(
+                    system,
+                    &mut router,
+                    &scripts,
+                    &layout,
+                    &parts,
+                    p,
+                    remote,
+                    seed,
+                    &stop,
+                    &counting,
+                )
+            }));
+        }
+    }
+    // The routers follow ownership while the cell runs.
+    let follower = {
+        let (stop, mut router) = (
+            Arc::clone(&stop),
+            Router::new(nodes.to_vec(), Arc::clone(&table)),
+        );
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(FOLLOW_INTERVAL);
+                router.follow()?;
+            }
+            Ok(())
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    counting.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    counting.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut latency_ns = Histogram::new_with_bounds(1_000, 60_000_000_000, 3)?;
+    let (mut committed, mut aborts, mut conflicts, mut cross) = (0, 0, 0, 0);
+    let mut errors = Vec::new();
+    for client in clients {
+        let r = client
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client panicked"))?;
+        committed += r.committed;
+        aborts += r.user_aborts;
+        conflicts += r.conflicts;
+        cross += r.cross;
+        *expected_total += i128::from(r.delta_cents);
+        latency_ns.add(&r.latency_ns)?;
+        if let Some(e) = r.error {
+            errors.push(e);
+        }
+    }
+    follower
+        .join()
+        .map_err(|_| anyhow::anyhow!("the route follower panicked"))?
+        .context("following ownership")?;
+    anyhow::ensure!(
+        errors.is_empty(),
+        "{} clients failed under {} at remote {remote}: {}",
+        errors.len(),
+        system.name(),
+        errors[0]
+    );
+    let moves = crate::bench_resp_cluster::acquisitions(cluster)? - moves_before;
+    // Checked, not assumed: the balances add up to the start plus every
+    // transaction's change.
+    let owners = owners_now(&mut admin, layout)?;
+    let total = smallbank::total_cents(&mut admin, layout, &owners)?;
+    anyhow::ensure!(
+        total == *expected_total,
+        "{} at remote {remote}: the balances add up to {total} cents, not {expected_total}",
+        system.name()
+    );
+    if system == System::Static2pc {
+        anyhow::ensure!(moves == 0, "static sharding moved {moves} reactors");
+    }
+    let ran = committed + aborts;
+    Ok(Cell {
+        system,
+        remote,
+        committed_tps: committed as f64 / elapsed,
+        abort_rate: if ran == 0 {
+            0.0
+        } else {
+            aborts as f64 / ran as f64
+        },
+        conflicts,
+        cross_share: if ran == 0 {
+            0.0
+        } else {
+            cross as f64 / ran as f64
+        },
+        moves,
+        route_moves: table.moves(),
+        latency_ns,
+    })
+}
+
+fn median_of(cells: &[Cell], system: System, remote: f64) -> Option<f64> {
+    median(
+        cells
+            .iter()
+            .filter(|c| c.system == system && (system == System::Perfect || c.remote == remote))
+            .map(|c| c.committed_tps),
+    )
+}
+
+pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
+    let plan = args.plan()?;
+    let dir = std::env::temp_dir().join(format!("roost-bench-smallbank-{}", std::process::id()));
+    println!(
+        "smallbank (FaSST flavour): {} nodes, {} reactors, {} accounts per node ({} hot), {} clients per node",
+        args.nodes, args.reactors, plan.params.accounts_per_partition, plan.params.hot_per_partition, args.clients_per_node
+    );
+    let cluster = start_cluster(args, dir.clone())?;
+    let nodes: Vec<NodeAddr> = (0..args.nodes)
+        .map(|n| {
+            Ok(NodeAddr {
+                id: n,
+                addr: cluster.resp_addr(n).context("a node's RESP address")?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut admin = Router::new(nodes.clone(), RouteTable::new());
+    let by_owner = tags_by_owner(&mut admin, args.reactors as usize)?;
+    let owned: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
+        .collect();
+    anyhow::ensure!(
+        owned.iter().all(|t| !t.is_empty()),
+        "a node owns no reactor: {:?}",
+        owned.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let layout = Arc::new(Layout::new(plan.params, owned));
+    let loading = Instant::now();
+    let owners = owners_now(&mut admin, &layout)?;
+    smallbank::load(&mut admin, &layout, &owners)?;
+    let mut expected_total =
+        i128::from(smallbank::INITIAL_BALANCE_CENTS) * 2 * i128::from(layout.accounts());
+    let total = smallbank::total_cents(&mut admin, &layout, &owners)?;
+    anyhow::ensure!(
+        total == expected_total,
+        "loaded {total} cents, not {expected_total}"
+    );
+    println!(
+        "loaded {} accounts in {:.1} s",
+        layout.accounts(),
+        loading.elapsed().as_secs_f64()
+    );
+    let scripts = Scripts::load(&mut admin)?;
+    let mut order = vec![(System::Perfect, 0.0)];
+    for &r in &plan.remote {
+        order.push((System::Static2pc, r));
+        order.push((System::Roost, r));
+    }
+    let mut cells = Vec::new();
+    let total_cells = order.len() * plan.reps as usize;
+    let started = Instant::now();
+    for rep in 0..plan.reps {
+        for (i, &(system, remote)) in order.iter().enumerate() {
+            let seed = u64::from(rep) << 16 | i as u64;
+            let cell = run_cell(
+                &cluster,
+                &nodes,
+                &scripts,
+                &layout,
+                system,
+                remote,
+                args.clients_per_node,
+                plan.seconds,
+                seed,
+                &mut expected_total,
+            )?;
+            println!(
+                "[{:>3}/{total_cells} {:>5.0} s] rep {} {:<10} remote {:>5.1}%: {:>8.0} txn/s, p50 {:>6.0} us, p99 {:>7.0} us, {} moves, {} 2PC conflicts, total checked",
+                cells.len() + 1,
+                started.elapsed().as_secs_f64(),
+                rep + 1,
+                system.name(),
+                remote * 100.0,
+                cell.committed_tps,
+                cell.latency_ns.value_at_quantile(0.5) as f64 / 1e3,
+                cell.latency_ns.value_at_quantile(0.99) as f64 / 1e3,
+                cell.moves,
+                cell.conflicts,
+            );
+            cells.push(cell);
+        }
+    }
+    let report = report(args, &plan, command, &cells);
+    report.write(&args.out)?;
+    println!("{}", report.to_markdown());
+    Ok(())
+}
+
+fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> BenchReport {
+    let mut report = BenchReport::new(BENCHMARK, command);
+    let perfect = median_of(cells, System::Perfect, 0.0).unwrap_or(0.0);
+    let mut points = vec![(System::Perfect, 0.0)];
+    for &r in &plan.remote {
+        points.push((System::Static2pc, r));
+        points.push((System::Roost, r));
+    }
+    let mut ratios = Vec::new();
+    for (system, remote) in points {
+        let mine: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.system == system && c.remote == remote)
+            .collect();
+        let Some(tps) = median(mine.iter().map(|c| c.committed_tps)) else {
+            continue;
+        };
+        let mut merged = Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("bounds");
+        for c in &mine {
+            let _ = merged.add(&c.latency_ns);
+        }
+        let static_tps = median_of(cells, System::Static2pc, remote);
+        let mut row = Row::new(system.name(), "fasst")
+            .with_param("remote_percent", (remote * 1000.0).round() / 10.0)
+            .with_param("nodes", args.nodes)
+            .with_param("clients", args.nodes * args.clients_per_node)
+            .with_extra("runs", mine.len())
+            .with_extra(
+                "moves_median",
+                median(mine.iter().map(|c| c.moves as f64)).unwrap_or(0.0),
+            )
+            .with_extra(
+                "route_moves_median",
+                median(mine.iter().map(|c| c.route_moves as f64)).unwrap_or(0.0),
+            )
+            .with_extra(
+                "conflicts_median",
+                median(mine.iter().map(|c| c.conflicts as f64)).unwrap_or(0.0),
+            )
+            .with_extra(
+                "cross_percent_measured",
+                (median(mine.iter().map(|c| c.cross_share)).unwrap_or(0.0) * 1000.0).round() / 10.0,
+            )
+            .with_extra("vs_perfect", round2(tps / perfect));
+        if system == System::Roost {
+            if let Some(s) = static_tps {
+                row = row.with_extra("vs_static_2pc", round2(tps / s));
+                ratios.push((remote, tps / s));
+            }
+        }
+        row.throughput_tps = tps.round();
+        row.latency_us = LatencyUs::from_histogram_ns(&merged);
+        row.abort_rate = median(mine.iter().map(|c| c.abort_rate)).unwrap_or(0.0);
+        report.rows.push(row);
+    }
+    report.notes.push(format!(
+        "Smallbank, FaSST flavour: {} accounts per node, {} hot, {}% of transactions on hot accounts; FaSST's mix and semantics in integer cents. {} nodes on this machine, replication degree {}, in memory (`--sync memory`); {} client threads per node's partition over RESP; {} keyspace reactors. Each cell: 1 s warm-up, {} s measured; {} repetitions with the systems interleaved; throughput is the median over repetitions of committed transactions per second, latency percentiles over every run.",
+        plan.params.accounts_per_partition,
+        plan.params.hot_per_partition,
+        plan.params.hot_percent,
+        args.nodes,
+        args.nodes,
+        args.clients_per_node,
+        args.reactors,
+        plan.seconds,
+        plan.reps
+    ));
+    report.notes.push("Systems: `roost` routes each transaction (one Lua script) to the node of its first account's reactor (roost-client's router) and ownership moves the other account's reactor there; `static-2pc` never moves a reactor: a one-node transaction runs at its owner, a two-node one is a client-driven two-phase commit (prepare: lock and read at both owners at once; commit: write and unlock at both), and each lock is a replicated write, as every write here is (FaSST keeps locks in the primary's memory: this baseline pays one more replication per participant than FaSST would); `perfect` is `roost` with no transaction crossing partitions. Remote percent: the share of all transactions whose two accounts are on two nodes. After every cell every balance is read and the sum checked against the start plus each transaction's reported change.".to_owned());
+    if let Some((_, r)) = ratios.iter().find(|(remote, _)| *remote == VENMO_REMOTE) {
+        report.notes.push(format!(
+            "At the Venmo-like {:.1}% remote, Roost is {r:.2}x static-2PC (goal {STATIC_GOAL}x: {}).",
+            VENMO_REMOTE * 100.0,
+            if *r >= STATIC_GOAL { "met" } else { "missed" }
+        ));
+    }
+    report.notes.push(match break_even(&ratios) {
+        Some(at) => format!("Roost breaks even with static-2PC at about {:.1}% remote (interpolated between the measured fractions).", at * 100.0),
+        None => "Roost stays above static-2PC at every measured remote fraction.".to_owned(),
+    });
+    report
+}
+
+/// Where Roost's ratio to static-2PC first falls to 1 (linear between the
+/// measured fractions).
+fn break_even(ratios: &[(f64, f64)]) -> Option<f64> {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if sorted.first()?.1 <= 1.0 {
+        return Some(sorted[0].0);
+    }
+    sorted.windows(2).find_map(|w| {
+        let ((r0, x0), (r1, x1)) = (w[0], w[1]);
+        (x0 > 1.0 && x1 <= 1.0).then(|| r0 + (r1 - r0) * (x0 - 1.0) / (x0 - x1))
+    })
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn break_even_interpolates_where_the_ratio_crosses_one() {
+        assert_eq!(break_even(&[(0.0, 2.0), (0.1, 1.5)]), None);
+        let at = break_even(&[(0.2, 0.5), (0.0, 2.0), (0.1, 1.5)]).unwrap();
+        assert!((at - 0.15).abs() < 1e-9, "{at}");
+        assert_eq!(break_even(&[(0.0, 0.9), (0.1, 0.5)]), Some(0.0));
+    }
+}

@@ -371,9 +371,20 @@ pub enum TxnError {
     Starved { tries: u32 },
 }
 
-/// The scripts' SHA-1s, loaded at every node.
+/// Bugs planted in the static-2PC baseline, to show that the harness's
+/// balance check catches a lost update (`cli/tests/smallbank.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlantedBugs {
+    /// A one-node transaction runs without looking at the 2PC locks of its
+    /// accounts, so a 2PC's commit can overwrite its update.
+    pub local_ignores_locks: bool,
+}
+
+/// The scripts' SHA-1s, loaded at every node, and the bugs planted in how
+/// they are used.
 #[derive(Debug, Clone)]
 pub struct Scripts {
+    pub bugs: PlantedBugs,
     txn: HashMap<TxnKind, String>,
     prepare: String,
     commit: String,
@@ -401,6 +412,7 @@ impl Scripts {
             txn.insert(kind, load(&kind.script())?);
         }
         Ok(Scripts {
+            bugs: PlantedBugs::default(),
             txn,
             prepare: load(PREPARE)?,
             commit: load(COMMIT)?,
@@ -514,7 +526,7 @@ pub fn run_static(
     let owner = |a: u64| parts.owner_of_tag[layout.tag(a)];
     let (n0, n1) = (owner(txn.accounts[0]), owner(txn.accounts[1]));
     if txn.kind.accounts() == 1 || n0 == n1 {
-        let (keys, balances) = txn_keys(layout, txn, true);
+        let (keys, balances) = txn_keys(layout, txn, !scripts.bugs.local_ignores_locks);
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let cmd = evalsha(&scripts.txn[&txn.kind], &refs, &[&balances]);
         for attempt in 0..MAX_2PC_TRIES {

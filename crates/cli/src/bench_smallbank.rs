@@ -62,6 +62,10 @@ pub struct SmallbankArgs {
     /// Repetitions (the systems interleaved in each); rows give medians.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub reps: Option<u32>,
+    /// A planted bug (the harness's own test): `local-ignores-locks`, a
+    /// one-node static-2PC transaction ignores the 2PC locks.
+    #[arg(long, hide = true, value_parser = ["local-ignores-locks"])]
+    pub planted: Option<String>,
 }
 
 struct Plan {
@@ -393,7 +397,8 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         layout.accounts(),
         loading.elapsed().as_secs_f64()
     );
-    let scripts = Scripts::load(&mut admin)?;
+    let mut scripts = Scripts::load(&mut admin)?;
+    scripts.bugs.local_ignores_locks = args.planted.as_deref() == Some("local-ignores-locks");
     let mut order = vec![(System::Perfect, 0.0)];
     for &r in &plan.remote {
         order.push((System::Static2pc, r));

@@ -880,3 +880,46 @@ async fn odd_scripts_get_replies_not_crashes() {
     }
     assert_eq!(r.call(&["PING"]).await, Frame::Simple("PONG".into()));
 }
+
+/// A script's state is kept for its next run on the thread (compiling and
+/// setting up a sandbox cost more than a short script): each run still gets
+/// its own KEYS and ARGV, a run that raised leaves nothing behind, and no
+/// other script meets what one left in a library table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_script_states_give_each_run_its_own_arguments_and_no_leftovers() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    let echo = "return {KEYS[1], ARGV[1], #KEYS, #ARGV}";
+    for i in 0..50 {
+        let (k, a) = (format!("k{i}"), format!("a{i}"));
+        let mut keys = vec![k.as_str()];
+        let mut args = vec![a.as_str()];
+        if i % 2 == 1 {
+            keys.push("second");
+            args.push("more");
+        }
+        let n = keys.len() as i64;
+        assert_eq!(
+            eval(&mut r, echo, &keys, &args).await,
+            Frame::Array(vec![bulk(&k), bulk(&a), Frame::Integer(n), Frame::Integer(n)])
+        );
+    }
+    // A script that marks a library table, then raises: its next run
+    // starts from a fresh state.
+    let marks = "local seen = string.roost_mark string.roost_mark = 1 \
+                 if ARGV[1] == 'raise' then error('raised') end return seen";
+    for _ in 0..4 {
+        let e = eval(&mut r, marks, &[], &["raise"]).await;
+        assert!(error_text(&e).contains("raised"), "{e:?}");
+    }
+    // No raising run kept its state: the next run sees no mark.
+    assert_eq!(eval(&mut r, marks, &[], &["keep"]).await, Frame::Null);
+    // Another script never sees the mark, however often the first ran.
+    for _ in 0..8 {
+        let _ = eval(&mut r, marks, &[], &["keep"]).await;
+        assert_eq!(
+            eval(&mut r, "return string.roost_mark", &[], &[]).await,
+            Frame::Null
+        );
+    }
+}

@@ -13,13 +13,19 @@
 //! called from a metamethod, an iterator or a `table.sort`/`string.gsub`
 //! callback cannot yield (Lua 5.1's C-call boundary) and gets Lua's error.
 //!
-//! Why a fresh state per run: no script sees another's leftovers (globals,
-//! modified library tables), the memory limit and time limit are the run's
-//! own, and runs interleaving on one reactor thread (one awaiting a command
-//! while another runs) cannot meet. It costs a state's setup (tens of
-//! microseconds) per run.
+//! Why a state per script, never shared by two runs at once: no script
+//! sees another's leftovers (globals, modified library tables), the memory
+//! limit and time limit are the run's own, and runs interleaving on one
+//! reactor thread (one awaiting a command while another runs) cannot meet.
+//! Setting a state up and compiling the body cost several times a short
+//! script's run, so an EVAL state that returned normally is kept on its
+//! thread ([`PREPARED`]) for the next run of the *same* script: at most
+//! that script meets its own leftovers (a library table it modified, which
+//! Redis 7 would have refused). A run that raised or was stopped drops its
+//! state. FCALL builds a state per run.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
@@ -59,6 +65,75 @@ enum Stop {
 thread_local! {
     static GUARD: Cell<Option<Guard>> = const { Cell::new(None) };
     static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
+    /// EVAL states ready for another run of their script, by SHA-1.
+    static PREPARED: RefCell<HashMap<String, Vec<Prepared>>> = RefCell::new(HashMap::new());
+}
+
+/// EVAL states kept per thread, all scripts together.
+const MAX_PREPARED_PER_THREAD: usize = 64;
+
+/// A sandbox with one EVAL body compiled in it and its globals protected.
+struct Prepared {
+    sha: String,
+    lua: Lua,
+    runner: Function,
+    main: Function,
+    /// The table behind the protected globals (where KEYS and ARGV go).
+    globals: Table,
+}
+
+impl Prepared {
+    fn new(sha: &str, body: &[u8]) -> Result<Prepared, Frame> {
+        let setup_error = |e: mlua::Error| Frame::error(format!("ERR {}", error_text(&e)));
+        let (lua, runner) = sandbox().map_err(setup_error)?;
+        let main = lua
+            .load(without_shebang(body))
+            .set_name("@user_script")
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| compile_error(&e, "script (new function)"))?;
+        // KEYS and ARGV exist before the globals are protected; each run
+        // replaces them in the table behind.
+        for name in ["KEYS", "ARGV"] {
+            let empty = lua.create_table().map_err(setup_error)?;
+            lua.globals().raw_set(name, empty).map_err(setup_error)?;
+        }
+        let globals: Table = lua
+            .load(PROTECT_GLOBALS)
+            .set_name("=protect")
+            .set_mode(ChunkMode::Text)
+            .call(())
+            .map_err(setup_error)?;
+        Ok(Prepared {
+            sha: sha.to_owned(),
+            lua,
+            runner,
+            main,
+            globals,
+        })
+    }
+
+    /// One kept for `sha` on this thread, if any.
+    fn take(sha: &str) -> Option<Prepared> {
+        PREPARED.with(|p| p.borrow_mut().get_mut(sha)?.pop())
+    }
+
+    /// Keeps it for the next run of its script here (if there is room).
+    fn keep(self) {
+        PREPARED.with(|p| {
+            let mut kept = p.borrow_mut();
+            let total: usize = kept.values().map(Vec::len).sum();
+            if total < MAX_PREPARED_PER_THREAD {
+                kept.entry(self.sha.clone()).or_default().push(self);
+            } else {
+                // Full: forget the scripts nobody runs now, keep this one.
+                kept.retain(|_, states| !states.is_empty());
+                if kept.len() < MAX_PREPARED_PER_THREAD {
+                    kept.entry(self.sha.clone()).or_default().push(self);
+                }
+            }
+        });
+    }
 }
 
 fn stopped() -> Option<Stop> {
@@ -203,6 +278,7 @@ local shield = {}
 raw_setmetatable(shield, { __newindex = readonly, __metatable = false })
 raw_setmetatable(G, { __index = real, __newindex = readonly, __metatable = shield })
 guarded[G] = true
+return real
 "#;
 
 /// A sandboxed state: base (without file access or code loading), table,
@@ -804,24 +880,30 @@ fn read_named_arguments(named: &Table) -> mlua::Result<NamedArguments> {
 /// Sets up a run of `call`: the state, KEYS/ARGV (EVAL) or the library's
 /// functions (FCALL), protected globals, the thread; the arguments of its
 /// first resume.
-fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue), Frame> {
+fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue, Option<Prepared>), Frame> {
     let setup_error = |e: mlua::Error| Frame::error(format!("ERR {}", error_text(&e)));
+    if let Source::Eval { sha, body } = &call.source {
+        let prepared = match Prepared::take(sha) {
+            Some(p) => p,
+            None => Prepared::new(sha, body)?,
+        };
+        let lua = prepared.lua.clone();
+        let keys = strings(&lua, &call.keys).map_err(setup_error)?;
+        let argv = strings(&lua, &call.args).map_err(setup_error)?;
+        prepared.globals.raw_set("KEYS", keys).map_err(setup_error)?;
+        prepared.globals.raw_set("ARGV", argv).map_err(setup_error)?;
+        let thread = lua
+            .create_thread(prepared.runner.clone())
+            .map_err(setup_error)?;
+        let first = MultiValue::from_iter([Value::Function(prepared.main.clone())]);
+        return Ok((lua, thread, first, Some(prepared)));
+    }
     let (lua, runner) = sandbox().map_err(setup_error)?;
     let globals = lua.globals();
     let keys = strings(&lua, &call.keys).map_err(setup_error)?;
     let argv = strings(&lua, &call.args).map_err(setup_error)?;
     let first: MultiValue = match &call.source {
-        Source::Eval { body, .. } => {
-            globals.raw_set("KEYS", keys).map_err(setup_error)?;
-            globals.raw_set("ARGV", argv).map_err(setup_error)?;
-            let main = lua
-                .load(without_shebang(body))
-                .set_name("@user_script")
-                .set_mode(ChunkMode::Text)
-                .into_function()
-                .map_err(|e| compile_error(&e, "script (new function)"))?;
-            MultiValue::from_iter([Value::Function(main)])
-        }
+        Source::Eval { .. } => unreachable!("an EVAL runs in a prepared state"),
         Source::Function { library, name } => {
             let registered = lua.create_table().map_err(setup_error)?;
             let redis: Table = globals.raw_get("redis").map_err(setup_error)?;
@@ -867,7 +949,7 @@ fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue), Frame> {
         .exec()
         .map_err(setup_error)?;
     let thread = lua.create_thread(runner).map_err(setup_error)?;
-    Ok((lua, thread, first))
+    Ok((lua, thread, first, None))
 }
 
 /// Runs `call` inside the transaction of `tx`: `Ok(Ok(reply))` when the
@@ -877,7 +959,7 @@ fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue), Frame> {
 /// conflict is retried, the script rerun from its start).
 pub(crate) async fn run(tx: &Tx, call: &ScriptCall) -> Result<Result<Frame, Frame>, ReactorError> {
     let _running = call.registry.enter();
-    let (lua, thread, first) = match start(call) {
+    let (lua, thread, first, prepared) = match start(call) {
         Ok(started) => started,
         Err(error) => return Ok(Err(error)),
     };
@@ -891,7 +973,15 @@ pub(crate) async fn run(tx: &Tx, call: &ScriptCall) -> Result<Result<Frame, Fram
     let mut input = first;
     loop {
         match run.resume(input) {
-            Step::Done(outcome) => return Ok(outcome),
+            Step::Done(outcome) => {
+                // A state whose run returned is fit for the next run of
+                // its script; one that raised or was stopped is dropped.
+                if let (Ok(_), Some(prepared)) = (&outcome, prepared) {
+                    drop(run);
+                    prepared.keep();
+                }
+                return Ok(outcome);
+            }
             Step::Command(args) => {
                 let reply = match super::command_op(call, args) {
                     Ok(op) => Box::pin(tx.apply(&op)).await?,

@@ -926,10 +926,13 @@ impl Connection<'_> {
         to
     }
 
-    /// Where a write command runs if not here, with its bytes: only
-    /// commands whose keys the command table names (not those with a
-    /// `numkeys` argument, nor keyless ones).
+    /// Where a write command runs if not here, with its bytes: commands
+    /// whose keys the command table names, and scripts on declared keys
+    /// (not the other commands with a `numkeys` argument, nor keyless ones).
     fn route_command(&self, spec: &Spec, args: &Args) -> Option<(SocketAddr, Vec<u8>)> {
+        if matches!(spec.name, "eval" | "evalsha") {
+            return self.route_script(spec, args);
+        }
         if spec.first_key <= 0 || commands::numkeys_at(spec.name).is_some() {
             return None;
         }
@@ -950,6 +953,32 @@ impl Connection<'_> {
         let to = self.route(&keys)?;
         let mut raw = Vec::new();
         crate::forward::encode_command(args, &mut raw);
+        Some((to, raw))
+    }
+
+    /// Where a script on declared keys runs if not here, with its bytes.
+    /// An EVALSHA travels as the EVAL of its body, so the owner need not
+    /// have loaded it (one this node does not know runs here: NOSCRIPT).
+    /// FCALL runs here: libraries are loaded node by node.
+    fn route_script(&self, spec: &Spec, args: &Args) -> Option<(SocketAddr, Vec<u8>)> {
+        let numkeys: usize = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+        let keys = args.get(3..3usize.checked_add(numkeys)?)?;
+        if keys.is_empty() {
+            return None;
+        }
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let to = self.route(&keys)?;
+        let mut raw = Vec::new();
+        if spec.name == "evalsha" {
+            let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            let body = self.shared.functions.scripting().script(&sha)?;
+            let mut shipped = args.clone();
+            shipped[0] = b"EVAL".to_vec();
+            shipped[1] = body.to_vec();
+            crate::forward::encode_command(&shipped, &mut raw);
+        } else {
+            crate::forward::encode_command(args, &mut raw);
+        }
         Some((to, raw))
     }
 

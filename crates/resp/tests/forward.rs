@@ -126,6 +126,37 @@ fn a_shipped_write_runs_at_the_owner_and_a_read_stays_here() {
 }
 
 #[test]
+fn a_script_on_declared_keys_is_shipped_and_an_evalsha_travels_as_its_body() {
+    let owner = start(None);
+    let here = start(Some(owner.addr()));
+    let mut client = connect(here.addr());
+    let body = "return redis.call('INCRBY', KEYS[1], ARGV[1])";
+    assert_eq!(command(&mut client, &["EVAL", body, "1", "s", "5"]), ":5");
+    // Only this server knows the script: its EVALSHA still runs at the
+    // owner, which never loaded it.
+    let sha = command(&mut client, &["SCRIPT", "LOAD", body]);
+    assert_eq!(
+        command(&mut client, &["EVALSHA", &sha, "1", "s", "2"]),
+        ":7"
+    );
+    let mut at_owner = connect(owner.addr());
+    assert_eq!(command(&mut at_owner, &["GET", "s"]), "7");
+    assert_eq!(command(&mut client, &["GET", "s"]), "$-1");
+    // An unknown SHA, a keyless script and a read-only one run here.
+    assert!(command(&mut client, &["EVALSHA", &"0".repeat(40), "1", "s"]).starts_with("-NOSCRIPT"));
+    assert_eq!(command(&mut client, &["EVAL", "return 1", "0"]), ":1");
+    assert_eq!(
+        command(
+            &mut client,
+            &["EVAL_RO", "return redis.call('GET', KEYS[1])", "1", "s"]
+        ),
+        "$-1"
+    );
+    drop(here);
+    drop(owner);
+}
+
+#[test]
 fn a_resp3_client_gets_resp3_replies_from_the_owner() {
     let owner = start(None);
     let here = start(Some(owner.addr()));

@@ -901,7 +901,12 @@ async fn kept_script_states_give_each_run_its_own_arguments_and_no_leftovers() {
         let n = keys.len() as i64;
         assert_eq!(
             eval(&mut r, echo, &keys, &args).await,
-            Frame::Array(vec![bulk(&k), bulk(&a), Frame::Integer(n), Frame::Integer(n)])
+            Frame::Array(vec![
+                bulk(&k),
+                bulk(&a),
+                Frame::Integer(n),
+                Frame::Integer(n)
+            ])
         );
     }
     // A script that marks a library table, then raises: its next run

@@ -890,8 +890,14 @@ fn start(call: &ScriptCall) -> Result<(Lua, mlua::Thread, MultiValue, Option<Pre
         let lua = prepared.lua.clone();
         let keys = strings(&lua, &call.keys).map_err(setup_error)?;
         let argv = strings(&lua, &call.args).map_err(setup_error)?;
-        prepared.globals.raw_set("KEYS", keys).map_err(setup_error)?;
-        prepared.globals.raw_set("ARGV", argv).map_err(setup_error)?;
+        prepared
+            .globals
+            .raw_set("KEYS", keys)
+            .map_err(setup_error)?;
+        prepared
+            .globals
+            .raw_set("ARGV", argv)
+            .map_err(setup_error)?;
         let thread = lua
             .create_thread(prepared.runner.clone())
             .map_err(setup_error)?;

@@ -168,7 +168,7 @@ impl Scripting {
         Running(self)
     }
 
-    fn script(&self, sha: &str) -> Option<Arc<[u8]>> {
+    pub(crate) fn script(&self, sha: &str) -> Option<Arc<[u8]>> {
         self.scripts
             .lock()
             .expect("script cache")

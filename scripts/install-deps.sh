@@ -8,9 +8,11 @@
 #   etcd-server    membership of the multi-process cluster tests (`roost up` uses
 #                  it when present, else its built-in membership)
 #   fonts-dejavu-core  the font of the benchmark plots
+#   postgresql     the peer in `roost bench smallbank --postgres` (initdb, pg_ctl,
+#                  pgbench; the benchmark starts a server of its own)
 set -euo pipefail
 
-packages=(fonts-dejavu-core redis-tools redis-server python3-redis etcd-server)
+packages=(fonts-dejavu-core redis-tools redis-server python3-redis etcd-server postgresql)
 # Installed means dpkg's "install ok installed": `dpkg -s` also succeeds for a
 # package removed with its configuration files left behind.
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -qx 'install ok installed'; }
@@ -33,7 +35,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 $SUDO apt-get update -qq
 # Installing a server package must not start its service: the tests start their
-# own redis-server and etcd processes on their own ports.
+# own redis-server, etcd and PostgreSQL processes on their own ports.
 policy=""
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   policy=/usr/sbin/policy-rc.d

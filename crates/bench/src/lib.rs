@@ -8,12 +8,14 @@
 //!   baseline on the storage engine alone;
 //! - [`smallbank`]: `roost bench smallbank`, Smallbank over a cluster: Roost
 //!   against static sharding with 2PC and perfect sharding;
+//! - [`postgres`]: PostgreSQL as a peer (a server of its own, pgbench);
 //! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
 //!   application on the reactor layer, sync against async deployments.
 
 pub mod engine;
 pub mod harness;
 pub mod plot;
+pub mod postgres;
 pub mod results;
 pub mod smallbank;
 pub mod smartmart;

@@ -66,6 +66,16 @@ pub struct SmallbankArgs {
     /// one-node static-2PC transaction ignores the 2PC locks.
     #[arg(long, hide = true, value_parser = ["local-ignores-locks"])]
     pub planted: Option<String>,
+    /// Instead: Roost against PostgreSQL (pgbench, SERIALIZABLE, over
+    /// loopback) on BenchBase's keys (uniform over every account) with the
+    /// same transactions, both durable (Roost `--sync always`, PostgreSQL
+    /// `synchronous_commit = on`); writes smallbank_postgres.{json,md}.
+    #[arg(long)]
+    pub postgres: bool,
+    /// With --postgres: pgbench client counts to try (the best is
+    /// PostgreSQL's figure).
+    #[arg(long, value_delimiter = ',', default_value = "8,32", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub pg_clients: Vec<u32>,
 }
 
 struct Plan {
@@ -111,7 +121,7 @@ impl SmallbankArgs {
     }
 }
 
-fn start_cluster(args: &SmallbankArgs, dir: PathBuf) -> anyhow::Result<LocalCluster> {
+fn start_cluster(args: &SmallbankArgs, dir: PathBuf, sync: &str) -> anyhow::Result<LocalCluster> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let resp_config = dir.with_extension("resp.toml");
     std::fs::write(
@@ -123,10 +133,12 @@ fn start_cluster(args: &SmallbankArgs, dir: PathBuf) -> anyhow::Result<LocalClus
     let mut config = LocalClusterConfig::new(exe, dir, args.nodes);
     config.protocol = "ownership";
     // Zeus's evaluation replicates in memory; every system here runs on
-    // the same nodes, so all three have the same durability.
+    // the same nodes, so all three have the same durability. Beside
+    // PostgreSQL, the nodes log and fsync every commit (`always`), as it
+    // does.
     config.extra_args = vec![
         "--sync".to_owned(),
-        "memory".to_owned(),
+        sync.to_owned(),
         "--resp-config".to_owned(),
         resp_config.display().to_string(),
     ];
@@ -354,14 +366,19 @@ fn median_of(cells: &[Cell], system: System, remote: f64) -> Option<f64> {
     )
 }
 
-pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
-    let plan = args.plan()?;
+/// A loaded cluster, ready for cells.
+struct Setup {
+    cluster: LocalCluster,
+    nodes: Vec<NodeAddr>,
+    layout: Arc<Layout>,
+    scripts: Scripts,
+    /// The sum of every balance, as the transactions so far left it.
+    expected_total: i128,
+}
+
+fn set_up(args: &SmallbankArgs, params: Params, sync: &str) -> anyhow::Result<Setup> {
     let dir = std::env::temp_dir().join(format!("roost-bench-smallbank-{}", std::process::id()));
-    println!(
-        "smallbank (FaSST flavour): {} nodes, {} reactors, {} accounts per node ({} hot), {} clients per node",
-        args.nodes, args.reactors, plan.params.accounts_per_partition, plan.params.hot_per_partition, args.clients_per_node
-    );
-    let cluster = start_cluster(args, dir.clone())?;
+    let cluster = start_cluster(args, dir, sync)?;
     let nodes: Vec<NodeAddr> = (0..args.nodes)
         .map(|n| {
             Ok(NodeAddr {
@@ -381,11 +398,11 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         "a node owns no reactor: {:?}",
         owned.iter().map(Vec::len).collect::<Vec<_>>()
     );
-    let layout = Arc::new(Layout::new(plan.params, owned));
+    let layout = Arc::new(Layout::new(params, owned));
     let loading = Instant::now();
     let owners = owners_now(&mut admin, &layout)?;
     smallbank::load(&mut admin, &layout, &owners)?;
-    let mut expected_total =
+    let expected_total =
         i128::from(smallbank::INITIAL_BALANCE_CENTS) * 2 * i128::from(layout.accounts());
     let total = smallbank::total_cents(&mut admin, &layout, &owners)?;
     anyhow::ensure!(
@@ -399,6 +416,31 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
     );
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.local_ignores_locks = args.planted.as_deref() == Some("local-ignores-locks");
+    Ok(Setup {
+        cluster,
+        nodes,
+        layout,
+        scripts,
+        expected_total,
+    })
+}
+
+pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
+    if args.postgres {
+        return run_postgres(args, command);
+    }
+    let plan = args.plan()?;
+    println!(
+        "smallbank (FaSST flavour): {} nodes, {} reactors, {} accounts per node ({} hot), {} clients per node",
+        args.nodes, args.reactors, plan.params.accounts_per_partition, plan.params.hot_per_partition, args.clients_per_node
+    );
+    let Setup {
+        cluster,
+        nodes,
+        layout,
+        scripts,
+        mut expected_total,
+    } = set_up(args, plan.params, "memory")?;
     let mut order = vec![(System::Perfect, 0.0)];
     for &r in &plan.remote {
         order.push((System::Static2pc, r));
@@ -542,6 +584,187 @@ fn break_even(ratios: &[(f64, f64)]) -> Option<f64> {
 
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// The goal against PostgreSQL on BenchBase's keys.
+const POSTGRES_GOAL: f64 = 20.0;
+/// BenchBase's `NUM_ACCOUNTS` (scale factor 1).
+const BENCHBASE_ACCOUNTS: u64 = 1_000_000;
+
+/// `--postgres`: Roost and PostgreSQL, interleaved, on BenchBase's keys.
+fn run_postgres(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
+    let plan = args.plan()?;
+    let total_accounts = args
+        .accounts
+        .map(|per_node| per_node * u64::from(args.nodes))
+        .unwrap_or(if args.quick {
+            BENCHBASE_ACCOUNTS / 10
+        } else {
+            BENCHBASE_ACCOUNTS
+        });
+    let per_node = total_accounts.div_ceil(u64::from(args.nodes));
+    // Uniform keys: no hot set, and a two-account transaction's second
+    // account is on another node as often as chance puts it there.
+    let params = Params {
+        accounts_per_partition: per_node,
+        hot_per_partition: 0,
+        hot_percent: 0,
+    };
+    let nodes = f64::from(args.nodes);
+    let remote = smallbank::TWO_ACCOUNT_SHARE * (nodes - 1.0) / nodes;
+    let pg_seconds = plan.seconds.ceil().max(1.0) as u32;
+    println!(
+        "smallbank (BenchBase keys): Roost ({} nodes, --sync always) against PostgreSQL (pgbench, SERIALIZABLE, synchronous_commit on), {} accounts",
+        args.nodes,
+        per_node * u64::from(args.nodes)
+    );
+    let pg_dir = std::env::temp_dir().join(format!("roost-bench-postgres-{}", std::process::id()));
+    let port = roost_cluster::local_cluster::free_ports(1).context("a port for PostgreSQL")?[0];
+    let pg = roost_bench::postgres::PgServer::start(&pg_dir, port)?;
+    let loading = Instant::now();
+    pg.load_smallbank(
+        per_node * u64::from(args.nodes),
+        smallbank::INITIAL_BALANCE_CENTS,
+    )?;
+    pg.set_synchronous_commit(true)?;
+    println!(
+        "PostgreSQL loaded in {:.1} s",
+        loading.elapsed().as_secs_f64()
+    );
+    let Setup {
+        cluster,
+        nodes: addrs,
+        layout,
+        scripts,
+        mut expected_total,
+    } = set_up(args, params, "always")?;
+    let mut roost = Vec::new();
+    let mut postgres: Vec<Vec<roost_bench::postgres::PgbenchResult>> =
+        vec![Vec::new(); args.pg_clients.len()];
+    let started = Instant::now();
+    for rep in 0..plan.reps {
+        let cell = run_cell(
+            &cluster,
+            &addrs,
+            &scripts,
+            &layout,
+            System::Roost,
+            remote,
+            args.clients_per_node,
+            plan.seconds,
+            u64::from(rep),
+            &mut expected_total,
+        )?;
+        println!(
+            "[{:>5.0} s] rep {} roost ({} clients): {:>8.0} txn/s, p50 {:>6.0} us, {} moves, total checked",
+            started.elapsed().as_secs_f64(),
+            rep + 1,
+            args.nodes * args.clients_per_node,
+            cell.committed_tps,
+            cell.latency_ns.value_at_quantile(0.5) as f64 / 1e3,
+            cell.moves
+        );
+        roost.push(cell);
+        for (i, &clients) in args.pg_clients.iter().enumerate() {
+            let r = pg.pgbench(per_node * u64::from(args.nodes), clients, pg_seconds)?;
+            println!(
+                "[{:>5.0} s] rep {} postgres ({clients} clients): {:>8.0} txn/s, latency avg {:.2} ms, {} retried, {} failed",
+                started.elapsed().as_secs_f64(),
+                rep + 1,
+                r.tps,
+                r.latency_avg_ms,
+                r.retried,
+                r.failed
+            );
+            postgres[i].push(r);
+        }
+    }
+    let mut report = BenchReport::new("smallbank_postgres", command);
+    let roost_tps = median(roost.iter().map(|c| c.committed_tps)).unwrap_or(0.0);
+    let pg_medians: Vec<f64> = postgres
+        .iter()
+        .map(|runs| median(runs.iter().map(|r| r.tps)).unwrap_or(0.0))
+        .collect();
+    let best_pg = pg_medians.iter().copied().fold(0.0, f64::max);
+    let mut merged = Histogram::new_with_bounds(1_000, 60_000_000_000, 3)?;
+    for c in &roost {
+        merged.add(&c.latency_ns)?;
+    }
+    let mut row = Row::new("roost", "benchbase-keys")
+        .with_param("clients", args.nodes * args.clients_per_node)
+        .with_param(
+            "durability",
+            "fsync per commit (--sync always), replication degree 3",
+        )
+        .with_extra("runs", roost.len())
+        .with_extra("vs_best_postgres", round2(roost_tps / best_pg))
+        .with_extra("goal", POSTGRES_GOAL)
+        .with_extra(
+            "moves_median",
+            median(roost.iter().map(|c| c.moves as f64)).unwrap_or(0.0),
+        );
+    row.throughput_tps = roost_tps.round();
+    row.latency_us = LatencyUs::from_histogram_ns(&merged);
+    row.abort_rate = median(roost.iter().map(|c| c.abort_rate)).unwrap_or(0.0);
+    report.rows.push(row);
+    for (i, &clients) in args.pg_clients.iter().enumerate() {
+        let runs = &postgres[i];
+        let mut row = Row::new("postgres", "benchbase-keys")
+            .with_param("clients", clients)
+            .with_param(
+                "durability",
+                "fsync per commit (synchronous_commit = on), one server",
+            )
+            .with_extra("runs", runs.len())
+            .with_extra(
+                "retried_median",
+                median(runs.iter().map(|r| r.retried as f64)).unwrap_or(0.0),
+            )
+            .with_extra(
+                "failed_median",
+                median(runs.iter().map(|r| r.failed as f64)).unwrap_or(0.0),
+            );
+        row.throughput_tps = pg_medians[i].round();
+        row.latency_us.mean = median(runs.iter().map(|r| r.latency_avg_ms * 1000.0)).unwrap_or(0.0);
+        report.rows.push(row);
+    }
+    report.notes.push(format!(
+        "Smallbank on BenchBase's keys: {} accounts, uniform, FaSST's mix (BenchBase's weights are the same) and FaSST's transaction semantics in integer cents on both systems (the same work: `roost_bench::smallbank` scripts on Roost, `roost_bench::postgres` SQL under pgbench). Roost: {} nodes on this machine, replication degree {}, every commit logged and fsynced (`--sync always`), {} client threads over RESP routed by roost-client, {:.1}% of transactions on two nodes' accounts (uniform keys). PostgreSQL {}: one server on loopback TCP, SERIALIZABLE, synchronous_commit on, pgbench with prepared statements and serialization failures retried (--max-tries), at each client count listed; its figure is the best count's. Each cell {} s; {} repetitions interleaved; medians.",
+        per_node * u64::from(args.nodes),
+        args.nodes,
+        args.nodes,
+        args.nodes * args.clients_per_node,
+        remote * 100.0,
+        pg_version(),
+        plan.seconds,
+        plan.reps
+    ));
+    report.notes.push(format!(
+        "Roost is {:.2}x PostgreSQL's best ({:.0} txn/s) (goal {POSTGRES_GOAL}x: {}).",
+        roost_tps / best_pg,
+        best_pg,
+        if roost_tps / best_pg >= POSTGRES_GOAL {
+            "met"
+        } else {
+            "missed"
+        }
+    ));
+    report.write(&args.out)?;
+    println!("{}", report.to_markdown());
+    drop(pg);
+    Ok(())
+}
+
+fn pg_version() -> String {
+    std::process::Command::new("pgbench")
+        .arg("--version")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace("pgbench (PostgreSQL) ", "")
+        })
+        .unwrap_or_else(|_| "(version unknown)".to_owned())
 }
 
 #[cfg(test)]

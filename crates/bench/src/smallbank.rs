@@ -497,7 +497,14 @@ pub fn run_routed(
     let node = router
         .route(&[keys[0].as_bytes()])
         .map_err(roost_client::CallError::from)?;
-    let reply = router.call(&[keys[0].as_bytes()], &cmd)?;
+    let con = router.connection(node)?;
+    let reply = match cmd.query::<Value>(con) {
+        Ok(reply) => reply,
+        Err(source) => {
+            router.disconnect(node);
+            return Err(TxnError::Redis { node, source });
+        }
+    };
     outcome(node, reply.clone())?.ok_or(TxnError::Reply {
         node,
         what: "a transaction script without locks",

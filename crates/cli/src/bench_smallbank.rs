@@ -28,7 +28,7 @@ const VENMO_REMOTE: f64 = 0.008;
 const STATIC_GOAL: f64 = 1.35;
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often the routers look again at the owners.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 /// Candidate hash tags asked about per reactor (enough to name every one).
 const TAGS_PER_REACTOR: usize = 12;
 

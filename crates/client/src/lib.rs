@@ -16,15 +16,18 @@
 //! in one process (they share a [`RouteTable`]) or in many.
 //!
 //! **Following ownership.** [`Router::follow`] looks again at the owners of
-//! the reactors in the map; a reactor that two looks in a row
-//! ([`SETTLE_LOOKS`]) find at the same other node has settled there, and
-//! its route moves. A single look can catch an ownership change in
-//! flight, which must not send the requests after it.
+//! the reactors in the map; a reactor that every look for a while (at least
+//! [`SETTLE_LOOKS`] looks over [`DEFAULT_SETTLE`]) finds at the same other
+//! node has settled there, and its route moves. A look can catch an
+//! ownership change in flight, and a reactor one transaction took across
+//! partitions usually goes back within moments: following either would send
+//! the requests after it to the wrong node, which then takes their other
+//! reactors too (a cascade of moves).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 pub use redis;
 pub use redis::{Cmd, Connection, Value};
@@ -32,11 +35,14 @@ pub use redis::{Cmd, Connection, Value};
 /// Looks in a row that must find a reactor at the same other node before
 /// its route moves there.
 pub const SETTLE_LOOKS: u32 = 2;
+/// How long those looks must keep finding it there (by default).
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 /// Keys whose reactor a [`RouteTable`] remembers; past it, it forgets them
 /// all and learns again (each costs one `ROOST.OWNER` round trip).
 pub const MAX_CACHED_KEYS: usize = 1 << 20;
-/// Keys asked about in one `ROOST.OWNER`.
-pub const MAX_KEYS_PER_LOOK: usize = 4096;
+/// Keys asked about in one `ROOST.OWNER` (a node answers it on an executor
+/// that serves transactions too: kept short).
+pub const MAX_KEYS_PER_LOOK: usize = 512;
 /// How long a connection attempt or a reply may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -104,8 +110,9 @@ struct Route {
     node: u32,
     /// A key of the reactor, to look at its owner again.
     key: Vec<u8>,
-    /// The other node the last looks found it at, and how many in a row.
-    elsewhere: Option<(u32, u32)>,
+    /// The other node the last looks found it at, how many in a row, and
+    /// when the first of them was.
+    elsewhere: Option<(u32, u32, Instant)>,
 }
 
 #[derive(Default)]
@@ -116,25 +123,35 @@ struct Routes {
 }
 
 /// The sticky reactor-to-node map, shared by the routers of a process.
-#[derive(Default)]
 pub struct RouteTable {
-    routes: Mutex<Routes>,
+    routes: RwLock<Routes>,
+    settle: Duration,
 }
 
 impl RouteTable {
+    /// A table whose routes move after [`DEFAULT_SETTLE`].
     pub fn new() -> Arc<RouteTable> {
-        Arc::new(RouteTable::default())
+        RouteTable::with_settle(DEFAULT_SETTLE)
+    }
+
+    /// A table whose routes move once looks have found a reactor at the
+    /// same other node for `settle` (and at least [`SETTLE_LOOKS`] looks).
+    pub fn with_settle(settle: Duration) -> Arc<RouteTable> {
+        Arc::new(RouteTable {
+            routes: RwLock::new(Routes::default()),
+            settle,
+        })
     }
 
     /// Where requests on `reactor` go now, if it has been seen.
     pub fn node_of(&self, reactor: usize) -> Option<u32> {
-        let routes = self.routes.lock().expect("routes lock");
+        let routes = self.routes.read().expect("routes lock");
         routes.by_reactor.get(&reactor).map(|r| r.node)
     }
 
     /// Reactors with a route.
     pub fn len(&self) -> usize {
-        self.routes.lock().expect("routes lock").by_reactor.len()
+        self.routes.read().expect("routes lock").by_reactor.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -143,11 +160,11 @@ impl RouteTable {
 
     /// Routes moved because ownership settled elsewhere, in all.
     pub fn moves(&self) -> u64 {
-        self.routes.lock().expect("routes lock").moves
+        self.routes.read().expect("routes lock").moves
     }
 
     fn cached(&self, key: &[u8]) -> Option<u32> {
-        let routes = self.routes.lock().expect("routes lock");
+        let routes = self.routes.read().expect("routes lock");
         let reactor = routes.reactor_of.get(key)?;
         routes.by_reactor.get(reactor).map(|r| r.node)
     }
@@ -155,7 +172,7 @@ impl RouteTable {
     /// First sight of `key`: remembers its reactor, and the reactor's
     /// route unless another router set it first (sticky).
     fn learn(&self, key: &[u8], owner: KeyOwner, fallback: u32) -> u32 {
-        let mut routes = self.routes.lock().expect("routes lock");
+        let mut routes = self.routes.write().expect("routes lock");
         if routes.reactor_of.len() >= MAX_CACHED_KEYS {
             routes.reactor_of.clear();
         }
@@ -170,7 +187,7 @@ impl RouteTable {
 
     /// The reactors with a route and a key of each.
     fn known(&self) -> Vec<(usize, Vec<u8>)> {
-        let routes = self.routes.lock().expect("routes lock");
+        let routes = self.routes.read().expect("routes lock");
         routes
             .by_reactor
             .iter()
@@ -179,10 +196,14 @@ impl RouteTable {
     }
 
     /// One look found `reactor` owned by `owner`: the route moves once
-    /// [`SETTLE_LOOKS`] looks in a row found it at the same other node.
-    /// Whether it moved.
+    /// [`SETTLE_LOOKS`] looks in a row over the table's settle time found
+    /// it at the same other node. Whether it moved.
     fn looked(&self, reactor: usize, owner: u32) -> bool {
-        let mut routes = self.routes.lock().expect("routes lock");
+        self.looked_at(reactor, owner, Instant::now())
+    }
+
+    fn looked_at(&self, reactor: usize, owner: u32, now: Instant) -> bool {
+        let mut routes = self.routes.write().expect("routes lock");
         let Some(route) = routes.by_reactor.get_mut(&reactor) else {
             return false;
         };
@@ -190,12 +211,12 @@ impl RouteTable {
             route.elsewhere = None;
             return false;
         }
-        let looks = match route.elsewhere {
-            Some((node, looks)) if node == owner => looks + 1,
-            _ => 1,
+        let (looks, since) = match route.elsewhere {
+            Some((node, looks, since)) if node == owner => (looks + 1, since),
+            _ => (1, now),
         };
-        if looks < SETTLE_LOOKS {
-            route.elsewhere = Some((owner, looks));
+        if looks < SETTLE_LOOKS || now.duration_since(since) < self.settle {
+            route.elsewhere = Some((owner, looks, since));
             return false;
         }
         route.node = owner;
@@ -395,7 +416,7 @@ mod tests {
 
     #[test]
     fn a_route_is_sticky_and_moves_only_after_settling() {
-        let table = RouteTable::new();
+        let table = RouteTable::with_settle(Duration::ZERO);
         let owner = KeyOwner {
             reactor: 7,
             node: Some(1),
@@ -422,6 +443,28 @@ mod tests {
         assert!(!table.looked(7, 0));
         assert!(!table.looked(7, 1));
         assert_eq!(table.node_of(7), Some(2));
+    }
+
+    #[test]
+    fn a_route_waits_out_the_settle_time() {
+        let table = RouteTable::with_settle(Duration::from_secs(1));
+        let owner = KeyOwner {
+            reactor: 1,
+            node: Some(0),
+        };
+        table.learn(b"k", owner, 0);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        // Found elsewhere for less than the settle time: stays.
+        for t in [0, 100, 200, 900] {
+            assert!(!table.looked_at(1, 2, ms(t)));
+        }
+        // A look back home restarts the clock.
+        assert!(!table.looked_at(1, 0, ms(950)));
+        assert!(!table.looked_at(1, 2, ms(1_000)));
+        assert!(!table.looked_at(1, 2, ms(1_900)));
+        assert!(table.looked_at(1, 2, ms(2_000)));
+        assert_eq!(table.node_of(1), Some(2));
     }
 
     #[test]

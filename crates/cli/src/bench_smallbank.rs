@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
+use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
 use roost_client::{NodeAddr, RouteTable, Router};
@@ -481,9 +482,41 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         }
     }
     let report = report(args, &plan, command, &cells);
-    report.write(&args.out)?;
+    let png = args.out.join(format!("{BENCHMARK}.png"));
+    let chart = figure_9(&plan, &cells);
+    report.write_with_plot(&args.out, || {
+        finish_png(chart.render_png(&png), png.clone())
+    })?;
     println!("{}", report.to_markdown());
     Ok(())
+}
+
+/// The seed's Figure 9: median throughput by remote fraction, the three
+/// systems side by side (perfect sharding has no remote fraction: its bar
+/// repeats at each).
+fn figure_9(plan: &Plan, cells: &[Cell]) -> BarChart {
+    let series = |system: System| BarSeries {
+        name: system.name().to_owned(),
+        values: plan
+            .remote
+            .iter()
+            .map(|&r| median_of(cells, system, r))
+            .collect(),
+    };
+    BarChart {
+        title: "Smallbank (FaSST flavour), 3 nodes: throughput by remote fraction".to_owned(),
+        y_label: "committed txn/s".to_owned(),
+        categories: plan
+            .remote
+            .iter()
+            .map(|r| format!("{:.1}%", r * 100.0))
+            .collect(),
+        series: vec![
+            series(System::Roost),
+            series(System::Static2pc),
+            series(System::Perfect),
+        ],
+    }
 }
 
 fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> BenchReport {
@@ -561,25 +594,45 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
             if *r >= STATIC_GOAL { "met" } else { "missed" }
         ));
     }
-    report.notes.push(match break_even(&ratios) {
-        Some(at) => format!("Roost breaks even with static-2PC at about {:.1}% remote (interpolated between the measured fractions).", at * 100.0),
-        None => "Roost stays above static-2PC at every measured remote fraction.".to_owned(),
+    let crossings = crossings(&ratios);
+    report.notes.push(if crossings.is_empty() {
+        let above = ratios.iter().all(|(_, r)| *r > 1.0);
+        format!(
+            "Roost stays {} static-2PC at every measured remote fraction.",
+            if above { "above" } else { "at or below" }
+        )
+    } else {
+        let at: Vec<String> = crossings
+            .iter()
+            .map(|(remote, up)| {
+                format!(
+                    "{:.1}% ({})",
+                    remote * 100.0,
+                    if *up { "Roost ahead above it" } else { "static-2PC ahead above it" }
+                )
+            })
+            .collect();
+        format!(
+            "Roost and static-2PC break even at about {} (interpolated between the measured fractions).",
+            at.join(", ")
+        )
     });
     report
 }
 
-/// Where Roost's ratio to static-2PC first falls to 1 (linear between the
-/// measured fractions).
-fn break_even(ratios: &[(f64, f64)]) -> Option<f64> {
+/// Where Roost's ratio to static-2PC crosses 1 (linear between the
+/// measured fractions), and whether Roost is ahead after each.
+fn crossings(ratios: &[(f64, f64)]) -> Vec<(f64, bool)> {
     let mut sorted = ratios.to_vec();
     sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    if sorted.first()?.1 <= 1.0 {
-        return Some(sorted[0].0);
-    }
-    sorted.windows(2).find_map(|w| {
-        let ((r0, x0), (r1, x1)) = (w[0], w[1]);
-        (x0 > 1.0 && x1 <= 1.0).then(|| r0 + (r1 - r0) * (x0 - 1.0) / (x0 - x1))
-    })
+    sorted
+        .windows(2)
+        .filter_map(|w| {
+            let ((r0, x0), (r1, x1)) = (w[0], w[1]);
+            let crossed = (x0 - 1.0).signum() != (x1 - 1.0).signum() && x0 != x1;
+            crossed.then(|| (r0 + (r1 - r0) * (x0 - 1.0) / (x0 - x1), x1 > 1.0))
+        })
+        .collect()
 }
 
 fn round2(x: f64) -> f64 {
@@ -739,6 +792,10 @@ fn run_postgres(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         plan.seconds,
         plan.reps
     ));
+    report.notes.push(
+        "pgbench reports the mean latency only: PostgreSQL's percentile columns are empty (0)."
+            .to_owned(),
+    );
     report.notes.push(format!(
         "Roost is {:.2}x PostgreSQL's best ({:.0} txn/s) (goal {POSTGRES_GOAL}x: {}).",
         roost_tps / best_pg,
@@ -772,10 +829,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn break_even_interpolates_where_the_ratio_crosses_one() {
-        assert_eq!(break_even(&[(0.0, 2.0), (0.1, 1.5)]), None);
-        let at = break_even(&[(0.2, 0.5), (0.0, 2.0), (0.1, 1.5)]).unwrap();
-        assert!((at - 0.15).abs() < 1e-9, "{at}");
-        assert_eq!(break_even(&[(0.0, 0.9), (0.1, 0.5)]), Some(0.0));
+    fn crossings_interpolate_where_the_ratio_crosses_one() {
+        assert!(crossings(&[(0.0, 2.0), (0.1, 1.5)]).is_empty());
+        let down = crossings(&[(0.2, 0.5), (0.0, 2.0), (0.1, 1.5)]);
+        assert_eq!(down.len(), 1);
+        assert!((down[0].0 - 0.15).abs() < 1e-9 && !down[0].1, "{down:?}");
+        let up = crossings(&[(0.0, 0.9), (0.2, 0.8), (0.4, 1.2)]);
+        assert_eq!(up.len(), 1);
+        assert!((up[0].0 - 0.3).abs() < 1e-9 && up[0].1, "{up:?}");
     }
 }

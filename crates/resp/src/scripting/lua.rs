@@ -70,7 +70,7 @@ thread_local! {
 }
 
 /// EVAL states kept per thread, all scripts together.
-const MAX_PREPARED_PER_THREAD: usize = 64;
+const MAX_PREPARED_PER_THREAD: usize = 256;
 
 /// A sandbox with one EVAL body compiled in it and its globals protected.
 struct Prepared {

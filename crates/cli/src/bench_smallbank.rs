@@ -198,20 +198,30 @@ fn tags_by_owner(
     }
 }
 
-/// Each tag's owner now.
+/// Each tag's owner now (asked again, of the next node, while a node that
+/// has not yet learned some reactor's owner answers nil).
 fn owners_now(router: &mut Router, layout: &Layout) -> anyhow::Result<HashMap<String, u32>> {
     let tags: Vec<&String> = layout.all_tags().collect();
-    let mut owners = HashMap::new();
-    for chunk in tags.chunks(roost_client::MAX_KEYS_PER_LOOK) {
-        let refs: Vec<&[u8]> = chunk.iter().map(|t| t.as_bytes()).collect();
-        for (tag, owner) in chunk.iter().zip(router.owners(&refs)?) {
-            let node = owner
-                .node
-                .with_context(|| format!("no node names the owner of tag {tag}"))?;
-            owners.insert((*tag).clone(), node);
+    let deadline = Instant::now() + READY_TIMEOUT;
+    'look: loop {
+        let mut owners = HashMap::new();
+        for chunk in tags.chunks(roost_client::MAX_KEYS_PER_LOOK) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|t| t.as_bytes()).collect();
+            for (tag, owner) in chunk.iter().zip(router.owners(&refs)?) {
+                let Some(node) = owner.node else {
+                    anyhow::ensure!(
+                        Instant::now() < deadline,
+                        "no node names the owner of tag {tag} within {} s",
+                        READY_TIMEOUT.as_secs()
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue 'look;
+                };
+                owners.insert((*tag).clone(), node);
+            }
         }
+        return Ok(owners);
     }
-    Ok(owners)
 }
 
 /// One cell: a system at a remote fraction for `seconds`.

@@ -13,6 +13,7 @@
 //!   application on the reactor layer, sync against async deployments.
 
 pub mod engine;
+pub mod handover;
 pub mod harness;
 pub mod plot;
 pub mod postgres;

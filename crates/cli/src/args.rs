@@ -118,6 +118,10 @@ pub enum Benchmark {
     /// fraction of transactions that touch two partitions (the Zeus seed's
     /// Figure 9).
     Smallbank(crate::bench_smallbank::SmallbankArgs),
+    /// Handover (the Zeus seed's cellular control plane) on a three-node
+    /// cluster: Roost against static sharding with two-phase commit and
+    /// perfect sharding, by handover fraction.
+    Handover(crate::bench_handover::HandoverArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

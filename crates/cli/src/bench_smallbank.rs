@@ -122,16 +122,18 @@ impl SmallbankArgs {
     }
 }
 
-fn start_cluster(args: &SmallbankArgs, dir: PathBuf, sync: &str) -> anyhow::Result<LocalCluster> {
+pub(crate) fn start_cluster(
+    nodes: u32,
+    reactors: u64,
+    dir: PathBuf,
+    sync: &str,
+) -> anyhow::Result<LocalCluster> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let resp_config = dir.with_extension("resp.toml");
-    std::fs::write(
-        &resp_config,
-        format!("keyspace_reactors = {}\n", args.reactors),
-    )
-    .with_context(|| format!("writing {}", resp_config.display()))?;
+    std::fs::write(&resp_config, format!("keyspace_reactors = {}\n", reactors))
+        .with_context(|| format!("writing {}", resp_config.display()))?;
     let exe = std::env::current_exe().context("locating the roost executable")?;
-    let mut config = LocalClusterConfig::new(exe, dir, args.nodes);
+    let mut config = LocalClusterConfig::new(exe, dir, nodes);
     config.protocol = "ownership";
     // Zeus's evaluation replicates in memory; every system here runs on
     // the same nodes, so all three have the same durability. Beside
@@ -146,7 +148,7 @@ fn start_cluster(args: &SmallbankArgs, dir: PathBuf, sync: &str) -> anyhow::Resu
     config.lease_ttl_s = 2;
     let cluster = LocalCluster::start(config).context("starting the Roost cluster")?;
     let deadline = Instant::now() + READY_TIMEOUT;
-    while let Some(why) = roost_check::resp_run::zeus_unready(&cluster, args.nodes) {
+    while let Some(why) = roost_check::resp_run::zeus_unready(&cluster, nodes) {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the cluster was not ready within {} s: {why}",
@@ -159,7 +161,7 @@ fn start_cluster(args: &SmallbankArgs, dir: PathBuf, sync: &str) -> anyhow::Resu
 
 /// One hash tag per reactor and each one's owner, once every reactor has
 /// an owner.
-fn tags_by_owner(
+pub(crate) fn tags_by_owner(
     router: &mut Router,
     reactors: usize,
 ) -> anyhow::Result<HashMap<u32, Vec<String>>> {
@@ -198,10 +200,18 @@ fn tags_by_owner(
     }
 }
 
-/// Each tag's owner now (asked again, of the next node, while a node that
-/// has not yet learned some reactor's owner answers nil).
+/// Each tag's owner now.
 fn owners_now(router: &mut Router, layout: &Layout) -> anyhow::Result<HashMap<String, u32>> {
     let tags: Vec<&String> = layout.all_tags().collect();
+    owners_of_tags(router, &tags)
+}
+
+/// Each tag's owner now (asked again, of the next node, while a node that
+/// has not yet learned some reactor's owner answers nil).
+pub(crate) fn owners_of_tags(
+    router: &mut Router,
+    tags: &[&String],
+) -> anyhow::Result<HashMap<String, u32>> {
     let deadline = Instant::now() + READY_TIMEOUT;
     'look: loop {
         let mut owners = HashMap::new();
@@ -389,7 +399,7 @@ struct Setup {
 
 fn set_up(args: &SmallbankArgs, params: Params, sync: &str) -> anyhow::Result<Setup> {
     let dir = std::env::temp_dir().join(format!("roost-bench-smallbank-{}", std::process::id()));
-    let cluster = start_cluster(args, dir, sync)?;
+    let cluster = start_cluster(args.nodes, args.reactors, dir, sync)?;
     let nodes: Vec<NodeAddr> = (0..args.nodes)
         .map(|n| {
             Ok(NodeAddr {

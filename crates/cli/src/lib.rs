@@ -6,6 +6,7 @@ pub mod args;
 pub mod bench_commit;
 pub mod bench_durability;
 pub mod bench_escrow;
+pub mod bench_handover;
 pub mod bench_ownership;
 pub mod bench_resp;
 pub mod bench_resp_cluster;

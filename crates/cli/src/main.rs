@@ -15,8 +15,8 @@ use roost_bench::engine;
 use roost_bench::smartmart;
 use roost_cli::args::{Benchmark, Cli, Command};
 use roost_cli::{
-    bench_commit, bench_durability, bench_escrow, bench_ownership, bench_resp, bench_smallbank,
-    bench_transport, check, cluster, demo, resp, sim, sites,
+    bench_commit, bench_durability, bench_escrow, bench_handover, bench_ownership, bench_resp,
+    bench_smallbank, bench_transport, check, cluster, demo, resp, sim, sites,
 };
 
 /// The command line as typed, for the results' `command` field.
@@ -62,6 +62,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Bench(Benchmark::Durability(args)) => bench_durability::run(&args, command)?,
         Command::Bench(Benchmark::Resp(args)) => bench_resp::run(&args, command)?,
         Command::Bench(Benchmark::Smallbank(args)) => bench_smallbank::run(&args, command)?,
+        Command::Bench(Benchmark::Handover(args)) => bench_handover::run(&args, command)?,
         Command::Bench(Benchmark::Escrow(args)) => bench_escrow::run(&args, command)?,
         Command::Check(args) => check::run(&args)?,
         Command::Node(args) => cluster::node(&args)?,

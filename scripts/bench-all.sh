@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --bin roost
-all=(engine smartmart smartmart-goals transport resp escrow durability bcounter commit_path call_cost)
+all=(engine smartmart smartmart-goals transport resp escrow durability smallbank smallbank-postgres handover bcounter commit_path call_cost)
 chosen=("$@")
 [ "${#chosen[@]}" -gt 0 ] || chosen=("${all[@]}")
 for b in "${chosen[@]}"; do
@@ -21,6 +21,9 @@ for b in "${chosen[@]}"; do
     resp) target/release/roost bench resp ;;
     escrow) target/release/roost bench escrow ;;
     durability) target/release/roost bench durability ;;
+    smallbank) target/release/roost bench smallbank ;;
+    smallbank-postgres) target/release/roost bench smallbank --postgres ;;
+    handover) target/release/roost bench handover ;;
     bcounter) scripts/bcounter-bench.sh ;;
     commit_path)
       echo "commit_path: cargo bench -p roost-storage --bench commit_path -- --quick;" \

@@ -31,12 +31,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roost_client::{redis, Cmd, NodeAddr, Router, Value};
+
+use crate::cluster_load::{
+    back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
+};
 
 /// Tries of a static-2PC transaction whose prepare met a lock.
 const MAX_2PC_TRIES: u32 = 64;
@@ -328,42 +332,16 @@ pub struct Scripts {
 }
 
 impl Scripts {
-    pub fn load(router: &mut Router) -> Result<Scripts, LoadError> {
-        let nodes: Vec<u32> = router.nodes().iter().map(|n| n.id).collect();
-        let mut load = |src: &str| -> Result<String, LoadError> {
-            let mut sha = String::new();
-            for &node in &nodes {
-                let con = router
-                    .connection(node)
-                    .map_err(|e| LoadError(e.to_string()))?;
-                sha = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(src)
-                    .query::<String>(con)
-                    .map_err(|e| LoadError(format!("SCRIPT LOAD at node {node}: {e}")))?;
-            }
-            Ok(sha)
-        };
+    /// SCRIPT LOAD of every script at every node of `router`.
+    pub fn load(router: &mut Router) -> Result<Scripts, NodeError> {
         Ok(Scripts {
             bugs: PlantedBugs::default(),
-            apply: load(APPLY)?,
-            prepare: load(PREPARE)?,
-            commit: load(COMMIT)?,
-            release: load(RELEASE)?,
+            apply: load_script(router, APPLY)?,
+            prepare: load_script(router, PREPARE)?,
+            commit: load_script(router, COMMIT)?,
+            release: load_script(router, RELEASE)?,
         })
     }
-}
-
-fn evalsha(sha: &str, keys: &[String], args: &[String]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(keys.len());
-    for k in keys {
-        cmd.arg(k);
-    }
-    for a in args {
-        cmd.arg(a);
-    }
-    cmd
 }
 
 /// The next transaction for `phone`, whose session says `now`. Each runs at
@@ -452,12 +430,7 @@ pub enum TxnError {
     #[error(transparent)]
     Route(#[from] roost_client::RouteError),
     #[error(transparent)]
-    Connect(#[from] roost_client::ConnectError),
-    #[error("node {node}: {source}")]
-    Redis {
-        node: u32,
-        source: redis::RedisError,
-    },
+    Node(#[from] NodeError),
     #[error("node {node} answered {what} with {reply:?}")]
     Reply {
         node: u32,
@@ -469,9 +442,7 @@ pub enum TxnError {
 }
 
 fn query(router: &mut Router, node: u32, cmd: &Cmd) -> Result<Value, TxnError> {
-    let con = router.connection(node)?;
-    cmd.query::<Value>(con)
-        .map_err(|source| TxnError::Redis { node, source })
+    Ok(crate::cluster_load::query(router, node, cmd)?)
 }
 
 /// The script's keys and ARGV for `writes` (then `locks`).
@@ -558,7 +529,7 @@ fn run_static(
             .iter()
             .map(|(_, _, locks)| evalsha(&scripts.prepare, locks, &[token.to_owned()]))
             .collect();
-        let replies = all(router, &nodes, &prepares)?;
+        let replies = send_all(router, &nodes, &prepares)?;
         let took: Vec<bool> = replies.iter().map(|r| *r == Value::Int(1)).collect();
         if took.iter().all(|t| *t) {
             let commits: Vec<Cmd> = parts
@@ -569,7 +540,7 @@ fn run_static(
                     evalsha(&scripts.commit, &keys, &args)
                 })
                 .collect();
-            for (node, reply) in nodes.iter().zip(all(router, &nodes, &commits)?) {
+            for (node, reply) in nodes.iter().zip(send_all(router, &nodes, &commits)?) {
                 if reply != Value::Int(1) {
                     return Err(TxnError::Reply {
                         node: *node,
@@ -594,33 +565,6 @@ fn run_static(
     Err(TxnError::Starved)
 }
 
-fn back_off(attempt: u32, rng: &mut SmallRng) {
-    std::thread::sleep(Duration::from_micros(
-        rng.random_range(20..200) << attempt.min(4),
-    ));
-}
-
-/// Sends `cmds[i]` to `nodes[i]`, all before reading any reply.
-fn all(router: &mut Router, nodes: &[u32], cmds: &[Cmd]) -> Result<Vec<Value>, TxnError> {
-    for (node, cmd) in nodes.iter().zip(cmds) {
-        let con = router.connection(*node)?;
-        con.send_packed_command(&cmd.get_packed_command())
-            .map_err(|source| TxnError::Redis {
-                node: *node,
-                source,
-            })?;
-    }
-    let mut replies = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        let con = router.connection(*node)?;
-        replies.push(con.recv_response().map_err(|source| TxnError::Redis {
-            node: *node,
-            source,
-        })?);
-    }
-    Ok(replies)
-}
-
 /// Runs one client over `phones` until `stop`, counting while `counting`.
 #[allow(clippy::too_many_arguments)]
 pub fn run_client(
@@ -641,7 +585,7 @@ pub fn run_client(
         handovers: 0,
         cross: 0,
         conflicts: 0,
-        latency_ns: Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds"),
+        latency_ns: latency_histogram(),
         expected: Vec::new(),
         error: None,
     };
@@ -665,8 +609,7 @@ pub fn run_client(
         };
         phones[i].1 = txn.after;
         if counting.load(Ordering::Relaxed) {
-            let ns = started.elapsed().as_nanos() as u64;
-            let _ = result.latency_ns.record(ns.clamp(1_000, 60_000_000_000));
+            record(&mut result.latency_ns, started);
             result.committed += 1;
             result.conflicts += u64::from(conflicts);
             result.handovers += u64::from(matches!(txn.after, Session::HandingOver { .. }));

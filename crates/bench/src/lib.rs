@@ -12,6 +12,7 @@
 //! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
 //!   application on the reactor layer, sync against async deployments.
 
+pub mod cluster_load;
 pub mod engine;
 pub mod handover;
 pub mod harness;

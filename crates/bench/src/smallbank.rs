@@ -36,12 +36,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roost_client::{redis, Cmd, Connection, NodeAddr, Router, Value};
+use roost_client::{redis, Cmd, NodeAddr, Router, Value};
+
+use crate::cluster_load::{
+    back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
+};
 
 /// Every account's two balances start here (cents).
 pub const INITIAL_BALANCE_CENTS: i64 = 1_000_000_000;
@@ -369,6 +373,8 @@ pub enum TxnError {
     },
     #[error("a 2PC transaction met locks {tries} times in a row")]
     Starved { tries: u32 },
+    #[error(transparent)]
+    Node(#[from] NodeError),
 }
 
 /// Bugs planted in the static-2PC baseline, to show that the harness's
@@ -394,43 +400,18 @@ pub struct Scripts {
 impl Scripts {
     /// SCRIPT LOAD of every script at every node of `router`.
     pub fn load(router: &mut Router) -> Result<Scripts, TxnError> {
-        let nodes: Vec<u32> = router.nodes().iter().map(|n| n.id).collect();
-        let mut load = |src: &str| -> Result<String, TxnError> {
-            let mut sha = String::new();
-            for &node in &nodes {
-                let con = router.connection(node)?;
-                sha = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(src)
-                    .query::<String>(con)
-                    .map_err(|source| TxnError::Redis { node, source })?;
-            }
-            Ok(sha)
-        };
         let mut txn = HashMap::new();
         for (kind, _) in MIX {
-            txn.insert(kind, load(&kind.script())?);
+            txn.insert(kind, load_script(router, &kind.script())?);
         }
         Ok(Scripts {
             bugs: PlantedBugs::default(),
             txn,
-            prepare: load(PREPARE)?,
-            commit: load(COMMIT)?,
-            release: load(RELEASE)?,
+            prepare: load_script(router, PREPARE)?,
+            commit: load_script(router, COMMIT)?,
+            release: load_script(router, RELEASE)?,
         })
     }
-}
-
-fn evalsha(sha: &str, keys: &[&str], args: &[&str]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(sha).arg(keys.len());
-    for k in keys {
-        cmd.arg(*k);
-    }
-    for a in args {
-        cmd.arg(*a);
-    }
-    cmd
 }
 
 fn int(v: &Value) -> Option<i64> {
@@ -512,13 +493,6 @@ pub fn run_routed(
     })
 }
 
-/// Backs off before try `attempt + 1` of a transaction that met a lock.
-fn back_off(attempt: u32, rng: &mut SmallRng) {
-    std::thread::sleep(Duration::from_micros(
-        rng.random_range(20..200) << attempt.min(4),
-    ));
-}
-
 /// Runs `txn` under static sharding: at its accounts' owner if one, else
 /// by two-phase commit across the two.
 pub fn run_static(
@@ -560,7 +534,7 @@ pub fn run_static(
             .iter()
             .map(|(_, k)| evalsha(&scripts.prepare, &[&k[2], &k[0], &k[1]], &[token]))
             .collect();
-        let replies = both(router, &participants.map(|(n, _)| n), &prepares)?;
+        let replies = send_all(router, &participants.map(|(n, _)| n), &prepares)?;
         let read = |i: usize| -> Result<Option<(i64, i64)>, TxnError> {
             let bad = || TxnError::Reply {
                 node: participants[i].0,
@@ -613,7 +587,7 @@ pub fn run_static(
                 evalsha(&scripts.commit, &[&k[2], &k[0], &k[1]], &[token, &s, &c])
             })
             .collect();
-        let replies = both(router, &participants.map(|(n, _)| n), &commits)?;
+        let replies = send_all(router, &participants.map(|(n, _)| n), &commits)?;
         for (i, reply) in replies.into_iter().enumerate() {
             if int(&reply) != Some(1) {
                 return Err(TxnError::Reply {
@@ -633,28 +607,6 @@ pub fn run_static(
     Err(TxnError::Starved {
         tries: MAX_2PC_TRIES,
     })
-}
-
-/// Sends `cmds[i]` to `nodes[i]`, all before reading any reply.
-fn both(router: &mut Router, nodes: &[u32; 2], cmds: &[Cmd]) -> Result<Vec<Value>, TxnError> {
-    for (node, cmd) in nodes.iter().zip(cmds) {
-        let con = router.connection(*node)?;
-        con.send_packed_command(&cmd.get_packed_command())
-            .map_err(|source| TxnError::Redis {
-                node: *node,
-                source,
-            })?;
-    }
-    let mut replies = Vec::with_capacity(2);
-    for node in nodes {
-        let con: &mut Connection = router.connection(*node)?;
-        let reply = con.recv_response().map_err(|source| TxnError::Redis {
-            node: *node,
-            source,
-        })?;
-        replies.push(reply);
-    }
-    Ok(replies)
 }
 
 /// Writes every account's balances at the node owning its reactor.
@@ -808,7 +760,7 @@ pub fn run_client(
         conflicts: 0,
         cross: 0,
         delta_cents: 0,
-        latency_ns: Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds"),
+        latency_ns: latency_histogram(),
         error: None,
     };
     while !stop.load(Ordering::Relaxed) {
@@ -828,8 +780,7 @@ pub fn run_client(
         // Its effect counts whether or not the window is open.
         result.delta_cents += outcome.delta_cents;
         if counting.load(Ordering::Relaxed) {
-            let ns = started.elapsed().as_nanos() as u64;
-            let _ = result.latency_ns.record(ns.clamp(1_000, 60_000_000_000));
+            record(&mut result.latency_ns, started);
             if outcome.committed {
                 result.committed += 1;
             } else {

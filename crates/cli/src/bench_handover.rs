@@ -5,13 +5,13 @@
 //! (`roost_bench::handover` has the workload).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
+use roost_bench::cluster_load::{latency_histogram, run_window};
 use roost_bench::handover::{self, Layout, Params, Scripts, Session, System};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
@@ -23,7 +23,6 @@ use crate::bench_smallbank::{owners_of_tags, start_cluster, tags_by_owner};
 const BENCHMARK: &str = "handover";
 /// The goal: Roost within this share of perfect sharding at 2.5%.
 const PERFECT_GOAL: f64 = 0.90;
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Args)]
 pub struct HandoverArgs {
@@ -112,61 +111,40 @@ fn run_cell(
     let owners = Arc::new(owners_of_tags(&mut admin, &tags)?);
     let moves_before = crate::bench_resp_cluster::acquisitions(cluster)?;
     let table = RouteTable::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let counting = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for p in 0..nodes.len() {
-        for c in 0..clients_per_node {
-            let phones =
-                handover::initial_phones(layout, p, u64::from(c), u64::from(clients_per_node));
-            let (layout, scripts, owners) =
-                (Arc::clone(layout), scripts.clone(), Arc::clone(&owners));
-            let (stop, counting) = (Arc::clone(&stop), Arc::clone(&counting));
-            let mut router = Router::new(nodes.clone(), Arc::clone(&table));
-            let seed = seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            clients.push(std::thread::spawn(move || {
-                handover::run_client(
-                    system,
-                    &mut router,
-                    &scripts,
-                    &layout,
-                    &owners,
-                    phones,
-                    seed,
-                    &stop,
-                    &counting,
-                )
-            }));
-        }
-    }
-    let follower = {
-        let (stop, mut router) = (
-            Arc::clone(&stop),
-            Router::new(nodes.clone(), Arc::clone(&table)),
-        );
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(FOLLOW_INTERVAL);
-                router.follow()?;
+    let (results, elapsed) = run_window(&nodes, &table, seconds, |stop, counting| {
+        let mut clients = Vec::new();
+        for p in 0..nodes.len() {
+            for c in 0..clients_per_node {
+                let phones =
+                    handover::initial_phones(layout, p, u64::from(c), u64::from(clients_per_node));
+                let (layout, scripts, owners) =
+                    (Arc::clone(layout), scripts.clone(), Arc::clone(&owners));
+                let (stop, counting) = (Arc::clone(stop), Arc::clone(counting));
+                let mut router = Router::new(nodes.clone(), Arc::clone(&table));
+                let seed =
+                    seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                clients.push(std::thread::spawn(move || {
+                    handover::run_client(
+                        system,
+                        &mut router,
+                        &scripts,
+                        &layout,
+                        &owners,
+                        phones,
+                        seed,
+                        &stop,
+                        &counting,
+                    )
+                }));
             }
-            Ok(())
-        })
-    };
-    std::thread::sleep(Duration::from_secs(1));
-    counting.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    counting.store(false, Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let mut latency_ns = Histogram::new_with_bounds(1_000, 60_000_000_000, 3)?;
+        }
+        clients
+    })?;
+    let mut latency_ns = latency_histogram();
     let (mut committed, mut cross, mut conflicts) = (0, 0, 0);
     let mut expected = Vec::new();
     let mut errors = Vec::new();
-    for client in clients {
-        let r = client
-            .join()
-            .map_err(|_| anyhow::anyhow!("a client panicked"))?;
+    for r in results {
         committed += r.committed;
         cross += r.cross;
         conflicts += r.conflicts;
@@ -176,10 +154,6 @@ fn run_cell(
             errors.push(e);
         }
     }
-    follower
-        .join()
-        .map_err(|_| anyhow::anyhow!("the route follower panicked"))?
-        .context("following ownership")?;
     anyhow::ensure!(
         errors.is_empty(),
         "{} clients failed under {}: {}",

@@ -8,13 +8,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
+use roost_bench::cluster_load::{latency_histogram, run_window};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
@@ -28,8 +28,6 @@ const VENMO_REMOTE: f64 = 0.008;
 /// The goal: Roost at least this times static-2PC at the Venmo fraction.
 const STATIC_GOAL: f64 = 1.35;
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often the routers look again at the owners.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 /// Candidate hash tags asked about per reactor (enough to name every one).
 const TAGS_PER_REACTOR: usize = 12;
 
@@ -268,60 +266,38 @@ fn run_cell(
     ));
     let moves_before = crate::bench_resp_cluster::acquisitions(cluster)?;
     let table = RouteTable::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let counting = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for p in 0..nodes.len() {
-        for c in 0..clients_per_node {
-            let (layout, parts, scripts) =
-                (Arc::clone(layout), Arc::clone(&parts), scripts.clone());
-            let (stop, counting) = (Arc::clone(&stop), Arc::clone(&counting));
-            let mut router = Router::new(nodes.to_vec(), Arc::clone(&table));
-            let seed = seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            clients.push(std::thread::spawn(move || {
-                smallbank::run_client(
-                    system,
-                    &mut router,
-                    &scripts,
-                    &layout,
-                    &parts,
-                    p,
-                    remote,
-                    seed,
-                    &stop,
-                    &counting,
-                )
-            }));
-        }
-    }
-    // The routers follow ownership while the cell runs.
-    let follower = {
-        let (stop, mut router) = (
-            Arc::clone(&stop),
-            Router::new(nodes.to_vec(), Arc::clone(&table)),
-        );
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(FOLLOW_INTERVAL);
-                router.follow()?;
+    let (results, elapsed) = run_window(nodes, &table, seconds, |stop, counting| {
+        let mut clients = Vec::new();
+        for p in 0..nodes.len() {
+            for c in 0..clients_per_node {
+                let (layout, parts, scripts) =
+                    (Arc::clone(layout), Arc::clone(&parts), scripts.clone());
+                let (stop, counting) = (Arc::clone(stop), Arc::clone(counting));
+                let mut router = Router::new(nodes.to_vec(), Arc::clone(&table));
+                let seed =
+                    seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                clients.push(std::thread::spawn(move || {
+                    smallbank::run_client(
+                        system,
+                        &mut router,
+                        &scripts,
+                        &layout,
+                        &parts,
+                        p,
+                        remote,
+                        seed,
+                        &stop,
+                        &counting,
+                    )
+                }));
             }
-            Ok(())
-        })
-    };
-    std::thread::sleep(Duration::from_secs(1));
-    counting.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(seconds));
-    counting.store(false, Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let mut latency_ns = Histogram::new_with_bounds(1_000, 60_000_000_000, 3)?;
+        }
+        clients
+    })?;
+    let mut latency_ns = latency_histogram();
     let (mut committed, mut aborts, mut conflicts, mut cross) = (0, 0, 0, 0);
     let mut errors = Vec::new();
-    for client in clients {
-        let r = client
-            .join()
-            .map_err(|_| anyhow::anyhow!("a client panicked"))?;
+    for r in results {
         committed += r.committed;
         aborts += r.user_aborts;
         conflicts += r.conflicts;
@@ -332,10 +308,6 @@ fn run_cell(
             errors.push(e);
         }
     }
-    follower
-        .join()
-        .map_err(|_| anyhow::anyhow!("the route follower panicked"))?
-        .context("following ownership")?;
     anyhow::ensure!(
         errors.is_empty(),
         "{} clients failed under {} at remote {remote}: {}",

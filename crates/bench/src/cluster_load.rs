@@ -1,0 +1,157 @@
+//! What the cluster workloads ([`crate::smallbank`], [`crate::handover`])
+//! share: scripts loaded at every node and called by SHA-1, commands sent to
+//! several nodes before any reply is read (a 2PC phase), the back-off of a
+//! transaction that met a lock, and the measured window of a cell (clients
+//! started, routes followed, one second of warm-up, counting, stop).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::Rng;
+use roost_client::{redis, Cmd, NodeAddr, RouteTable, Router, Value};
+
+/// Latencies recorded per transaction: 1 µs to 60 s, in nanoseconds.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds")
+}
+
+/// Records one latency, clamped to the histogram's range.
+pub fn record(histogram: &mut Histogram<u64>, started: Instant) {
+    let ns = started.elapsed().as_nanos() as u64;
+    let _ = histogram.record(ns.clamp(1_000, 60_000_000_000));
+}
+
+/// Why a command to a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Connect(#[from] roost_client::ConnectError),
+    #[error("node {node}: {source}")]
+    Redis {
+        node: u32,
+        source: redis::RedisError,
+    },
+}
+
+/// SCRIPT LOAD of `src` at every node of `router`; its SHA-1.
+pub fn load_script(router: &mut Router, src: &str) -> Result<String, NodeError> {
+    let nodes: Vec<u32> = router.nodes().iter().map(|n| n.id).collect();
+    let mut sha = String::new();
+    for node in nodes {
+        let con = router.connection(node)?;
+        sha = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(src)
+            .query::<String>(con)
+            .map_err(|source| NodeError::Redis { node, source })?;
+    }
+    Ok(sha)
+}
+
+/// EVALSHA of `sha` on `keys` with `args`.
+pub fn evalsha<K: AsRef<str>, A: AsRef<str>>(sha: &str, keys: &[K], args: &[A]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(keys.len());
+    for k in keys {
+        cmd.arg(k.as_ref());
+    }
+    for a in args {
+        cmd.arg(a.as_ref());
+    }
+    cmd
+}
+
+/// `cmd` at `node`.
+pub fn query(router: &mut Router, node: u32, cmd: &Cmd) -> Result<Value, NodeError> {
+    let con = router.connection(node)?;
+    cmd.query::<Value>(con)
+        .map_err(|source| NodeError::Redis { node, source })
+}
+
+/// Sends `cmds[i]` to `nodes[i]`, every one before reading any reply.
+pub fn send_all(router: &mut Router, nodes: &[u32], cmds: &[Cmd]) -> Result<Vec<Value>, NodeError> {
+    assert_eq!(nodes.len(), cmds.len(), "a command per node");
+    for (node, cmd) in nodes.iter().zip(cmds) {
+        let con = router.connection(*node)?;
+        con.send_packed_command(&cmd.get_packed_command())
+            .map_err(|source| NodeError::Redis {
+                node: *node,
+                source,
+            })?;
+    }
+    let mut replies = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let con = router.connection(*node)?;
+        let reply = con.recv_response().map_err(|source| NodeError::Redis {
+            node: *node,
+            source,
+        })?;
+        replies.push(reply);
+    }
+    Ok(replies)
+}
+
+/// Waits before try `attempt + 1` of a transaction that met a lock:
+/// 20-200 µs, doubling up to 16 times that.
+pub fn back_off(attempt: u32, rng: &mut SmallRng) {
+    std::thread::sleep(Duration::from_micros(
+        rng.random_range(20..200) << attempt.min(4),
+    ));
+}
+
+/// How often the routers look at the owners again during a cell.
+pub const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+/// Warm-up before a cell's window opens.
+pub const WARM_UP: Duration = Duration::from_secs(1);
+
+/// Why a cell's window failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WindowError {
+    #[error("a client thread panicked")]
+    ClientPanicked,
+    #[error("following ownership: {0}")]
+    Follow(#[from] roost_client::RouteError),
+}
+
+/// Runs a cell: `spawn(stop, counting)` starts the clients; a thread keeps
+/// the routes of `table` following ownership; after [`WARM_UP`] the
+/// clients count for `seconds`; then they stop. The clients' results and
+/// the window's length in seconds.
+pub fn run_window<T: Send + 'static>(
+    nodes: &[NodeAddr],
+    table: &Arc<RouteTable>,
+    seconds: f64,
+    spawn: impl FnOnce(&Arc<AtomicBool>, &Arc<AtomicBool>) -> Vec<JoinHandle<T>>,
+) -> Result<(Vec<T>, f64), WindowError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let counting = Arc::new(AtomicBool::new(false));
+    let clients = spawn(&stop, &counting);
+    let follower = {
+        let stop = Arc::clone(&stop);
+        let mut router = Router::new(nodes.to_vec(), Arc::clone(table));
+        std::thread::spawn(move || -> Result<(), roost_client::RouteError> {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(FOLLOW_INTERVAL);
+                router.follow()?;
+            }
+            Ok(())
+        })
+    };
+    std::thread::sleep(WARM_UP);
+    counting.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    counting.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let mut results = Vec::with_capacity(clients.len());
+    for client in clients {
+        results.push(client.join().map_err(|_| WindowError::ClientPanicked)?);
+    }
+    follower.join().map_err(|_| WindowError::ClientPanicked)??;
+    Ok((results, elapsed))
+}

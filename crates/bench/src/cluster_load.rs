@@ -14,6 +14,27 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use roost_client::{redis, Cmd, NodeAddr, RouteTable, Router, Value};
 
+/// Which way a workload's transactions run: `Roost` (routed; ownership
+/// moves what a transaction lacks), `Static2pc` (nothing moves; a
+/// transaction across nodes is a two-phase commit) or `Perfect` (no
+/// transaction crosses nodes, by construction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    Roost,
+    Static2pc,
+    Perfect,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Roost => "roost",
+            System::Static2pc => "static-2pc",
+            System::Perfect => "perfect",
+        }
+    }
+}
+
 /// Latencies recorded per transaction: 1 µs to 60 s, in nanoseconds.
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds")

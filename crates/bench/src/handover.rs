@@ -38,6 +38,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roost_client::{redis, Cmd, NodeAddr, Router, Value};
 
+pub use crate::cluster_load::System;
 use crate::cluster_load::{
     back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
 };
@@ -250,24 +251,6 @@ fn first_station(layout: &Layout, phone: u64) -> Station {
     Station {
         node: p,
         index: i % layout.params.stations_per_node,
-    }
-}
-
-/// Which way transactions run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum System {
-    Roost,
-    Static2pc,
-    Perfect,
-}
-
-impl System {
-    pub fn name(self) -> &'static str {
-        match self {
-            System::Roost => "roost",
-            System::Static2pc => "static-2pc",
-            System::Perfect => "perfect",
-        }
     }
 }
 

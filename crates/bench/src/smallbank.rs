@@ -43,6 +43,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roost_client::{redis, Cmd, NodeAddr, Router, Value};
 
+pub use crate::cluster_load::System;
 use crate::cluster_load::{
     back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
 };
@@ -699,24 +700,6 @@ pub fn total_cents(
         }
     }
     Ok(total)
-}
-
-/// Which way transactions run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum System {
-    Roost,
-    Static2pc,
-    Perfect,
-}
-
-impl System {
-    pub fn name(self) -> &'static str {
-        match self {
-            System::Roost => "roost",
-            System::Static2pc => "static-2pc",
-            System::Perfect => "perfect",
-        }
-    }
 }
 
 /// One client's tally.

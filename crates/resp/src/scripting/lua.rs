@@ -65,8 +65,16 @@ enum Stop {
 thread_local! {
     static GUARD: Cell<Option<Guard>> = const { Cell::new(None) };
     static STOPPED: Cell<Option<Stop>> = const { Cell::new(None) };
-    /// EVAL states ready for another run of their script, by SHA-1.
-    static PREPARED: RefCell<HashMap<String, Vec<Prepared>>> = RefCell::new(HashMap::new());
+    /// EVAL states ready for another run of their script.
+    static PREPARED: RefCell<Kept> = RefCell::new(Kept::default());
+}
+
+/// The EVAL states kept on a thread, by their script's SHA-1, and how many
+/// (at most [`MAX_PREPARED_PER_THREAD`]).
+#[derive(Default)]
+struct Kept {
+    by_sha: HashMap<String, Vec<Prepared>>,
+    count: usize,
 }
 
 /// EVAL states kept per thread, all scripts together.
@@ -115,23 +123,33 @@ impl Prepared {
 
     /// One kept for `sha` on this thread, if any.
     fn take(sha: &str) -> Option<Prepared> {
-        PREPARED.with(|p| p.borrow_mut().get_mut(sha)?.pop())
+        PREPARED.with(|p| {
+            let mut kept = p.borrow_mut();
+            let state = kept.by_sha.get_mut(sha)?.pop()?;
+            kept.count -= 1;
+            Some(state)
+        })
     }
 
-    /// Keeps it for the next run of its script here (if there is room).
+    /// Keeps it for the next run of its script here. When the thread keeps
+    /// [`MAX_PREPARED_PER_THREAD`] already, one state of another script
+    /// goes to make room: the script that just ran is the likelier next.
     fn keep(self) {
         PREPARED.with(|p| {
             let mut kept = p.borrow_mut();
-            let total: usize = kept.values().map(Vec::len).sum();
-            if total < MAX_PREPARED_PER_THREAD {
-                kept.entry(self.sha.clone()).or_default().push(self);
-            } else {
-                // Full: forget the scripts nobody runs now, keep this one.
-                kept.retain(|_, states| !states.is_empty());
-                if kept.len() < MAX_PREPARED_PER_THREAD {
-                    kept.entry(self.sha.clone()).or_default().push(self);
-                }
+            if kept.count >= MAX_PREPARED_PER_THREAD {
+                kept.by_sha.retain(|_, states| !states.is_empty());
+                let evicted = kept.by_sha.values_mut().next().and_then(Vec::pop);
+                debug_assert!(evicted.is_some(), "a full thread keeps some state");
+                kept.count -= usize::from(evicted.is_some());
             }
+            kept.by_sha.entry(self.sha.clone()).or_default().push(self);
+            kept.count += 1;
+            debug_assert!(kept.count <= MAX_PREPARED_PER_THREAD);
+            debug_assert_eq!(
+                kept.count,
+                kept.by_sha.values().map(Vec::len).sum::<usize>()
+            );
         });
     }
 }
@@ -996,5 +1014,42 @@ pub(crate) async fn run(tx: &Tx, call: &ScriptCall) -> Result<Result<Frame, Fram
                 input = answer(&run.lua, reply);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_keeps_at_most_its_bound_of_states_and_the_newest_script_stays() {
+        let extra = 20;
+        for i in 0..MAX_PREPARED_PER_THREAD + extra {
+            let body = format!("return {i}");
+            let sha = sha1_hex(body.as_bytes());
+            Prepared::new(&sha, body.as_bytes()).unwrap().keep();
+        }
+        let count = PREPARED.with(|p| p.borrow().count);
+        assert_eq!(count, MAX_PREPARED_PER_THREAD);
+        let newest = format!("return {}", MAX_PREPARED_PER_THREAD + extra - 1);
+        let taken = Prepared::take(&sha1_hex(newest.as_bytes())).expect("the newest is kept");
+        assert_eq!(
+            PREPARED.with(|p| p.borrow().count),
+            MAX_PREPARED_PER_THREAD - 1
+        );
+        taken.keep();
+        assert_eq!(PREPARED.with(|p| p.borrow().count), MAX_PREPARED_PER_THREAD);
+        // Many runs of one script in flight at once: still the bound.
+        let body = "return 'one'";
+        let sha = sha1_hex(body.as_bytes());
+        for _ in 0..MAX_PREPARED_PER_THREAD + extra {
+            Prepared::new(&sha, body.as_bytes()).unwrap().keep();
+        }
+        PREPARED.with(|p| {
+            let kept = p.borrow();
+            assert_eq!(kept.count, MAX_PREPARED_PER_THREAD);
+            let total: usize = kept.by_sha.values().map(Vec::len).sum();
+            assert_eq!(total, MAX_PREPARED_PER_THREAD);
+        });
     }
 }

@@ -6,7 +6,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -56,6 +55,12 @@ pub enum NodeError {
         node: u32,
         source: redis::RedisError,
     },
+    #[error("node {node} answered {what} with {reply:?}")]
+    Reply {
+        node: u32,
+        what: &'static str,
+        reply: Value,
+    },
 }
 
 /// SCRIPT LOAD of `src` at every node of `router`; its SHA-1.
@@ -91,6 +96,23 @@ pub fn query(router: &mut Router, node: u32, cmd: &Cmd) -> Result<Value, NodeErr
     let con = router.connection(node)?;
     cmd.query::<Value>(con)
         .map_err(|source| NodeError::Redis { node, source })
+}
+
+/// MSET of `pairs` (key, value, key, value, ...) at `node`, which must
+/// answer OK.
+pub fn mset(router: &mut Router, node: u32, pairs: &[String]) -> Result<(), NodeError> {
+    let mut cmd = redis::cmd("MSET");
+    for p in pairs {
+        cmd.arg(p);
+    }
+    match query(router, node, &cmd)? {
+        Value::Okay => Ok(()),
+        reply => Err(NodeError::Reply {
+            node,
+            what: "MSET",
+            reply,
+        }),
+    }
 }
 
 /// Sends `cmds[i]` to `nodes[i]`, every one before reading any reply.
@@ -138,19 +160,49 @@ pub enum WindowError {
     Follow(#[from] roost_client::RouteError),
 }
 
-/// Runs a cell: `spawn(stop, counting)` starts the clients; a thread keeps
-/// the routes of `table` following ownership; after [`WARM_UP`] the
+/// One client thread of a cell: its node's position and its index there,
+/// its own router (over the cell's shared routes), its seed, and the
+/// cell's stop and counting flags.
+pub struct Client {
+    pub node: usize,
+    pub index: u32,
+    pub router: Router,
+    pub seed: u64,
+    pub stop: Arc<AtomicBool>,
+    pub counting: Arc<AtomicBool>,
+}
+
+/// Runs a cell: `clients_per_node` threads per node run `client`; a thread
+/// keeps the routes of `table` following ownership; after [`WARM_UP`] the
 /// clients count for `seconds`; then they stop. The clients' results and
 /// the window's length in seconds.
 pub fn run_window<T: Send + 'static>(
     nodes: &[NodeAddr],
     table: &Arc<RouteTable>,
+    clients_per_node: u32,
+    seed: u64,
     seconds: f64,
-    spawn: impl FnOnce(&Arc<AtomicBool>, &Arc<AtomicBool>) -> Vec<JoinHandle<T>>,
+    client: impl Fn(Client) -> T + Send + Sync + 'static,
 ) -> Result<(Vec<T>, f64), WindowError> {
     let stop = Arc::new(AtomicBool::new(false));
     let counting = Arc::new(AtomicBool::new(false));
-    let clients = spawn(&stop, &counting);
+    let client = Arc::new(client);
+    let mut clients = Vec::with_capacity(nodes.len() * clients_per_node as usize);
+    for node in 0..nodes.len() {
+        for index in 0..clients_per_node {
+            let spec = Client {
+                node,
+                index,
+                router: Router::new(nodes.to_vec(), Arc::clone(table)),
+                seed: seed
+                    ^ ((node as u64) << 32 | u64::from(index)).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                stop: Arc::clone(&stop),
+                counting: Arc::clone(&counting),
+            };
+            let client = Arc::clone(&client);
+            clients.push(std::thread::spawn(move || client(spec)));
+        }
+    }
     let follower = {
         let stop = Arc::clone(&stop);
         let mut router = Router::new(nodes.to_vec(), Arc::clone(table));

@@ -40,7 +40,7 @@ use roost_client::{redis, Cmd, NodeAddr, Router, Value};
 
 pub use crate::cluster_load::System;
 use crate::cluster_load::{
-    back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
+    back_off, evalsha, latency_histogram, load_script, mset, query, record, send_all, NodeError,
 };
 
 /// Tries of a static-2PC transaction whose prepare met a lock.
@@ -205,7 +205,7 @@ pub fn load(
     router: &mut Router,
     layout: &Layout,
     owner_of_tag: &HashMap<String, u32>,
-) -> Result<(), LoadError> {
+) -> Result<(), NodeError> {
     let mut by_node: HashMap<u32, Vec<String>> = HashMap::new();
     for phone in 0..layout.phones() {
         let session = Session::Idle {
@@ -227,24 +227,11 @@ pub fn load(
     }
     for (node, pairs) in by_node {
         for chunk in pairs.chunks(4_000) {
-            let mut cmd = redis::cmd("MSET");
-            for p in chunk {
-                cmd.arg(p);
-            }
-            let con = router
-                .connection(node)
-                .map_err(|e| LoadError(e.to_string()))?;
-            cmd.query::<Value>(con)
-                .map_err(|e| LoadError(format!("MSET at node {node}: {e}")))?;
+            mset(router, node, chunk)?;
         }
     }
     Ok(())
 }
-
-/// Why loading failed.
-#[derive(Debug, thiserror::Error)]
-#[error("loading Handover: {0}")]
-pub struct LoadError(String);
 
 fn first_station(layout: &Layout, phone: u64) -> Station {
     let (p, i) = layout.home(phone);
@@ -422,10 +409,6 @@ pub enum TxnError {
     },
     #[error("a 2PC transaction met locks {MAX_2PC_TRIES} times in a row")]
     Starved,
-}
-
-fn query(router: &mut Router, node: u32, cmd: &Cmd) -> Result<Value, TxnError> {
-    Ok(crate::cluster_load::query(router, node, cmd)?)
 }
 
 /// The script's keys and ARGV for `writes` (then `locks`).

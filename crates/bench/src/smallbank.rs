@@ -45,7 +45,7 @@ use roost_client::{redis, Cmd, NodeAddr, Router, Value};
 
 pub use crate::cluster_load::System;
 use crate::cluster_load::{
-    back_off, evalsha, latency_histogram, load_script, record, send_all, NodeError,
+    back_off, evalsha, latency_histogram, load_script, mset, query, record, send_all, NodeError,
 };
 
 /// Every account's two balances start here (cents).
@@ -358,14 +358,7 @@ pub struct Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum TxnError {
     #[error(transparent)]
-    Call(#[from] roost_client::CallError),
-    #[error(transparent)]
-    Connect(#[from] roost_client::ConnectError),
-    #[error("node {node}: {source}")]
-    Redis {
-        node: u32,
-        source: redis::RedisError,
-    },
+    Route(#[from] roost_client::RouteError),
     #[error("node {node} answered {what} with {reply:?}")]
     Reply {
         node: u32,
@@ -476,17 +469,8 @@ pub fn run_routed(
     let (keys, balances) = txn_keys(layout, txn, false);
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     let cmd = evalsha(&scripts.txn[&txn.kind], &refs, &[&balances]);
-    let node = router
-        .route(&[keys[0].as_bytes()])
-        .map_err(roost_client::CallError::from)?;
-    let con = router.connection(node)?;
-    let reply = match cmd.query::<Value>(con) {
-        Ok(reply) => reply,
-        Err(source) => {
-            router.disconnect(node);
-            return Err(TxnError::Redis { node, source });
-        }
-    };
+    let node = router.route(&[keys[0].as_bytes()])?;
+    let reply = query(router, node, &cmd).inspect_err(|_| router.disconnect(node))?;
     outcome(node, reply.clone())?.ok_or(TxnError::Reply {
         node,
         what: "a transaction script without locks",
@@ -512,10 +496,7 @@ pub fn run_static(
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let cmd = evalsha(&scripts.txn[&txn.kind], &refs, &[&balances]);
         for attempt in 0..MAX_2PC_TRIES {
-            let con = router.connection(n0)?;
-            let reply = cmd
-                .query::<Value>(con)
-                .map_err(|source| TxnError::Redis { node: n0, source })?;
+            let reply = query(router, n0, &cmd)?;
             if let Some(mut done) = outcome(n0, reply)? {
                 done.conflicts = attempt;
                 return Ok(done);
@@ -566,11 +547,7 @@ pub fn run_static(
                 }
             }
             for (node, cmd) in to.iter().zip(&releases) {
-                let con = router.connection(*node)?;
-                cmd.query::<Value>(con).map_err(|source| TxnError::Redis {
-                    node: *node,
-                    source,
-                })?;
+                query(router, *node, cmd)?;
             }
             back_off(attempt, rng);
             continue;
@@ -636,25 +613,6 @@ pub fn load(
     Ok(())
 }
 
-fn mset(router: &mut Router, node: u32, pairs: &[String]) -> Result<(), TxnError> {
-    let mut cmd = redis::cmd("MSET");
-    for p in pairs {
-        cmd.arg(p);
-    }
-    let con = router.connection(node)?;
-    let reply = cmd
-        .query::<Value>(con)
-        .map_err(|source| TxnError::Redis { node, source })?;
-    if reply != Value::Okay {
-        return Err(TxnError::Reply {
-            node,
-            what: "MSET",
-            reply,
-        });
-    }
-    Ok(())
-}
-
 /// The sum of every balance, read at the owners (after a run).
 pub fn total_cents(
     router: &mut Router,
@@ -676,10 +634,7 @@ pub fn total_cents(
             for k in chunk {
                 cmd.arg(k);
             }
-            let con = router.connection(node)?;
-            let reply = cmd
-                .query::<Value>(con)
-                .map_err(|source| TxnError::Redis { node, source })?;
+            let reply = query(router, node, &cmd)?;
             let Value::Array(values) = &reply else {
                 return Err(TxnError::Reply {
                     node,

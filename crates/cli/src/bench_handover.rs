@@ -111,35 +111,35 @@ fn run_cell(
     let owners = Arc::new(owners_of_tags(&mut admin, &tags)?);
     let moves_before = crate::bench_resp_cluster::acquisitions(cluster)?;
     let table = RouteTable::new();
-    let (results, elapsed) = run_window(&nodes, &table, seconds, |stop, counting| {
-        let mut clients = Vec::new();
-        for p in 0..nodes.len() {
-            for c in 0..clients_per_node {
-                let phones =
-                    handover::initial_phones(layout, p, u64::from(c), u64::from(clients_per_node));
-                let (layout, scripts, owners) =
-                    (Arc::clone(layout), scripts.clone(), Arc::clone(&owners));
-                let (stop, counting) = (Arc::clone(stop), Arc::clone(counting));
-                let mut router = Router::new(nodes.clone(), Arc::clone(&table));
-                let seed =
-                    seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                clients.push(std::thread::spawn(move || {
-                    handover::run_client(
-                        system,
-                        &mut router,
-                        &scripts,
-                        &layout,
-                        &owners,
-                        phones,
-                        seed,
-                        &stop,
-                        &counting,
-                    )
-                }));
-            }
-        }
-        clients
-    })?;
+    let (results, elapsed) = {
+        let (layout, scripts, owners) = (Arc::clone(layout), scripts.clone(), Arc::clone(&owners));
+        run_window(
+            &nodes,
+            &table,
+            clients_per_node,
+            seed,
+            seconds,
+            move |mut c| {
+                let phones = handover::initial_phones(
+                    &layout,
+                    c.node,
+                    u64::from(c.index),
+                    u64::from(clients_per_node),
+                );
+                handover::run_client(
+                    system,
+                    &mut c.router,
+                    &scripts,
+                    &layout,
+                    &owners,
+                    phones,
+                    c.seed,
+                    &c.stop,
+                    &c.counting,
+                )
+            },
+        )?
+    };
     let mut latency_ns = latency_histogram();
     let (mut committed, mut cross, mut conflicts) = (0, 0, 0);
     let mut expected = Vec::new();

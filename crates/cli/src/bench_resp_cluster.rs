@@ -684,15 +684,25 @@ fn start_redis(replicas: u32) -> anyhow::Result<RedisSet> {
 }
 
 fn start_roost(nodes: u32, dir: PathBuf) -> anyhow::Result<LocalCluster> {
-    let exe = std::env::current_exe().context("locating the roost executable")?;
-    let mut config = LocalClusterConfig::new(exe, dir, nodes);
-    config.protocol = "ownership";
     // Like with like: the Redis beside it replicates in memory (replicaof,
     // WAIT) and keeps no append-only file, so no durability log here
     // either (`roost bench durability` compares the logs).
-    config.extra_args = vec!["--sync".to_owned(), "memory".to_owned()];
-    // Three nodes, etcd, Redis and the clients share the machine: a lease
-    // a node starved for a moment survives.
+    start_zeus_cluster(nodes, dir, vec!["--sync".to_owned(), "memory".to_owned()])
+}
+
+/// `nodes` `roost node` processes running Zeus in `dir`, with `extra_args`,
+/// once every node serves (the cluster benchmarks' clusters).
+pub(crate) fn start_zeus_cluster(
+    nodes: u32,
+    dir: PathBuf,
+    extra_args: Vec<String>,
+) -> anyhow::Result<LocalCluster> {
+    let exe = std::env::current_exe().context("locating the roost executable")?;
+    let mut config = LocalClusterConfig::new(exe, dir, nodes);
+    config.protocol = "ownership";
+    config.extra_args = extra_args;
+    // The nodes, etcd and the clients (and a peer) share the machine: a
+    // lease a node starved for a moment survives.
     config.lease_ttl_s = 2;
     let cluster = LocalCluster::start(config).context("starting the Roost cluster")?;
     let deadline = Instant::now() + READY_TIMEOUT;

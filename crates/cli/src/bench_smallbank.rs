@@ -19,7 +19,7 @@ use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
 use roost_client::{NodeAddr, RouteTable, Router};
-use roost_cluster::local_cluster::{LocalCluster, LocalClusterConfig};
+use roost_cluster::local_cluster::LocalCluster;
 
 const BENCHMARK: &str = "smallbank";
 /// The Venmo-like remote fraction at three nodes
@@ -130,31 +130,20 @@ pub(crate) fn start_cluster(
     let resp_config = dir.with_extension("resp.toml");
     std::fs::write(&resp_config, format!("keyspace_reactors = {}\n", reactors))
         .with_context(|| format!("writing {}", resp_config.display()))?;
-    let exe = std::env::current_exe().context("locating the roost executable")?;
-    let mut config = LocalClusterConfig::new(exe, dir, nodes);
-    config.protocol = "ownership";
     // Zeus's evaluation replicates in memory; every system here runs on
     // the same nodes, so all three have the same durability. Beside
     // PostgreSQL, the nodes log and fsync every commit (`always`), as it
     // does.
-    config.extra_args = vec![
-        "--sync".to_owned(),
-        sync.to_owned(),
-        "--resp-config".to_owned(),
-        resp_config.display().to_string(),
-    ];
-    config.lease_ttl_s = 2;
-    let cluster = LocalCluster::start(config).context("starting the Roost cluster")?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while let Some(why) = roost_check::resp_run::zeus_unready(&cluster, nodes) {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the cluster was not ready within {} s: {why}",
-            READY_TIMEOUT.as_secs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(cluster)
+    crate::bench_resp_cluster::start_zeus_cluster(
+        nodes,
+        dir,
+        vec![
+            "--sync".to_owned(),
+            sync.to_owned(),
+            "--resp-config".to_owned(),
+            resp_config.display().to_string(),
+        ],
+    )
 }
 
 /// One hash tag per reactor and each one's owner, once every reactor has
@@ -266,34 +255,30 @@ fn run_cell(
     ));
     let moves_before = crate::bench_resp_cluster::acquisitions(cluster)?;
     let table = RouteTable::new();
-    let (results, elapsed) = run_window(nodes, &table, seconds, |stop, counting| {
-        let mut clients = Vec::new();
-        for p in 0..nodes.len() {
-            for c in 0..clients_per_node {
-                let (layout, parts, scripts) =
-                    (Arc::clone(layout), Arc::clone(&parts), scripts.clone());
-                let (stop, counting) = (Arc::clone(stop), Arc::clone(counting));
-                let mut router = Router::new(nodes.to_vec(), Arc::clone(&table));
-                let seed =
-                    seed ^ ((p as u64) << 32 | u64::from(c)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                clients.push(std::thread::spawn(move || {
-                    smallbank::run_client(
-                        system,
-                        &mut router,
-                        &scripts,
-                        &layout,
-                        &parts,
-                        p,
-                        remote,
-                        seed,
-                        &stop,
-                        &counting,
-                    )
-                }));
-            }
-        }
-        clients
-    })?;
+    let (results, elapsed) = {
+        let (layout, parts, scripts) = (Arc::clone(layout), Arc::clone(&parts), scripts.clone());
+        run_window(
+            nodes,
+            &table,
+            clients_per_node,
+            seed,
+            seconds,
+            move |mut c| {
+                smallbank::run_client(
+                    system,
+                    &mut c.router,
+                    &scripts,
+                    &layout,
+                    &parts,
+                    c.node,
+                    remote,
+                    c.seed,
+                    &c.stop,
+                    &c.counting,
+                )
+            },
+        )?
+    };
     let mut latency_ns = latency_histogram();
     let (mut committed, mut aborts, mut conflicts, mut cross) = (0, 0, 0, 0);
     let mut errors = Vec::new();

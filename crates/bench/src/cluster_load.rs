@@ -39,6 +39,16 @@ pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds")
 }
 
+/// The latencies of several runs, as one histogram of [`latency_histogram`]'s
+/// range (every input has that range, so nothing is lost).
+pub fn merged_latencies<'a>(runs: impl IntoIterator<Item = &'a Histogram<u64>>) -> Histogram<u64> {
+    let mut merged = latency_histogram();
+    for run in runs {
+        merged.add(run).expect("latency histograms share one range");
+    }
+    merged
+}
+
 /// Records one latency, clamped to the histogram's range.
 pub fn record(histogram: &mut Histogram<u64>, started: Instant) {
     let ns = started.elapsed().as_nanos() as u64;

@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
-use roost_bench::cluster_load::{latency_histogram, run_window};
+use roost_bench::cluster_load::{merged_latencies, run_window};
 use roost_bench::handover::{self, Layout, Params, Scripts, Session, System};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
@@ -140,7 +140,7 @@ fn run_cell(
             },
         )?
     };
-    let mut latency_ns = latency_histogram();
+    let latency_ns = merged_latencies(results.iter().map(|r| &r.latency_ns));
     let (mut committed, mut cross, mut conflicts) = (0, 0, 0);
     let mut expected = Vec::new();
     let mut errors = Vec::new();
@@ -148,7 +148,6 @@ fn run_cell(
         committed += r.committed;
         cross += r.cross;
         conflicts += r.conflicts;
-        latency_ns.add(&r.latency_ns)?;
         expected.extend(r.expected);
         if let Some(e) = r.error {
             errors.push(e);
@@ -348,10 +347,7 @@ fn report(
             let Some(tps) = median(mine.iter().map(|c| c.committed_tps)) else {
                 continue;
             };
-            let mut merged = Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("bounds");
-            for c in &mine {
-                let _ = merged.add(&c.latency_ns);
-            }
+            let merged = merged_latencies(mine.iter().map(|c| &c.latency_ns));
             let mut row = Row::new(system.name(), "handover")
                 .with_param("handover_percent", (h * 1000.0).round() / 10.0)
                 .with_param("clients", 3 * args.clients_per_node)

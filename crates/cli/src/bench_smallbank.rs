@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
-use roost_bench::cluster_load::{latency_histogram, run_window};
+use roost_bench::cluster_load::{merged_latencies, run_window};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
@@ -279,7 +279,7 @@ fn run_cell(
             },
         )?
     };
-    let mut latency_ns = latency_histogram();
+    let latency_ns = merged_latencies(results.iter().map(|r| &r.latency_ns));
     let (mut committed, mut aborts, mut conflicts, mut cross) = (0, 0, 0, 0);
     let mut errors = Vec::new();
     for r in results {
@@ -288,7 +288,6 @@ fn run_cell(
         conflicts += r.conflicts;
         cross += r.cross;
         *expected_total += i128::from(r.delta_cents);
-        latency_ns.add(&r.latency_ns)?;
         if let Some(e) = r.error {
             errors.push(e);
         }
@@ -513,10 +512,7 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
         let Some(tps) = median(mine.iter().map(|c| c.committed_tps)) else {
             continue;
         };
-        let mut merged = Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("bounds");
-        for c in &mine {
-            let _ = merged.add(&c.latency_ns);
-        }
+        let merged = merged_latencies(mine.iter().map(|c| &c.latency_ns));
         let static_tps = median_of(cells, System::Static2pc, remote);
         let mut row = Row::new(system.name(), "fasst")
             .with_param("remote_percent", (remote * 1000.0).round() / 10.0)
@@ -716,10 +712,7 @@ fn run_postgres(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         .map(|runs| median(runs.iter().map(|r| r.tps)).unwrap_or(0.0))
         .collect();
     let best_pg = pg_medians.iter().copied().fold(0.0, f64::max);
-    let mut merged = Histogram::new_with_bounds(1_000, 60_000_000_000, 3)?;
-    for c in &roost {
-        merged.add(&c.latency_ns)?;
-    }
+    let merged = merged_latencies(roost.iter().map(|c| &c.latency_ns));
     let mut row = Row::new("roost", "benchbase-keys")
         .with_param("clients", args.nodes * args.clients_per_node)
         .with_param(

@@ -206,6 +206,10 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
             && args.handovers.iter().all(|h| (0.0..=0.5).contains(h)),
         "--moving in [0, 1], --handovers in [0, 0.5]"
     );
+    anyhow::ensure!(
+        seconds.is_finite() && (0.1..=600.0).contains(&seconds),
+        "--seconds {seconds}: in [0.1, 600]"
+    );
     let nodes_n = 3u32;
     println!(
         "handover: {nodes_n} nodes, {reactors} reactors, {phones} phones and {} base stations per node, {:.0}% of phones moving, {} clients per node",

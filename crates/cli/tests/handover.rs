@@ -93,3 +93,23 @@ fn the_three_systems_run_checked_and_only_roost_moves_phones() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn a_bad_window_is_refused_before_any_cluster_starts() {
+    for seconds in ["-1", "0", "NaN", "1e9"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_roost"))
+            .args([
+                "bench",
+                "handover",
+                &format!("--seconds={seconds}"),
+                "--out",
+            ])
+            .arg(std::env::temp_dir().join("roost-handover-never-written"))
+            .output()
+            .expect("running roost bench handover");
+        let log = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "--seconds {seconds}: {log}");
+        assert!(log.contains("--seconds"), "--seconds {seconds}: {log}");
+        assert!(!log.contains("panicked"), "--seconds {seconds}: {log}");
+    }
+}

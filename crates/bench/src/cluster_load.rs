@@ -90,7 +90,22 @@ pub fn load_script(router: &mut Router, src: &str) -> Result<String, NodeError> 
 
 /// EVALSHA of `sha` on `keys` with `args`.
 pub fn evalsha<K: AsRef<str>, A: AsRef<str>>(sha: &str, keys: &[K], args: &[A]) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
+    script_call("EVALSHA", sha, keys, args)
+}
+
+/// EVALSHA_RO of `sha` on `keys` with `args`: a read-only script, which a
+/// node runs on its local replica.
+pub fn evalsha_ro<K: AsRef<str>, A: AsRef<str>>(sha: &str, keys: &[K], args: &[A]) -> Cmd {
+    script_call("EVALSHA_RO", sha, keys, args)
+}
+
+fn script_call<K: AsRef<str>, A: AsRef<str>>(
+    command: &str,
+    sha: &str,
+    keys: &[K],
+    args: &[A],
+) -> Cmd {
+    let mut cmd = redis::cmd(command);
     cmd.arg(sha).arg(keys.len());
     for k in keys {
         cmd.arg(k.as_ref());

@@ -9,6 +9,9 @@
 //! - [`smallbank`]: `roost bench smallbank`, Smallbank over a cluster: Roost
 //!   against static sharding with 2PC and perfect sharding;
 //! - [`postgres`]: PostgreSQL as a peer (a server of its own, pgbench);
+//! - [`progress`]: a benchmark's progress bar and per-cell lines;
+//! - [`tatp`]: `roost bench tatp`, TATP over a cluster: Roost (reads on the
+//!   local replica) against static sharding and perfect sharding;
 //! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
 //!   application on the reactor layer, sync against async deployments.
 
@@ -18,8 +21,10 @@ pub mod handover;
 pub mod harness;
 pub mod plot;
 pub mod postgres;
+pub mod progress;
 pub mod results;
 pub mod smallbank;
 pub mod smartmart;
 pub mod sys;
+pub mod tatp;
 pub mod zipf;

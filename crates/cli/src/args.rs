@@ -122,6 +122,11 @@ pub enum Benchmark {
     /// cluster: Roost against static sharding with two-phase commit and
     /// perfect sharding, by handover fraction.
     Handover(crate::bench_handover::HandoverArgs),
+    /// TATP on a three-node cluster: Roost (reads on the local replica,
+    /// writes where they arrive) against static sharding and perfect
+    /// sharding, by the share of transactions on another node's
+    /// subscribers (the seed's Figure 9, TATP).
+    Tatp(crate::bench_tatp::TatpArgs),
     /// `roost resp` against Redis under redis-benchmark (GET, SET, INCR;
     /// pipelined); needs redis-server and redis-benchmark on PATH.
     Resp(bench_resp::RespBenchArgs),

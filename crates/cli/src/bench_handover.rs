@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
@@ -14,6 +13,7 @@ use hdrhistogram::Histogram;
 use roost_bench::cluster_load::{merged_latencies, run_window};
 use roost_bench::handover::{self, Layout, Params, Scripts, Session, System};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
+use roost_bench::progress::Progress;
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_client::{redis, NodeAddr, RouteTable, Router, Value};
 use roost_cluster::local_cluster::LocalCluster;
@@ -236,7 +236,6 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.lose_finish_session = args.planted.as_deref() == Some("lose-finish-session");
     let mut cells = Vec::new();
-    let started = Instant::now();
     let mut layouts = Vec::new();
     for &h in &args.handovers {
         let params = Params {
@@ -255,11 +254,17 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
         let owners = owners_of_tags(&mut admin, &tags)?;
         handover::load(&mut admin, layout, &owners)?;
     }
-    let total = reps as usize * layouts.len() * 3;
+    let mut progress = Progress::new(reps as usize * layouts.len() * 3);
     for rep in 0..reps {
         for layout in &layouts {
             for system in [System::Perfect, System::Static2pc, System::Roost] {
                 let seed = u64::from(rep) << 16 | cells.len() as u64;
+                progress.start(&format!(
+                    "rep {} {} at {:.1}% handovers",
+                    rep + 1,
+                    system.name(),
+                    layout.params.handover_fraction * 100.0
+                ));
                 let cell = run_cell(
                     &cluster,
                     layout,
@@ -269,10 +274,8 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
                     seconds,
                     seed,
                 )?;
-                println!(
-                    "[{:>3}/{total} {:>5.0} s] rep {} {:<10} handovers {:>4.1}%: {:>8.0} txn/s, p50 {:>6.0} us, p99 {:>7.0} us, {:.1}% across nodes, {} moves, sessions checked",
-                    cells.len() + 1,
-                    started.elapsed().as_secs_f64(),
+                progress.finish(&format!(
+                    "rep {} {:<10} handovers {:>4.1}%: {:>8.0} txn/s, p50 {:>6.0} us, p99 {:>7.0} us, {:.1}% across nodes, {} moves, sessions checked",
                     rep + 1,
                     system.name(),
                     layout.params.handover_fraction * 100.0,
@@ -281,7 +284,7 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
                     cell.latency_ns.value_at_quantile(0.99) as f64 / 1e3,
                     cell.cross_share * 100.0,
                     cell.moves
-                );
+                ));
                 cells.push(cell);
             }
         }

@@ -16,6 +16,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::cluster_load::{merged_latencies, run_window};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
+use roost_bench::progress::Progress;
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
 use roost_client::{NodeAddr, RouteTable, Router};
@@ -424,11 +425,16 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         order.push((System::Roost, r));
     }
     let mut cells = Vec::new();
-    let total_cells = order.len() * plan.reps as usize;
-    let started = Instant::now();
+    let mut progress = Progress::new(order.len() * plan.reps as usize);
     for rep in 0..plan.reps {
         for (i, &(system, remote)) in order.iter().enumerate() {
             let seed = u64::from(rep) << 16 | i as u64;
+            progress.start(&format!(
+                "rep {} {} at {:.1}% remote",
+                rep + 1,
+                system.name(),
+                remote * 100.0
+            ));
             let cell = run_cell(
                 &cluster,
                 &nodes,
@@ -441,10 +447,8 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
                 seed,
                 &mut expected_total,
             )?;
-            println!(
-                "[{:>3}/{total_cells} {:>5.0} s] rep {} {:<10} remote {:>5.1}%: {:>8.0} txn/s, p50 {:>6.0} us, p99 {:>7.0} us, {} moves, {} 2PC conflicts, total checked",
-                cells.len() + 1,
-                started.elapsed().as_secs_f64(),
+            progress.finish(&format!(
+                "rep {} {:<10} remote {:>5.1}%: {:>8.0} txn/s, p50 {:>6.0} us, p99 {:>7.0} us, {} moves, {} 2PC conflicts, total checked",
                 rep + 1,
                 system.name(),
                 remote * 100.0,
@@ -453,7 +457,7 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
                 cell.latency_ns.value_at_quantile(0.99) as f64 / 1e3,
                 cell.moves,
                 cell.conflicts,
-            );
+            ));
             cells.push(cell);
         }
     }
@@ -567,8 +571,15 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
             if *r >= STATIC_GOAL { "met" } else { "missed" }
         ));
     }
-    let crossings = crossings(&ratios);
-    report.notes.push(if crossings.is_empty() {
+    report.notes.push(break_even_note(&ratios));
+    report
+}
+
+/// Where Roost and static-2PC break even, from Roost's ratios to it by
+/// remote fraction, as a report's note.
+pub(crate) fn break_even_note(ratios: &[(f64, f64)]) -> String {
+    let crossings = crossings(ratios);
+    if crossings.is_empty() {
         let above = ratios.iter().all(|(_, r)| *r > 1.0);
         format!(
             "Roost stays {} static-2PC at every measured remote fraction.",
@@ -581,7 +592,11 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
                 format!(
                     "{:.1}% ({})",
                     remote * 100.0,
-                    if *up { "Roost ahead above it" } else { "static-2PC ahead above it" }
+                    if *up {
+                        "Roost ahead above it"
+                    } else {
+                        "static-2PC ahead above it"
+                    }
                 )
             })
             .collect();
@@ -589,8 +604,7 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
             "Roost and static-2PC break even at about {} (interpolated between the measured fractions).",
             at.join(", ")
         )
-    });
-    report
+    }
 }
 
 /// Where Roost's ratio to static-2PC crosses 1 (linear between the
@@ -608,7 +622,7 @@ fn crossings(ratios: &[(f64, f64)]) -> Vec<(f64, bool)> {
         .collect()
 }
 
-fn round2(x: f64) -> f64 {
+pub(crate) fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 

@@ -11,6 +11,7 @@ pub mod bench_ownership;
 pub mod bench_resp;
 pub mod bench_resp_cluster;
 pub mod bench_smallbank;
+pub mod bench_tatp;
 pub mod bench_transport;
 pub mod check;
 pub mod cluster;

@@ -651,7 +651,7 @@ fn check_placement(
     }
     if ((entry.moving || unreadable) && !relocating) || entry.container as usize != container {
         return Err(ReactorError::Tx(TxError::Conflict(
-            ConflictKind::RecordUnlinked,
+            ConflictKind::RecordUnlinked.into(),
         )));
     }
     Ok(())

@@ -40,7 +40,8 @@ pub use placement::{
 pub use relocate::{ExportedReactor, ExportedRow};
 pub use replication::{ReactorChanges, Replication, ReplicationError, RowChange, Sequenced};
 pub use roost_storage::{
-    EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs, ScanDirection, TxError,
+    Conflict, ConflictAt, ConflictKind, EngineConfig, KeyCodec, KeyDecodeError, PlantedBugs,
+    ScanDirection, TxError,
 };
 pub use schema::{AnyRelationDef, RelationDef, Schema};
 pub use txn::ReactorError;

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use roost_storage::{
-    commit_contexts, commit_contexts_sequenced, CommitError, CommitInfo, ConflictKind, Guard,
-    TxContext, TxError,
+    commit_contexts, commit_contexts_sequenced, CommitError, CommitInfo, Conflict, ConflictKind,
+    Guard, TxContext, TxError,
 };
 use thiserror::Error;
 use tokio::sync::Notify;
@@ -42,10 +42,23 @@ enum Report {
     Nothing,
 }
 
+/// A commit's conflict as the reactor layer reports it: a row's key
+/// starts with its reactor's id (`ReactorCtx`'s key encoding), so the
+/// conflict names the reactor, and the key after it.
 fn conflict(e: CommitError) -> ReactorError {
-    match e {
-        CommitError::Conflict(kind) => ReactorError::Tx(TxError::Conflict(kind)),
+    let CommitError::Conflict(mut conflict) = e;
+    if let Some(at) = conflict.at.as_deref_mut() {
+        if let Some(key) = at.key.take() {
+            match key.split_first_chunk::<4>() {
+                Some((reactor, rest)) if at.reactor.is_none() => {
+                    at.reactor = Some(u64::from(u32::from_be_bytes(*reactor)));
+                    at.key = Some(rest.to_vec());
+                }
+                _ => at.key = Some(key),
+            }
+        }
     }
+    ReactorError::Tx(TxError::Conflict(conflict))
 }
 
 /// Which half of a relocation a root transaction is.
@@ -224,7 +237,7 @@ impl RootTxn {
     /// placement acquired it).
     pub(crate) fn unavailable(&self, reactor: ReactorId) -> ReactorError {
         self.state().unavailable.get_or_insert(reactor);
-        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked))
+        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked.into()))
     }
 
     /// Notes that the tree read the replica `reactor` (see
@@ -242,7 +255,7 @@ impl RootTxn {
     /// the error that aborts this attempt.
     pub(crate) fn invalid_replica(&self, reactor: ReactorId) -> ReactorError {
         self.state().invalid_replica.get_or_insert(reactor);
-        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked))
+        ReactorError::Tx(TxError::Conflict(ConflictKind::RecordUnlinked.into()))
     }
 
     /// Notes that the tree wrote (cheap: one relaxed store per write).
@@ -294,7 +307,7 @@ impl RootTxn {
             // The tree swallowed the error of a reactor it could not use
             // here: the attempt still fails, and the placement acquires it.
             verdict = Err(ReactorError::Tx(TxError::Conflict(
-                ConflictKind::RecordUnlinked,
+                ConflictKind::RecordUnlinked.into(),
             )));
         }
         // Moved out of the members, so that once they are dropped below the
@@ -514,7 +527,7 @@ where
         ),
     };
     let mut backoff_us = 1u64;
-    let mut last = ConflictKind::ReadValidation;
+    let mut last = Conflict::from(ConflictKind::ReadValidation);
     // Attempts that ended for want of a reactor the placement then
     // acquired, and the last such reactor (if the last attempt was one).
     let mut acquisitions = 0u32;
@@ -558,7 +571,7 @@ where
                 // short while), then run again at once; not a backoff, which
                 // could keep waking in step with the invalidations.
                 Box::pin(wait_readable(&db, invalid)).await;
-                last = ConflictKind::RecordUnlinked;
+                last = ConflictKind::RecordUnlinked.into();
                 continue;
             }
             let away = root.state().unavailable.take();
@@ -606,6 +619,13 @@ where
                 times: acquisitions,
             },
         });
+    }
+    // The reactor the last conflict was at, by its name.
+    if let Some(at) = last.at.as_deref_mut() {
+        let id = at.reactor.and_then(|id| u32::try_from(id).ok());
+        if let Some(key) = id.and_then(|id| db.key_of(ReactorId(id)).ok()) {
+            at.reactor_name = Some(key.to_string());
+        }
     }
     Err(ReactorError::Tx(TxError::RetriesExhausted {
         attempts: MAX_ATTEMPTS,
@@ -656,15 +676,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_commit_conflict_names_its_reactor_and_the_key_after_its_id() {
+        let mut stored = 17u32.to_be_bytes().to_vec();
+        stored.extend_from_slice(b"stock:42");
+        let e = conflict(CommitError::Conflict(roost_storage::Conflict::at(
+            ConflictKind::ReadValidation,
+            "shop/store/stock",
+            Some(&stored),
+        )));
+        let ReactorError::Tx(TxError::Conflict(c)) = &e else {
+            panic!("{e:?}");
+        };
+        let at = c.at.as_deref().expect("where");
+        assert_eq!(at.reactor, Some(17));
+        assert_eq!(at.key.as_deref(), Some(&b"stock:42"[..]));
+        let text = e.to_string();
+        assert!(
+            text.contains("relation `shop/store/stock`, reactor #17, key \"stock:42\""),
+            "{text}"
+        );
+        // A conflict with no key (a scan's) names its relation alone.
+        let e = conflict(CommitError::Conflict(roost_storage::Conflict::at(
+            ConflictKind::Phantom,
+            "shop/store/stock",
+            None,
+        )));
+        assert!(
+            e.to_string().ends_with("(relation `shop/store/stock`)"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn conflicts_are_retryable() {
-        assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).is_conflict());
+        assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom.into())).is_conflict());
         assert!(!ReactorError::user_abort("x").is_conflict());
         assert!(!ReactorError::Replication(ReplicationError::OutcomeUnknown).is_conflict());
     }
 
     #[test]
     fn only_errors_before_the_commit_applied_nothing() {
-        assert!(ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom)).applied_nothing());
+        assert!(
+            ReactorError::Tx(TxError::Conflict(ConflictKind::Phantom.into())).applied_nothing()
+        );
         assert!(ReactorError::user_abort("x").applied_nothing());
         assert!(!ReactorError::Replication(ReplicationError::OutcomeUnknown).applied_nothing());
         assert!(!ReactorError::Shutdown.applied_nothing());

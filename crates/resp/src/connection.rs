@@ -1576,3 +1576,30 @@ fn transaction_failed(error: &roost_reactor::ReactorError) -> Frame {
         _ => Frame::error(format!("ERR transaction outcome unknown: {error}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roost_reactor::{Conflict, ConflictKind, ReactorError, TxError};
+
+    #[test]
+    fn an_abort_on_the_wire_names_the_reactor_and_key_that_conflicted() {
+        let mut last = Conflict::at(ConflictKind::ReadValidation, "kv/keyspace/kv", Some(b"hot"));
+        if let Some(at) = last.at.as_deref_mut() {
+            at.reactor = Some(3);
+            at.reactor_name = Some("keyspace/k3".into());
+        }
+        let error = ReactorError::Tx(TxError::RetriesExhausted { attempts: 64, last });
+        let Frame::Error(text) = transaction_failed(&error) else {
+            panic!("an error frame");
+        };
+        assert!(
+            text.starts_with("ERR transaction aborted, nothing applied"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reactor `keyspace/k3`, key \"hot\""),
+            "{text}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::epoch::SiloEpoch;
 #[cfg(not(loom))]
 use crate::epoch::SiloEpochTicker;
-use crate::error::{CatalogError, ConflictKind, TxError};
+use crate::error::{CatalogError, Conflict, ConflictKind, TxError};
 use crate::relation::{IndexKind, Relation};
 use crate::sync;
 use crate::txn::{Transaction, TxBuffers};
@@ -219,7 +219,7 @@ impl Worker {
     ) -> Result<T, TxError> {
         assert!(policy.max_attempts > 0);
         let mut backoff_us = policy.initial_backoff_us.max(1);
-        let mut last = ConflictKind::ReadValidation;
+        let mut last = Conflict::from(ConflictKind::ReadValidation);
         for attempt in 1..=policy.max_attempts {
             let mut tx = self.begin();
             let outcome = body(&mut tx);

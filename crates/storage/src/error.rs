@@ -13,6 +13,69 @@ pub enum ConflictKind {
     RecordUnlinked,
 }
 
+/// A conflict: why, and where the engine knows it, which record: its
+/// relation and key (the key of a record met by a scan is not kept: the
+/// scan's relation is named alone). What a user needs to find a hot key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub kind: ConflictKind,
+    pub at: Option<Box<ConflictAt>>,
+}
+
+/// The record a conflict was found at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictAt {
+    pub relation: String,
+    /// The reactor whose row it is (the reactor layer fills it in: its
+    /// keys start with the reactor's id).
+    pub reactor: Option<u64>,
+    /// That reactor's name, where the reactor layer could tell it.
+    pub reactor_name: Option<String>,
+    /// The key, as stored (after the reactor's id, where that is known).
+    pub key: Option<Vec<u8>>,
+}
+
+impl Conflict {
+    pub fn at(kind: ConflictKind, relation: &str, key: Option<&[u8]>) -> Conflict {
+        Conflict {
+            kind,
+            at: Some(Box::new(ConflictAt {
+                relation: relation.to_owned(),
+                reactor: None,
+                reactor_name: None,
+                key: key.map(<[u8]>::to_vec),
+            })),
+        }
+    }
+}
+
+impl From<ConflictKind> for Conflict {
+    fn from(kind: ConflictKind) -> Conflict {
+        Conflict { kind, at: None }
+    }
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.kind)?;
+        let Some(at) = &self.at else {
+            return Ok(());
+        };
+        write!(f, " (relation `{}`", at.relation)?;
+        match (&at.reactor_name, at.reactor) {
+            (Some(name), _) => write!(f, ", reactor `{name}`")?,
+            (None, Some(id)) => write!(f, ", reactor #{id}")?,
+            (None, None) => {}
+        }
+        if let Some(key) = &at.key {
+            write!(f, ", key \"{}\"", key.escape_ascii())?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl std::error::Error for Conflict {}
+
 /// Integrity constraints the engine itself enforces.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConstraintViolation {
@@ -27,7 +90,7 @@ pub enum ConstraintViolation {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TxError {
     #[error("transaction conflict: {0}")]
-    Conflict(ConflictKind),
+    Conflict(Conflict),
     #[error("aborted by the application: {reason}")]
     UserAbort { reason: String },
     #[error("constraint violated: {0}")]
@@ -47,7 +110,7 @@ pub enum TxError {
     )]
     NotPartitioned { relation: String },
     #[error("gave up after {attempts} attempts; last conflict: {last}")]
-    RetriesExhausted { attempts: u32, last: ConflictKind },
+    RetriesExhausted { attempts: u32, last: Conflict },
 }
 
 impl TxError {
@@ -64,16 +127,16 @@ impl TxError {
 }
 
 /// The error of `commit`: validation failed and the transaction was aborted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CommitError {
     #[error("commit aborted: {0}")]
-    Conflict(ConflictKind),
+    Conflict(Conflict),
 }
 
 impl From<CommitError> for TxError {
     fn from(e: CommitError) -> Self {
         match e {
-            CommitError::Conflict(kind) => TxError::Conflict(kind),
+            CommitError::Conflict(conflict) => TxError::Conflict(conflict),
         }
     }
 }

@@ -40,7 +40,9 @@ mod typed;
 pub use btree::LEAF_CAPACITY;
 pub use context::{commit_contexts, commit_contexts_sequenced, TxContext};
 pub use engine::{Engine, EngineConfig, PlantedBugs, RetryPolicy, Worker, WorkerStats};
-pub use error::{CatalogError, CommitError, ConflictKind, ConstraintViolation, TxError};
+pub use error::{
+    CatalogError, CommitError, Conflict, ConflictAt, ConflictKind, ConstraintViolation, TxError,
+};
 pub use key::{EncodedKey, KeyCodec, KeyDecodeError, MAX_KEY_BYTES};
 pub use relation::{IndexKind, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
 #[cfg(loom)]

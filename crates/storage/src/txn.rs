@@ -28,7 +28,7 @@ use std::ops::Bound;
 use std::ptr::NonNull;
 
 use crate::btree::{LeafChange, LeafRef, SlotKey};
-use crate::error::{CommitError, ConflictKind, ConstraintViolation, TxError};
+use crate::error::{CommitError, Conflict, ConflictKind, ConstraintViolation, TxError};
 use crate::key::MAX_KEY_BYTES;
 use crate::record::RecordRef;
 use crate::relation::{IndexChange, KeyBounds, Relation, ScanDirection, PARTITION_PREFIX_BYTES};
@@ -70,6 +70,10 @@ struct WriteEntry {
 struct ReadEntry {
     record: RecordRef,
     observed: Tid,
+    /// Where the record is, for a conflict's message: its relation, and
+    /// its key when a point access looked it up (a scan's is not kept).
+    relation: NonNull<Relation>,
+    key: Option<Span>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +212,24 @@ impl TxBuffers {
             off: off as u32,
             len: bytes.len() as u32,
         })
+    }
+
+    /// The read-set entry of `record` of `relation`, with its key if the
+    /// last lookup found it (a point access).
+    fn read_entry(&self, relation: &Relation, record: RecordRef, observed: Tid) -> ReadEntry {
+        let relation = NonNull::from(relation);
+        let key = match self.last_lookup {
+            Some((looked, span, Some(found))) if looked == relation && found == record => {
+                Some(span)
+            }
+            _ => None,
+        };
+        ReadEntry {
+            record,
+            observed,
+            relation,
+            key,
+        }
     }
 
     fn bytes(&self, span: Span) -> &[u8] {
@@ -402,15 +424,13 @@ impl TxOps<'_> {
     }
 
     /// Stable read of the record's TID only, recorded in the read set.
-    fn observe_tid(&mut self, record: RecordRef) -> Result<Tid, TxError> {
+    fn observe_tid(&mut self, relation: &Relation, record: RecordRef) -> Result<Tid, TxError> {
         let (tid, ()) = record.tid().stable_read(|| ());
         if !tid.is_latest() {
-            return Err(TxError::Conflict(ConflictKind::RecordUnlinked));
+            return Err(TxError::Conflict(ConflictKind::RecordUnlinked.into()));
         }
-        self.bufs().reads.push(ReadEntry {
-            record,
-            observed: tid,
-        });
+        let entry = self.bufs().read_entry(relation, record, tid);
+        self.bufs().reads.push(entry);
         Ok(tid)
     }
 
@@ -469,10 +489,8 @@ impl TxOps<'_> {
             self.record_miss(relation, key)?;
             return Ok(None);
         }
-        bufs.reads.push(ReadEntry {
-            record,
-            observed: tid,
-        });
+        let entry = bufs.read_entry(relation, record, tid);
+        bufs.reads.push(entry);
         if tid.is_absent() {
             return Ok(None);
         }
@@ -502,11 +520,9 @@ impl TxOps<'_> {
         } else if created {
             // Another inserter may find the placeholder too; whichever commits
             // second sees the version move and aborts.
-            self.bufs().reads.push(ReadEntry {
-                record,
-                observed: Tid::PLACEHOLDER,
-            });
-        } else if !self.observe_tid(record)?.is_absent() {
+            let entry = self.bufs().read_entry(relation, record, Tid::PLACEHOLDER);
+            self.bufs().reads.push(entry);
+        } else if !self.observe_tid(relation, record)?.is_absent() {
             return Err(duplicate());
         }
         self.add_write(relation, record, created, WriteOp::Put, key, value)
@@ -548,7 +564,7 @@ impl TxOps<'_> {
         if let Some(i) = self.bufs().find_write(record) {
             return Ok(self.bufs().writes[i].op == WriteOp::Put);
         }
-        Ok(!self.observe_tid(record)?.is_absent())
+        Ok(!self.observe_tid(relation, record)?.is_absent())
     }
 
     /// Scans `bounds` in `direction`, passing up to `limit` present records to
@@ -629,6 +645,8 @@ impl TxOps<'_> {
                 bufs.reads.push(ReadEntry {
                     record,
                     observed: tid,
+                    relation: NonNull::from(relation),
+                    key: None,
                 });
                 if tid.is_absent() || !tid.is_latest() {
                     return true;
@@ -707,6 +725,8 @@ impl TxOps<'_> {
             bufs.reads.push(ReadEntry {
                 record: *record,
                 observed: tid,
+                relation: NonNull::from(relation),
+                key: None,
             });
             if tid.is_absent() || !tid.is_latest() {
                 continue;
@@ -982,19 +1002,35 @@ pub(crate) fn commit_parts<S: SequencePoint>(
 /// largest version seen under the locks; on an unlinked record, unlocks
 /// everything it locked and reports the conflict.
 fn lock_parts(parts: &[&mut Worker]) -> Result<u64, CommitError> {
-    if let [only] = parts {
-        return lock_in_order(only.buffers.writes.iter().map(|w| w.record));
-    }
-    // Parts hold disjoint relations, so a record appears in at most one part.
-    let mut all: Vec<RecordRef> = parts
-        .iter()
-        .flat_map(|w| w.buffers.writes.iter().map(|e| e.record))
-        .collect();
-    all.sort_unstable();
-    lock_in_order(all.into_iter())
+    let locked = if let [only] = parts {
+        lock_in_order(only.buffers.writes.iter().map(|w| w.record))
+    } else {
+        // Parts hold disjoint relations, so a record appears in at most one part.
+        let mut all: Vec<RecordRef> = parts
+            .iter()
+            .flat_map(|w| w.buffers.writes.iter().map(|e| e.record))
+            .collect();
+        all.sort_unstable();
+        lock_in_order(all.into_iter())
+    };
+    locked.map_err(|unlinked| {
+        // The conflict names the written record that was unlinked.
+        let at = parts.iter().find_map(|w| {
+            let bufs = &w.buffers;
+            let entry = bufs.writes.iter().find(|e| e.record == unlinked)?;
+            Some(Conflict::at(
+                ConflictKind::RecordUnlinked,
+                relation_ref(entry.relation).name(),
+                Some(bufs.bytes(entry.key)),
+            ))
+        });
+        CommitError::Conflict(at.unwrap_or_else(|| ConflictKind::RecordUnlinked.into()))
+    })
 }
 
-fn lock_in_order(records: impl Iterator<Item = RecordRef> + Clone) -> Result<u64, CommitError> {
+/// Locks `records` in order; on an unlinked one, unlocks everything it
+/// locked and returns that record.
+fn lock_in_order(records: impl Iterator<Item = RecordRef> + Clone) -> Result<u64, RecordRef> {
     let mut max_version = 0;
     for (i, record) in records.clone().enumerate() {
         let before = record.tid().lock();
@@ -1003,7 +1039,7 @@ fn lock_in_order(records: impl Iterator<Item = RecordRef> + Clone) -> Result<u64
                 let current = locked.load_tid();
                 locked.tid().unlock_to(current.unlocked());
             }
-            return Err(CommitError::Conflict(ConflictKind::RecordUnlinked));
+            return Err(record);
         }
         max_version = max_version.max(before.version());
     }
@@ -1022,24 +1058,32 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
         for r in &bufs.reads {
             let mine = bufs.find_sorted(r.record).is_some();
             if !r.record.tid().validate(r.observed, mine) {
-                return Err(CommitError::Conflict(ConflictKind::ReadValidation));
+                return Err(CommitError::Conflict(Conflict::at(
+                    ConflictKind::ReadValidation,
+                    relation_ref(r.relation).name(),
+                    r.key.map(|k| bufs.bytes(k)),
+                )));
             }
         }
         if bufs.versions.iter().any(|v| !v.phantom && !v.unchanged()) {
-            return Err(CommitError::Conflict(ConflictKind::ReadValidation));
+            return Err(CommitError::Conflict(ConflictKind::ReadValidation.into()));
         }
     }
     if planted.skip_phantom_validation {
         return Ok(());
     }
     if bufs.versions.iter().any(|v| v.phantom && !v.unchanged()) {
-        return Err(CommitError::Conflict(ConflictKind::Phantom));
+        return Err(CommitError::Conflict(ConflictKind::Phantom.into()));
     }
     for m in &bufs.misses {
         let relation = relation_ref(m.relation);
         if let Some(record) = relation.lookup(bufs.bytes(m.key), guard) {
             if !is_own_placeholder(bufs, record, planted) {
-                return Err(CommitError::Conflict(ConflictKind::Phantom));
+                return Err(CommitError::Conflict(Conflict::at(
+                    ConflictKind::Phantom,
+                    relation.name(),
+                    Some(bufs.bytes(m.key)),
+                )));
             }
         }
     }
@@ -1056,7 +1100,11 @@ fn validate(bufs: &TxBuffers, guard: &Guard, planted: PlantedBugs) -> Result<(),
             };
             let last = i + 1 == scan.nodes_to;
             if !leaf_part_unchanged(bufs, scan, node, records_to, last, guard, planted) {
-                return Err(CommitError::Conflict(ConflictKind::Phantom));
+                return Err(CommitError::Conflict(Conflict::at(
+                    ConflictKind::Phantom,
+                    relation_ref(scan.relation).name(),
+                    None,
+                )));
             }
         }
     }

@@ -123,7 +123,7 @@ fn conflicting_writer_aborts_reader() {
     t1.put(&rel, b"b", &v).unwrap();
     assert_eq!(
         t1.commit().unwrap_err().to_string(),
-        "commit aborted: a record read by the transaction changed or was locked before commit"
+        "commit aborted: a record read by the transaction changed or was locked before commit (relation `t`, key \"a\")"
     );
 }
 
@@ -138,10 +138,53 @@ fn missing_key_read_conflicts_with_insert() {
     t2.insert(&rel, b"k", b"v").unwrap();
     t2.commit().unwrap();
     t1.put(&rel, b"other", b"x").unwrap();
-    assert!(matches!(
-        t1.commit(),
-        Err(roost_storage::CommitError::Conflict(ConflictKind::Phantom))
-    ));
+    let roost_storage::CommitError::Conflict(conflict) = t1.commit().unwrap_err();
+    assert_eq!(conflict.kind, ConflictKind::Phantom);
+    // The abort names the relation and the key that appeared.
+    let at = conflict.at.as_deref().expect("the conflict says where");
+    assert_eq!(
+        (at.relation.as_str(), at.key.as_deref()),
+        ("t", Some(&b"k"[..]))
+    );
+    assert!(
+        conflict.to_string().contains("relation `t`, key \"k\""),
+        "{conflict}"
+    );
+}
+
+#[test]
+fn a_read_validation_conflict_names_the_record_it_read() {
+    let engine = Engine::default();
+    let rel = engine.create_relation("accounts").unwrap();
+    let (mut w1, mut w2) = (engine.worker(), engine.worker());
+    let mut t = w1.begin();
+    t.put(&rel, b"alice\x01", b"1").unwrap();
+    t.put(&rel, b"bob", b"1").unwrap();
+    t.commit().unwrap();
+    let mut t1 = w1.begin();
+    assert_eq!(t1.get(&rel, b"bob").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(
+        t1.get(&rel, b"alice\x01").unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    let mut t2 = w2.begin();
+    t2.put(&rel, b"alice\x01", b"2").unwrap();
+    t2.commit().unwrap();
+    t1.put(&rel, b"bob", b"0").unwrap();
+    let roost_storage::CommitError::Conflict(conflict) = t1.commit().unwrap_err();
+    assert_eq!(conflict.kind, ConflictKind::ReadValidation);
+    let at = conflict.at.as_deref().expect("the conflict says where");
+    assert_eq!(at.relation, "accounts");
+    assert_eq!(
+        at.key.as_deref(),
+        Some(&b"alice\x01"[..]),
+        "not bob: alice changed"
+    );
+    // Bytes that are not printable are escaped in the message.
+    assert!(
+        conflict.to_string().contains("key \"alice\\x01\""),
+        "{conflict}"
+    );
 }
 
 #[test]
@@ -166,7 +209,7 @@ fn retry_helper_returns_user_errors_and_limits_attempts() {
             },
             |_tx| {
                 calls += 1;
-                Err::<(), _>(TxError::Conflict(ConflictKind::ReadValidation))
+                Err::<(), _>(TxError::Conflict(ConflictKind::ReadValidation.into()))
             },
         )
         .unwrap_err();
@@ -343,11 +386,8 @@ fn scans_conflict_with_inserts_in_their_range_only() {
         let committed = t1.commit();
         let case = format!("scan [{from}, {to}] {direction:?} limit {limit}, insert {inserted}");
         if conflict {
-            assert_eq!(
-                committed.unwrap_err(),
-                roost_storage::CommitError::Conflict(ConflictKind::Phantom),
-                "{case}"
-            );
+            let roost_storage::CommitError::Conflict(c) = committed.unwrap_err();
+            assert_eq!(c.kind, ConflictKind::Phantom, "{case}");
         } else {
             committed.unwrap_or_else(|e| panic!("{case}: {e}"));
         }
@@ -407,8 +447,6 @@ fn a_split_of_a_scanned_leaf_keeps_the_scan_honest() {
         t.commit().unwrap();
     }
     t1.put(&rel, &key(1000), b"w").unwrap();
-    assert_eq!(
-        t1.commit().unwrap_err(),
-        roost_storage::CommitError::Conflict(ConflictKind::Phantom)
-    );
+    let roost_storage::CommitError::Conflict(c) = t1.commit().unwrap_err();
+    assert_eq!(c.kind, ConflictKind::Phantom);
 }

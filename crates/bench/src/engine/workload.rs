@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(outcome(&duplicate, 3), TxnOutcome::committed(2));
         let exhausted: Result<(), TxError> = Err(TxError::RetriesExhausted {
             attempts: 9,
-            last: roost_storage::ConflictKind::Phantom,
+            last: roost_storage::ConflictKind::Phantom.into(),
         });
         assert_eq!(outcome(&exhausted, 9), TxnOutcome::failed(9));
     }

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo build --release --bin roost
-all=(engine smartmart smartmart-goals transport resp escrow durability smallbank smallbank-postgres handover bcounter commit_path call_cost)
+all=(engine smartmart smartmart-goals transport resp escrow durability smallbank smallbank-postgres handover tatp voter bcounter commit_path call_cost)
 chosen=("$@")
 [ "${#chosen[@]}" -gt 0 ] || chosen=("${all[@]}")
 for b in "${chosen[@]}"; do
@@ -24,6 +24,8 @@ for b in "${chosen[@]}"; do
     smallbank) target/release/roost bench smallbank ;;
     smallbank-postgres) target/release/roost bench smallbank --postgres ;;
     handover) target/release/roost bench handover ;;
+    voter) target/release/roost bench voter ;;
+    tatp) target/release/roost bench tatp ;;
     bcounter) scripts/bcounter-bench.sh ;;
     commit_path)
       echo "commit_path: cargo bench -p roost-storage --bench commit_path -- --quick;" \

@@ -12,6 +12,8 @@
 //! - [`progress`]: a benchmark's progress bar and per-cell lines;
 //! - [`tatp`]: `roost bench tatp`, TATP over a cluster: Roost (reads on the
 //!   local replica) against static sharding and perfect sharding;
+//! - [`voter`]: `roost bench voter`, the Zeus seed's popular contestant moving
+//!   between nodes under load;
 //! - [`smartmart`]: `roost bench smartmart`, the ReactDB seed's SmartMart
 //!   application on the reactor layer, sync against async deployments.
 
@@ -27,4 +29,5 @@ pub mod smallbank;
 pub mod smartmart;
 pub mod sys;
 pub mod tatp;
+pub mod voter;
 pub mod zipf;

@@ -122,6 +122,11 @@ pub enum Benchmark {
     /// cluster: Roost against static sharding with two-phase commit and
     /// perfect sharding, by handover fraction.
     Handover(crate::bench_handover::HandoverArgs),
+    /// Voter (the Zeus seed's popular contestant) on a three-node cluster:
+    /// the popular contestant moves between nodes under load, her voters'
+    /// reactors follow; throughput over time and ownership acquisition
+    /// latency.
+    Voter(crate::bench_voter::VoterArgs),
     /// TATP on a three-node cluster: Roost (reads on the local replica,
     /// writes where they arrive) against static sharding and perfect
     /// sharding, by the share of transactions on another node's

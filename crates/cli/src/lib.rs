@@ -13,6 +13,7 @@ pub mod bench_resp_cluster;
 pub mod bench_smallbank;
 pub mod bench_tatp;
 pub mod bench_transport;
+pub mod bench_voter;
 pub mod check;
 pub mod cluster;
 pub mod demo;

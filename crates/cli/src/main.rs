@@ -63,6 +63,7 @@ fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
         Command::Bench(Benchmark::Resp(args)) => bench_resp::run(&args, command)?,
         Command::Bench(Benchmark::Smallbank(args)) => bench_smallbank::run(&args, command)?,
         Command::Bench(Benchmark::Handover(args)) => bench_handover::run(&args, command)?,
+        Command::Bench(Benchmark::Voter(args)) => roost_cli::bench_voter::run(&args, command)?,
         Command::Bench(Benchmark::Tatp(args)) => roost_cli::bench_tatp::run(&args, command)?,
         Command::Bench(Benchmark::Escrow(args)) => bench_escrow::run(&args, command)?,
         Command::Check(args) => check::run(&args)?,

@@ -26,11 +26,15 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use redis;
 pub use redis::{Cmd, Connection, Value};
+
+pub mod balance;
+
+use balance::Balancer;
 
 /// Looks in a row that must find a reactor at the same other node before
 /// its route moves there.
@@ -43,6 +47,8 @@ pub const MAX_CACHED_KEYS: usize = 1 << 20;
 /// Keys asked about in one `ROOST.OWNER` (a node answers it on an executor
 /// that serves transactions too: kept short).
 pub const MAX_KEYS_PER_LOOK: usize = 512;
+/// Requests a router counts before it adds them to its table's window.
+pub const LOAD_FLUSH_REQUESTS: u32 = 256;
 /// How long a connection attempt or a reply may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -126,6 +132,11 @@ struct Routes {
 pub struct RouteTable {
     routes: RwLock<Routes>,
     settle: Duration,
+    /// Requests per reactor since the last [`Router::balance`] (each
+    /// router adds its own every [`LOAD_FLUSH_REQUESTS`]), and the
+    /// balancer that reads them.
+    window: Mutex<HashMap<usize, u64>>,
+    balancer: Mutex<Balancer>,
 }
 
 impl RouteTable {
@@ -140,6 +151,8 @@ impl RouteTable {
         Arc::new(RouteTable {
             routes: RwLock::new(Routes::default()),
             settle,
+            window: Mutex::new(HashMap::new()),
+            balancer: Mutex::new(Balancer::default()),
         })
     }
 
@@ -163,10 +176,19 @@ impl RouteTable {
         self.routes.read().expect("routes lock").moves
     }
 
-    fn cached(&self, key: &[u8]) -> Option<u32> {
+    /// `key`'s reactor and its route, if known.
+    fn cached(&self, key: &[u8]) -> Option<(usize, u32)> {
         let routes = self.routes.read().expect("routes lock");
-        let reactor = routes.reactor_of.get(key)?;
-        routes.by_reactor.get(reactor).map(|r| r.node)
+        let reactor = *routes.reactor_of.get(key)?;
+        routes.by_reactor.get(&reactor).map(|r| (reactor, r.node))
+    }
+
+    /// Adds a router's request counts to the window.
+    fn add_load(&self, counts: &mut HashMap<usize, u64>) {
+        let mut window = self.window.lock().expect("window lock");
+        for (reactor, n) in counts.drain() {
+            *window.entry(reactor).or_default() += n;
+        }
     }
 
     /// First sight of `key`: remembers its reactor, and the reactor's
@@ -183,6 +205,22 @@ impl RouteTable {
             elsewhere: None,
         });
         route.node
+    }
+
+    /// `reactor`'s route is `node` now, settled or not (the application
+    /// moved it there itself). Whether it changed.
+    fn set(&self, reactor: usize, node: u32) -> bool {
+        let mut routes = self.routes.write().expect("routes lock");
+        let Some(route) = routes.by_reactor.get_mut(&reactor) else {
+            return false;
+        };
+        route.elsewhere = None;
+        if route.node == node {
+            return false;
+        }
+        route.node = node;
+        routes.moves += 1;
+        true
     }
 
     /// The reactors with a route and a key of each.
@@ -235,6 +273,9 @@ pub struct Router {
     timeout: Duration,
     /// Which node the next `ROOST.OWNER` goes to (they take turns).
     next_look: usize,
+    /// Requests routed per reactor, not yet added to the table's window.
+    counts: HashMap<usize, u64>,
+    counted: u32,
 }
 
 impl Router {
@@ -248,6 +289,8 @@ impl Router {
             connections,
             timeout: DEFAULT_TIMEOUT,
             next_look: 0,
+            counts: HashMap::new(),
+            counted: 0,
         }
     }
 
@@ -333,14 +376,53 @@ impl Router {
     /// route, learned on first sight.
     pub fn route(&mut self, keys: &[&[u8]]) -> Result<u32, RouteError> {
         let home = *keys.first().ok_or(RouteError::NoKeys)?;
-        if let Some(node) = self.table.cached(home) {
+        if let Some((reactor, node)) = self.table.cached(home) {
+            self.count(reactor);
             return Ok(node);
         }
         let owner = self.owners(&[home])?[0];
         // An owner nobody knows (a reactor being created): any node serves
         // it; spread such reactors by their index.
         let fallback = self.nodes[owner.reactor % self.nodes.len()].id;
+        self.count(owner.reactor);
         Ok(self.table.learn(home, owner, fallback))
+    }
+
+    /// One request routed by `reactor`'s route.
+    fn count(&mut self, reactor: usize) {
+        *self.counts.entry(reactor).or_default() += 1;
+        self.counted += 1;
+        if self.counted >= LOAD_FLUSH_REQUESTS {
+            self.counted = 0;
+            self.table.add_load(&mut self.counts);
+        }
+    }
+
+    /// Spreads load: the requests every router of the process routed since
+    /// the last call (this one's up to now, the others' up to their last
+    /// [`LOAD_FLUSH_REQUESTS`]) go to the [`Balancer`], and the routes it
+    /// moves change at once; the next request at each reactor's new node
+    /// takes the reactor there. Call it every second or so, beside
+    /// [`Router::follow`]. Returns the moves.
+    pub fn balance(&mut self) -> Vec<balance::Move> {
+        self.counted = 0;
+        self.table.add_load(&mut self.counts);
+        let window = std::mem::take(&mut *self.table.window.lock().expect("window lock"));
+        let route: HashMap<usize, u32> = window
+            .keys()
+            .filter_map(|&r| Some((r, self.table.node_of(r)?)))
+            .collect();
+        let nodes: Vec<u32> = self.nodes.iter().map(|n| n.id).collect();
+        let moves = self
+            .table
+            .balancer
+            .lock()
+            .expect("balancer lock")
+            .plan(&nodes, &window, &route);
+        for m in &moves {
+            self.table.set(m.reactor, m.to);
+        }
+        moves
     }
 
     /// Runs `cmd` (a request on `keys`) at the node its route names.
@@ -358,6 +440,31 @@ impl Router {
                 Err(CallError::Request { node, source })
             }
         }
+    }
+
+    /// Routes requests on `key`'s reactor to `node` from now on, without
+    /// waiting for ownership to settle there: for an application that moved
+    /// the reactor itself (a write at `node`) and sends the reactor's next
+    /// requests after it, where looks could still catch it elsewhere
+    /// (requests already sent to the old owner can take it back once).
+    pub fn moved(&mut self, key: &[u8], node: u32) -> Result<(), RouteError> {
+        self.route(&[key])?;
+        let reactor = {
+            let routes = self.table.routes.read().expect("routes lock");
+            routes.reactor_of.get(key).copied()
+        };
+        match reactor {
+            Some(reactor) => {
+                self.table.set(reactor, node);
+            }
+            // Forgotten at once (the table was full): learn it at `node`.
+            None => {
+                let owner = self.owners(&[key])?[0];
+                self.table.learn(key, owner, node);
+                self.table.set(owner.reactor, node);
+            }
+        }
+        Ok(())
     }
 
     /// Looks again at the owner of every reactor with a route; returns how
@@ -429,7 +536,7 @@ mod tests {
             node: Some(2),
         };
         assert_eq!(table.learn(b"b", other, 0), 1);
-        assert_eq!(table.cached(b"b"), Some(1));
+        assert_eq!(table.cached(b"b"), Some((7, 1)));
         // One look elsewhere is not enough; a look back home resets it.
         assert!(!table.looked(7, 2));
         assert!(!table.looked(7, 1));
@@ -443,6 +550,25 @@ mod tests {
         assert!(!table.looked(7, 0));
         assert!(!table.looked(7, 1));
         assert_eq!(table.node_of(7), Some(2));
+    }
+
+    #[test]
+    fn a_route_set_by_the_application_moves_at_once_and_stays() {
+        let table = RouteTable::new();
+        let owner = KeyOwner {
+            reactor: 3,
+            node: Some(0),
+        };
+        table.learn(b"c", owner, 0);
+        assert!(table.set(3, 1));
+        assert_eq!(table.cached(b"c"), Some((3, 1)));
+        assert_eq!(table.moves(), 1);
+        assert!(!table.set(3, 1), "no change");
+        // A look that catches it back at the old owner moves nothing.
+        assert!(!table.looked(3, 0));
+        assert_eq!(table.node_of(3), Some(1));
+        // An unknown reactor has no route to set.
+        assert!(!table.set(9, 1));
     }
 
     #[test]

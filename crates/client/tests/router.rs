@@ -176,3 +176,81 @@ fn a_router_with_no_reachable_node_says_so() {
         Err(roost_client::RouteError::NoKeys)
     ));
 }
+
+#[test]
+fn a_node_serving_all_the_load_sheds_reactors_to_the_others() {
+    let cluster = ClusterConfig::loopback(NODES).unwrap();
+    let nodes = Node::start_in_process(&cluster, REACTORS).unwrap();
+    let table = RouteTable::with_settle(Duration::ZERO);
+    let mut router = Router::new(addrs(&nodes), table.clone());
+    let keys = key_per_reactor(&mut router);
+    wait_owned(&mut router, &keys);
+
+    // Node 0 takes every reactor (a script's keys move to where it runs),
+    // and the routes follow.
+    for key in &keys {
+        let con = router.connection(0).unwrap();
+        let reply = redis::cmd("EVAL")
+            .arg("return redis.call('SET', KEYS[1], 'x')")
+            .arg(1)
+            .arg(key)
+            .query::<Value>(con)
+            .unwrap();
+        assert_eq!(reply, Value::Okay);
+    }
+    for key in &keys {
+        router.route(&[key]).unwrap();
+    }
+    router.follow().unwrap();
+    router.follow().unwrap();
+    for reactor in 0..REACTORS {
+        assert_eq!(table.node_of(reactor), Some(0), "reactor {reactor}");
+    }
+    let write_all = |router: &mut Router, rounds: u32| {
+        for round in 0..rounds {
+            for key in &keys {
+                let reply = router
+                    .call(&[key], redis::cmd("SET").arg(key).arg(round))
+                    .unwrap();
+                assert_eq!(reply, Value::Okay);
+            }
+        }
+    };
+    // The balancer has seen the load: all at node 0.
+    write_all(&mut router, 200);
+    let moves = router.balance();
+    assert!(moves.len() >= 2, "{moves:?}");
+    assert!(moves.iter().all(|m| m.from == 0 && m.to != 0), "{moves:?}");
+    let routed: std::collections::HashSet<u32> =
+        (0..REACTORS).filter_map(|r| table.node_of(r)).collect();
+    assert_eq!(
+        routed.len(),
+        NODES as usize,
+        "routes on every node: {moves:?}"
+    );
+    // Requests go where the routes say, and the nodes there take the
+    // reactors: ownership follows the plan. (Nodes 1 and 2 lost these
+    // reactors to node 0 above, so at first they forward the writes; node
+    // 0, seeing only forwarded writes, yields them.)
+    let before = acquisitions(&nodes);
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        write_all(&mut router, 10);
+        let owners = router.owners(&refs).unwrap();
+        if owners
+            .iter()
+            .all(|o| o.node.is_some() && o.node == table.node_of(o.reactor))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ownership did not follow the routes: {owners:?}, moves {moves:?}"
+        );
+    }
+    assert!(acquisitions(&nodes) >= before + moves.len() as u64);
+    // Balanced now: the next window moves nothing.
+    write_all(&mut router, 200);
+    assert_eq!(router.balance(), Vec::new());
+}

@@ -15,8 +15,10 @@ use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::cluster_load::{merged_latencies, run_window};
-use roost_bench::plot::{finish_png, BarChart, BarSeries};
+use roost_bench::plot::finish_png;
 use roost_bench::progress::Progress;
+
+use crate::remote_sweep::{self, break_even_note, median_tps, round2, SweepCell};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::smallbank::{self, Layout, Params, Partitions, Scripts, System};
 use roost_client::{NodeAddr, RouteTable, Router};
@@ -335,13 +337,16 @@ fn run_cell(
     })
 }
 
-fn median_of(cells: &[Cell], system: System, remote: f64) -> Option<f64> {
-    median(
-        cells
-            .iter()
-            .filter(|c| c.system == system && (system == System::Perfect || c.remote == remote))
-            .map(|c| c.committed_tps),
-    )
+impl SweepCell for Cell {
+    fn system(&self) -> System {
+        self.system
+    }
+    fn remote(&self) -> f64 {
+        self.remote
+    }
+    fn committed_tps(&self) -> f64 {
+        self.committed_tps
+    }
 }
 
 /// A loaded cluster, ready for cells.
@@ -419,11 +424,7 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
         scripts,
         mut expected_total,
     } = set_up(args, plan.params, "memory")?;
-    let mut order = vec![(System::Perfect, 0.0)];
-    for &r in &plan.remote {
-        order.push((System::Static2pc, r));
-        order.push((System::Roost, r));
-    }
+    let order = remote_sweep::order(&plan.remote);
     let mut cells = Vec::new();
     let mut progress = Progress::new(order.len() * plan.reps as usize);
     for rep in 0..plan.reps {
@@ -463,7 +464,12 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
     }
     let report = report(args, &plan, command, &cells);
     let png = args.out.join(format!("{BENCHMARK}.png"));
-    let chart = figure_9(&plan, &cells);
+    let chart = remote_sweep::figure_9(
+        "Smallbank (FaSST flavour), 3 nodes: throughput by remote fraction",
+        "committed txn/s",
+        &plan.remote,
+        &cells,
+    );
     report.write_with_plot(&args.out, || {
         finish_png(chart.render_png(&png), png.clone())
     })?;
@@ -471,42 +477,10 @@ pub fn run(args: &SmallbankArgs, command: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The seed's Figure 9: median throughput by remote fraction, the three
-/// systems side by side (perfect sharding has no remote fraction: its bar
-/// repeats at each).
-fn figure_9(plan: &Plan, cells: &[Cell]) -> BarChart {
-    let series = |system: System| BarSeries {
-        name: system.name().to_owned(),
-        values: plan
-            .remote
-            .iter()
-            .map(|&r| median_of(cells, system, r))
-            .collect(),
-    };
-    BarChart {
-        title: "Smallbank (FaSST flavour), 3 nodes: throughput by remote fraction".to_owned(),
-        y_label: "committed txn/s".to_owned(),
-        categories: plan
-            .remote
-            .iter()
-            .map(|r| format!("{:.1}%", r * 100.0))
-            .collect(),
-        series: vec![
-            series(System::Roost),
-            series(System::Static2pc),
-            series(System::Perfect),
-        ],
-    }
-}
-
 fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> BenchReport {
     let mut report = BenchReport::new(BENCHMARK, command);
-    let perfect = median_of(cells, System::Perfect, 0.0).unwrap_or(0.0);
-    let mut points = vec![(System::Perfect, 0.0)];
-    for &r in &plan.remote {
-        points.push((System::Static2pc, r));
-        points.push((System::Roost, r));
-    }
+    let perfect = median_tps(cells, System::Perfect, 0.0).unwrap_or(0.0);
+    let points = remote_sweep::order(&plan.remote);
     let mut ratios = Vec::new();
     for (system, remote) in points {
         let mine: Vec<&Cell> = cells
@@ -517,7 +491,7 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
             continue;
         };
         let merged = merged_latencies(mine.iter().map(|c| &c.latency_ns));
-        let static_tps = median_of(cells, System::Static2pc, remote);
+        let static_tps = median_tps(cells, System::Static2pc, remote);
         let mut row = Row::new(system.name(), "fasst")
             .with_param("remote_percent", (remote * 1000.0).round() / 10.0)
             .with_param("nodes", args.nodes)
@@ -573,57 +547,6 @@ fn report(args: &SmallbankArgs, plan: &Plan, command: &str, cells: &[Cell]) -> B
     }
     report.notes.push(break_even_note(&ratios));
     report
-}
-
-/// Where Roost and static-2PC break even, from Roost's ratios to it by
-/// remote fraction, as a report's note.
-pub(crate) fn break_even_note(ratios: &[(f64, f64)]) -> String {
-    let crossings = crossings(ratios);
-    if crossings.is_empty() {
-        let above = ratios.iter().all(|(_, r)| *r > 1.0);
-        format!(
-            "Roost stays {} static-2PC at every measured remote fraction.",
-            if above { "above" } else { "at or below" }
-        )
-    } else {
-        let at: Vec<String> = crossings
-            .iter()
-            .map(|(remote, up)| {
-                format!(
-                    "{:.1}% ({})",
-                    remote * 100.0,
-                    if *up {
-                        "Roost ahead above it"
-                    } else {
-                        "static-2PC ahead above it"
-                    }
-                )
-            })
-            .collect();
-        format!(
-            "Roost and static-2PC break even at about {} (interpolated between the measured fractions).",
-            at.join(", ")
-        )
-    }
-}
-
-/// Where Roost's ratio to static-2PC crosses 1 (linear between the
-/// measured fractions), and whether Roost is ahead after each.
-fn crossings(ratios: &[(f64, f64)]) -> Vec<(f64, bool)> {
-    let mut sorted = ratios.to_vec();
-    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    sorted
-        .windows(2)
-        .filter_map(|w| {
-            let ((r0, x0), (r1, x1)) = (w[0], w[1]);
-            let crossed = (x0 - 1.0).signum() != (x1 - 1.0).signum() && x0 != x1;
-            crossed.then(|| (r0 + (r1 - r0) * (x0 - 1.0) / (x0 - x1), x1 > 1.0))
-        })
-        .collect()
-}
-
-pub(crate) fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }
 
 /// The goal against PostgreSQL on BenchBase's keys.
@@ -806,20 +729,4 @@ fn pg_version() -> String {
                 .replace("pgbench (PostgreSQL) ", "")
         })
         .unwrap_or_else(|_| "(version unknown)".to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crossings_interpolate_where_the_ratio_crosses_one() {
-        assert!(crossings(&[(0.0, 2.0), (0.1, 1.5)]).is_empty());
-        let down = crossings(&[(0.2, 0.5), (0.0, 2.0), (0.1, 1.5)]);
-        assert_eq!(down.len(), 1);
-        assert!((down[0].0 - 0.15).abs() < 1e-9 && !down[0].1, "{down:?}");
-        let up = crossings(&[(0.0, 0.9), (0.2, 0.8), (0.4, 1.2)]);
-        assert_eq!(up.len(), 1);
-        assert!((up[0].0 - 0.3).abs() < 1e-9 && up[0].1, "{up:?}");
-    }
 }

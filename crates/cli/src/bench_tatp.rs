@@ -13,16 +13,15 @@ use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::cluster_load::{merged_latencies, run_window};
-use roost_bench::plot::{finish_png, BarChart, BarSeries};
+use roost_bench::plot::finish_png;
 use roost_bench::progress::Progress;
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::tatp::{self, Layout, Params, Partitions, PlantedBugs, Scripts, System};
 use roost_client::{NodeAddr, RouteTable, Router};
 use roost_cluster::local_cluster::LocalCluster;
 
-use crate::bench_smallbank::{
-    break_even_note, owners_of_tags, round2, start_cluster, tags_by_owner,
-};
+use crate::bench_smallbank::{owners_of_tags, start_cluster, tags_by_owner};
+use crate::remote_sweep::{self, break_even_note, median_tps, round2, SweepCell};
 
 const BENCHMARK: &str = "tatp";
 /// The goal: Roost at least this many times static-2PC at 1% remote.
@@ -255,11 +254,7 @@ pub fn run(args: &TatpArgs, command: &str) -> anyhow::Result<()> {
         insert_skips_row: args.planted.as_deref() == Some("insert-skips-row"),
     };
     let scripts = Scripts::load(&mut admin, bugs)?;
-    let mut order = vec![(System::Perfect, 0.0)];
-    for &r in &plan.remote {
-        order.push((System::Static2pc, r));
-        order.push((System::Roost, r));
-    }
+    let order = remote_sweep::order(&plan.remote);
     let mut progress = Progress::new(order.len() * plan.reps as usize);
     let mut cells = Vec::new();
     for rep in 0..plan.reps {
@@ -298,7 +293,12 @@ pub fn run(args: &TatpArgs, command: &str) -> anyhow::Result<()> {
     }
     let report = report(args, &plan, command, &cells);
     let png = args.out.join(format!("{BENCHMARK}.png"));
-    let chart = chart(&plan, &cells);
+    let chart = remote_sweep::figure_9(
+        "TATP, 3 nodes: throughput by remote fraction",
+        "txn/s",
+        &plan.remote,
+        &cells,
+    );
     report.write_with_plot(&args.out, || {
         finish_png(chart.render_png(&png), png.clone())
     })?;
@@ -306,50 +306,22 @@ pub fn run(args: &TatpArgs, command: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn median_of(cells: &[Cell], system: System, remote: f64) -> Option<f64> {
-    median(
-        cells
-            .iter()
-            .filter(|c| c.system == system && (system == System::Perfect || c.remote == remote))
-            .map(|c| c.committed_tps),
-    )
-}
-
-/// Figure 9's TATP panel: median throughput by remote fraction (perfect
-/// sharding's bar repeats at each).
-fn chart(plan: &Plan, cells: &[Cell]) -> BarChart {
-    let series = |system: System| BarSeries {
-        name: system.name().to_owned(),
-        values: plan
-            .remote
-            .iter()
-            .map(|&r| median_of(cells, system, r))
-            .collect(),
-    };
-    BarChart {
-        title: "TATP, 3 nodes: throughput by remote fraction".to_owned(),
-        y_label: "txn/s".to_owned(),
-        categories: plan
-            .remote
-            .iter()
-            .map(|r| format!("{:.1}%", r * 100.0))
-            .collect(),
-        series: vec![
-            series(System::Roost),
-            series(System::Static2pc),
-            series(System::Perfect),
-        ],
+impl SweepCell for Cell {
+    fn system(&self) -> System {
+        self.system
+    }
+    fn remote(&self) -> f64 {
+        self.remote
+    }
+    fn committed_tps(&self) -> f64 {
+        self.committed_tps
     }
 }
 
 fn report(args: &TatpArgs, plan: &Plan, command: &str, cells: &[Cell]) -> BenchReport {
     let mut report = BenchReport::new(BENCHMARK, command);
-    let perfect = median_of(cells, System::Perfect, 0.0).unwrap_or(0.0);
-    let mut points = vec![(System::Perfect, 0.0)];
-    for &r in &plan.remote {
-        points.push((System::Static2pc, r));
-        points.push((System::Roost, r));
-    }
+    let perfect = median_tps(cells, System::Perfect, 0.0).unwrap_or(0.0);
+    let points = remote_sweep::order(&plan.remote);
     let mut ratios = Vec::new();
     for (system, remote) in points {
         let mine: Vec<&Cell> = cells
@@ -380,7 +352,7 @@ fn report(args: &TatpArgs, plan: &Plan, command: &str, cells: &[Cell]) -> BenchR
             )
             .with_extra("vs_perfect", round2(tps / perfect));
         if system == System::Roost {
-            if let Some(s) = median_of(cells, System::Static2pc, remote) {
+            if let Some(s) = median_tps(cells, System::Static2pc, remote) {
                 row = row.with_extra("vs_static_2pc", round2(tps / s));
                 ratios.push((remote, tps / s));
             }

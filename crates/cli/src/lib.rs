@@ -17,6 +17,7 @@ pub mod bench_voter;
 pub mod check;
 pub mod cluster;
 pub mod demo;
+pub(crate) mod remote_sweep;
 pub mod resp;
 pub mod sim;
 pub mod sites;

@@ -15,10 +15,10 @@ use roost_bench::handover::{self, Layout, Params, Scripts, Session, System};
 use roost_bench::plot::{finish_png, BarChart, BarSeries};
 use roost_bench::progress::Progress;
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
-use roost_client::{redis, NodeAddr, RouteTable, Router, Value};
+use roost_client::{redis, RouteTable, Router, Value};
 use roost_cluster::local_cluster::LocalCluster;
 
-use crate::bench_smallbank::{owners_of_tags, start_cluster, tags_by_owner};
+use crate::bench_smallbank::{owners_of_tags, start_tagged_cluster, TaggedCluster};
 
 const BENCHMARK: &str = "handover";
 /// The goal: Roost within this share of perfect sharding at 2.5%.
@@ -218,21 +218,12 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
         args.clients_per_node
     );
     let dir = std::env::temp_dir().join(format!("roost-bench-handover-{}", std::process::id()));
-    let cluster = start_cluster(nodes_n, reactors, dir, "memory")?;
-    let nodes: Vec<NodeAddr> = (0..nodes_n)
-        .map(|n| {
-            Ok(NodeAddr {
-                id: n,
-                addr: cluster.resp_addr(n).context("a node's RESP address")?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut admin = Router::new(nodes.clone(), RouteTable::new());
-    let by_owner = tags_by_owner(&mut admin, reactors as usize)?;
-    let owned: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
-        .collect();
+    let TaggedCluster {
+        cluster,
+        nodes,
+        mut admin,
+        owned,
+    } = start_tagged_cluster(nodes_n, reactors, dir, "memory")?;
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.lose_finish_session = args.planted.as_deref() == Some("lose-finish-session");
     let mut cells = Vec::new();

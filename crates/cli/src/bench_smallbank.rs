@@ -149,6 +149,52 @@ pub(crate) fn start_cluster(
     )
 }
 
+/// A benchmark's cluster, started and mapped: its nodes as clients reach
+/// them, a router for setting up, and per node (by position) the tags of
+/// the reactors it owns (every node owns some).
+pub(crate) struct TaggedCluster {
+    pub cluster: LocalCluster,
+    pub nodes: Vec<NodeAddr>,
+    pub admin: Router,
+    pub owned: Vec<Vec<String>>,
+}
+
+/// [`start_cluster`], then each node's RESP address and the tags of the
+/// reactors each owns.
+pub(crate) fn start_tagged_cluster(
+    nodes: u32,
+    reactors: u64,
+    dir: PathBuf,
+    sync: &str,
+) -> anyhow::Result<TaggedCluster> {
+    let cluster = start_cluster(nodes, reactors, dir, sync)?;
+    let nodes: Vec<NodeAddr> = (0..nodes)
+        .map(|n| {
+            Ok(NodeAddr {
+                id: n,
+                addr: cluster.resp_addr(n).context("a node's RESP address")?,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut admin = Router::new(nodes.clone(), RouteTable::new());
+    let by_owner = tags_by_owner(&mut admin, reactors as usize)?;
+    let owned: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
+        .collect();
+    anyhow::ensure!(
+        owned.iter().all(|t| !t.is_empty()),
+        "a node owns no reactor: {:?}",
+        owned.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    Ok(TaggedCluster {
+        cluster,
+        nodes,
+        admin,
+        owned,
+    })
+}
+
 /// One hash tag per reactor and each one's owner, once every reactor has
 /// an owner.
 pub(crate) fn tags_by_owner(
@@ -361,26 +407,12 @@ struct Setup {
 
 fn set_up(args: &SmallbankArgs, params: Params, sync: &str) -> anyhow::Result<Setup> {
     let dir = std::env::temp_dir().join(format!("roost-bench-smallbank-{}", std::process::id()));
-    let cluster = start_cluster(args.nodes, args.reactors, dir, sync)?;
-    let nodes: Vec<NodeAddr> = (0..args.nodes)
-        .map(|n| {
-            Ok(NodeAddr {
-                id: n,
-                addr: cluster.resp_addr(n).context("a node's RESP address")?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut admin = Router::new(nodes.clone(), RouteTable::new());
-    let by_owner = tags_by_owner(&mut admin, args.reactors as usize)?;
-    let owned: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
-        .collect();
-    anyhow::ensure!(
-        owned.iter().all(|t| !t.is_empty()),
-        "a node owns no reactor: {:?}",
-        owned.iter().map(Vec::len).collect::<Vec<_>>()
-    );
+    let TaggedCluster {
+        cluster,
+        nodes,
+        mut admin,
+        owned,
+    } = start_tagged_cluster(args.nodes, args.reactors, dir, sync)?;
     let layout = Arc::new(Layout::new(params, owned));
     let loading = Instant::now();
     let owners = owners_now(&mut admin, &layout)?;

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use clap::Args;
 use hdrhistogram::Histogram;
 use roost_bench::cluster_load::{merged_latencies, run_window};
@@ -17,10 +16,10 @@ use roost_bench::plot::finish_png;
 use roost_bench::progress::Progress;
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::tatp::{self, Layout, Params, Partitions, PlantedBugs, Scripts, System};
-use roost_client::{NodeAddr, RouteTable, Router};
+use roost_client::{RouteTable, Router};
 use roost_cluster::local_cluster::LocalCluster;
 
-use crate::bench_smallbank::{owners_of_tags, start_cluster, tags_by_owner};
+use crate::bench_smallbank::{owners_of_tags, start_tagged_cluster, TaggedCluster};
 use crate::remote_sweep::{self, break_even_note, median_tps, round2, SweepCell};
 
 const BENCHMARK: &str = "tatp";
@@ -215,26 +214,12 @@ pub fn run(args: &TatpArgs, command: &str) -> anyhow::Result<()> {
         args.reactors, plan.params.subscribers_per_node, args.clients_per_node
     );
     let dir = std::env::temp_dir().join(format!("roost-bench-tatp-{}", std::process::id()));
-    let cluster = start_cluster(nodes_n, args.reactors, dir, "memory")?;
-    let nodes: Vec<NodeAddr> = (0..nodes_n)
-        .map(|n| {
-            Ok(NodeAddr {
-                id: n,
-                addr: cluster.resp_addr(n).context("a node's RESP address")?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut admin = Router::new(nodes.clone(), RouteTable::new());
-    let by_owner = tags_by_owner(&mut admin, args.reactors as usize)?;
-    let owned: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
-        .collect();
-    anyhow::ensure!(
-        owned.iter().all(|t| !t.is_empty()),
-        "a node owns no reactor: {:?}",
-        owned.iter().map(Vec::len).collect::<Vec<_>>()
-    );
+    let TaggedCluster {
+        cluster,
+        nodes,
+        mut admin,
+        owned,
+    } = start_tagged_cluster(nodes_n, args.reactors, dir, "memory")?;
     let layout = Arc::new(Layout::new(plan.params, nodes.clone(), owned));
     let loading = Instant::now();
     let tags: Vec<&String> = layout.all_tags().collect();

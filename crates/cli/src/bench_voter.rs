@@ -18,10 +18,10 @@ use roost_bench::cluster_load::{merged_latencies, run_window};
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::voter::{self, Layout, Params, PromHistogram, Scripts, Timeline, POPULAR};
-use roost_client::{NodeAddr, RouteTable, Router};
+use roost_client::{RouteTable, Router};
 use roost_cluster::local_cluster::LocalCluster;
 
-use crate::bench_smallbank::{start_cluster, tags_by_owner};
+use crate::bench_smallbank::{start_tagged_cluster, TaggedCluster};
 
 const BENCHMARK: &str = "voter";
 const NODES: u32 = 3;
@@ -457,21 +457,12 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("roost-bench-voter-{}", std::process::id()));
     // Declared before the cluster, so dropped after its nodes stopped.
     let _remove = RemoveOnDrop(dir.clone());
-    let cluster = start_cluster(NODES, reactors, dir, "memory")?;
-    let nodes: Vec<NodeAddr> = (0..NODES)
-        .map(|n| {
-            Ok(NodeAddr {
-                id: n,
-                addr: cluster.resp_addr(n).context("a node's RESP address")?,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut admin = Router::new(nodes.clone(), RouteTable::new());
-    let by_owner = tags_by_owner(&mut admin, reactors as usize)?;
-    let owned: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| by_owner.get(&n.id).cloned().unwrap_or_default())
-        .collect();
+    let TaggedCluster {
+        cluster,
+        nodes,
+        mut admin,
+        owned,
+    } = start_tagged_cluster(NODES, reactors, dir, "memory")?;
     let layout = Arc::new(Layout::new(params, nodes.clone(), owned).map_err(anyhow::Error::msg)?);
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.skip_voter_count = args.planted.as_deref() == Some("skip-voter-count");

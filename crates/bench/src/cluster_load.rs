@@ -34,6 +34,32 @@ impl System {
     }
 }
 
+/// The kind a draw in `0..100` picks from `mix` (kinds with their
+/// percentages, which add up to 100).
+pub fn pick_by_percent<K: Copy>(mix: &[(K, u32)], draw: u32) -> K {
+    assert!(draw < 100, "a percentage draw");
+    debug_assert_eq!(mix.iter().map(|(_, p)| p).sum::<u32>(), 100);
+    let mut acc = 0;
+    for &(kind, percent) in mix {
+        acc += percent;
+        if draw < acc {
+            return kind;
+        }
+    }
+    unreachable!("the mix adds up to 100")
+}
+
+/// Nodes at an address nothing listens on, for unit tests of layouts.
+#[cfg(test)]
+pub(crate) fn unreachable_nodes(n: u32) -> Vec<NodeAddr> {
+    (0..n)
+        .map(|id| NodeAddr {
+            id,
+            addr: "127.0.0.1:1".parse().expect("an address"),
+        })
+        .collect()
+}
+
 /// Latencies recorded per transaction: 1 µs to 60 s, in nanoseconds.
 pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds")

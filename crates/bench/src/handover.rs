@@ -657,12 +657,7 @@ mod tests {
             handover_fraction: 0.5,
             moving_fraction: 0.2,
         };
-        let nodes: Vec<NodeAddr> = (0..3)
-            .map(|id| NodeAddr {
-                id,
-                addr: "127.0.0.1:1".parse().unwrap(),
-            })
-            .collect();
+        let nodes = crate::cluster_load::unreachable_nodes(3);
         let owned = (0..3)
             .map(|p| (0..110).map(|i| format!("{p}-{i}")).collect())
             .collect();
@@ -721,10 +716,7 @@ mod tests {
             moving_fraction: 0.2,
         };
         let owned = vec![vec!["a".to_owned(); 109]];
-        let nodes = vec![NodeAddr {
-            id: 0,
-            addr: "127.0.0.1:1".parse().unwrap(),
-        }];
+        let nodes = crate::cluster_load::unreachable_nodes(1);
         assert!(Layout::new(params, nodes, owned).is_err());
     }
 }

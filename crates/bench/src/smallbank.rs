@@ -139,15 +139,7 @@ impl TxnKind {
 
     /// Picks a kind by the mix from a draw in `0..100`.
     pub fn from_draw(draw: u32) -> TxnKind {
-        debug_assert!(draw < 100);
-        let mut acc = 0;
-        for (kind, weight) in MIX {
-            acc += weight;
-            if draw < acc {
-                return kind;
-            }
-        }
-        unreachable!("the mix sums to 100")
+        crate::cluster_load::pick_by_percent(&MIX, draw)
     }
 }
 
@@ -748,12 +740,7 @@ mod tests {
     }
 
     fn parts(layout: &Layout) -> (Partitions, Vec<NodeAddr>) {
-        let nodes: Vec<NodeAddr> = (0..3)
-            .map(|id| NodeAddr {
-                id,
-                addr: "127.0.0.1:1".parse().unwrap(),
-            })
-            .collect();
+        let nodes = crate::cluster_load::unreachable_nodes(3);
         let owners = layout
             .all_tags()
             .map(|t| (t.clone(), t[..1].parse::<u32>().unwrap()))

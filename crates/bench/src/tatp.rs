@@ -102,15 +102,7 @@ impl TxnKind {
 
     /// Picks a kind by the mix from a draw in `0..100`.
     pub fn pick(draw: u32) -> TxnKind {
-        assert!(draw < 100, "a percentage draw");
-        let mut left = draw;
-        for (kind, percent) in MIX {
-            if left < percent {
-                return kind;
-            }
-            left -= percent;
-        }
-        unreachable!("the mix adds up to 100")
+        crate::cluster_load::pick_by_percent(&MIX, draw)
     }
 
     /// The transaction as one script. KEYS[1]: the subscriber's hash;
@@ -514,18 +506,17 @@ pub enum TxnError {
     },
 }
 
-/// Runs `txn`; whether it found or changed its rows.
+/// Runs `txn` (its subscriber's reactor owned by `owner` at the cell's
+/// start); whether it found or changed its rows.
 fn run_txn(
     system: System,
     router: &mut Router,
     scripts: &Scripts,
     layout: &Layout,
-    parts: &Partitions,
-    home: u32,
+    (home, owner): (u32, u32),
     txn: &Txn,
 ) -> Result<bool, TxnError> {
     let keys = layout.keys(txn.s_id);
-    let owner = parts.owner_of_tag[layout.tag(txn.s_id)];
     let (node, sha) = match system {
         // The request runs where it arrived; reads on the local replica.
         System::Roost | System::Perfect => (home, &scripts.roost[&txn.kind]),
@@ -581,7 +572,8 @@ pub fn run_client(
     while !stop.load(Ordering::Relaxed) {
         let txn = next_txn(parts, p, remote, &mut rng);
         let started = Instant::now();
-        let found = match run_txn(system, router, scripts, layout, parts, home, &txn) {
+        let owner = parts.owner_of_tag[layout.tag(txn.s_id)];
+        let found = match run_txn(system, router, scripts, layout, (home, owner), &txn) {
             Ok(found) => found,
             Err(e) => {
                 result.error = Some(e.to_string());
@@ -599,7 +591,7 @@ pub fn run_client(
             result.committed += 1;
             result.succeeded += u64::from(found);
             result.reads += u64::from(txn.kind.is_read_only());
-            result.remote += u64::from(parts.owner_of_tag[layout.tag(txn.s_id)] != home);
+            result.remote += u64::from(owner != home);
         }
     }
     result
@@ -610,12 +602,7 @@ mod tests {
     use super::*;
 
     fn layout(per_node: u64) -> Layout {
-        let nodes: Vec<NodeAddr> = (0..3)
-            .map(|id| NodeAddr {
-                id,
-                addr: "127.0.0.1:1".parse().unwrap(),
-            })
-            .collect();
+        let nodes = crate::cluster_load::unreachable_nodes(3);
         let owned = (0..3)
             .map(|p| (0..10).map(|i| format!("{p}-{i}")).collect())
             .collect();

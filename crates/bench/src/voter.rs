@@ -731,12 +731,7 @@ mod tests {
             popular_fraction: 0.1,
             max_votes: 5,
         };
-        let nodes: Vec<NodeAddr> = (0..3)
-            .map(|id| NodeAddr {
-                id,
-                addr: "127.0.0.1:1".parse().unwrap(),
-            })
-            .collect();
+        let nodes = crate::cluster_load::unreachable_nodes(3);
         let owned = (0..3)
             .map(|p| (0..21).map(|i| format!("{p}-{i}")).collect())
             .collect();

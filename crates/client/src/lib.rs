@@ -408,10 +408,13 @@ impl Router {
         self.counted = 0;
         self.table.add_load(&mut self.counts);
         let window = std::mem::take(&mut *self.table.window.lock().expect("window lock"));
-        let route: HashMap<usize, u32> = window
-            .keys()
-            .filter_map(|&r| Some((r, self.table.node_of(r)?)))
-            .collect();
+        let route: HashMap<usize, u32> = {
+            let routes = self.table.routes.read().expect("routes lock");
+            window
+                .keys()
+                .filter_map(|&r| Some((r, routes.by_reactor.get(&r)?.node)))
+                .collect()
+        };
         let nodes: Vec<u32> = self.nodes.iter().map(|n| n.id).collect();
         let moves = self
             .table

@@ -1051,6 +1051,11 @@ impl Database {
         let (reactor, _) = self.replica_entry(key)?;
         let _directory = self.shared.directory.write().expect("directory lock");
         let entry = self.shared.placements.get(reactor).expect("registered");
+        // Checked again under the lock: a drop that ended since the look
+        // above left no replica (and no rows) to promote.
+        if !entry.replica || entry.remote {
+            return Err(ReplicaError::NotReplica(key.clone()));
+        }
         if entry.moving {
             return Err(ReplicaError::Busy);
         }

@@ -5,10 +5,14 @@
 //! Objects: each contestant's total and per-state tally (BenchBase's
 //! votes-by-contestant-and-state view) in a reactor of her own (a hash tag
 //! each), contestants spread over the nodes round robin; each voter's vote
-//! count, voters grouped into reactors of their home node. One contestant
-//! (the first) is popular: a share of the voters (the *popular voters*, in
-//! reactors of their own) vote only for her; every other voter votes for a
-//! contestant of its own node, so those votes are local transactions.
+//! count, voters grouped into reactors of their home node. The first
+//! [`Params::hot`] contestants are popular (one in the seed's experiment):
+//! a share of the voters (the *popular voters*, in reactors of their own,
+//! each reactor's voters for one of them) vote only for her; every other
+//! voter votes for a contestant of its own node, so those votes are local
+//! transactions. With [`Params::hot_together`] the popular contestants all
+//! start at the first node (the load balancer's experiment: they must be
+//! spread).
 //!
 //! A vote is one script (`EVALSHA`) on the contestant's total, her tally
 //! and the voter's count: a voter who has voted `max_votes` times is
@@ -46,16 +50,24 @@ pub struct Params {
     pub popular_fraction: f64,
     /// Votes a voter may cast (more are refused).
     pub max_votes: u64,
+    /// Popular contestants: the first `hot` (at least 1).
+    pub hot: u32,
+    /// Whether the popular contestants all start at the first node (else
+    /// round robin, as the others).
+    pub hot_together: bool,
 }
 
 impl Params {
     /// Why these sizes cannot run on `nodes` nodes, if they cannot.
     pub fn invalid(&self, nodes: usize) -> Option<String> {
-        if (self.contestants as usize) < nodes + 1 {
+        if self.hot == 0 {
+            return Some("--hot: at least 1 popular contestant".to_owned());
+        }
+        let need = u64::from(self.hot) + nodes as u64;
+        if u64::from(self.contestants) < need {
             return Some(format!(
-                "--contestants {}: at least {} (the popular one, and another on each of the {nodes} nodes)",
-                self.contestants,
-                nodes + 1
+                "--contestants {}: at least {need} (the {} popular, and another on each of the {nodes} nodes)",
+                self.contestants, self.hot
             ));
         }
         if !(self.popular_fraction > 0.0 && self.popular_fraction < 1.0) {
@@ -74,7 +86,22 @@ impl Params {
         if self.voters_per_reactor == 0 || self.max_votes == 0 {
             return Some("--voters-per-reactor and --max-votes: at least 1".to_owned());
         }
+        if self.popular_reactors() < u64::from(self.hot) {
+            return Some(format!(
+                "{popular} popular voters per node in reactors of {} are fewer reactors than the {} popular contestants",
+                self.voters_per_reactor, self.hot
+            ));
+        }
         None
+    }
+
+    /// Contestant `c`'s node (by position) when loaded, of `nodes`.
+    pub fn home_of(&self, c: u32, nodes: usize) -> usize {
+        if self.hot_together && c < self.hot {
+            0
+        } else {
+            c as usize % nodes
+        }
     }
 
     /// Popular voters per node.
@@ -123,14 +150,18 @@ impl Layout {
         let mut contestant_tags = Vec::new();
         let mut local_contestants = vec![Vec::new(); n];
         for c in 0..params.contestants {
-            let p = c as usize % n;
+            let p = params.home_of(c, n);
             let tag = owned[p].get(next[p]).cloned().unwrap_or_default();
             next[p] += 1;
             contestant_tags.push(tag);
-            if c != POPULAR {
+            if c >= params.hot {
                 local_contestants[p].push(c);
             }
         }
+        assert!(
+            local_contestants.iter().all(|l| !l.is_empty()),
+            "Params::invalid leaves every node a contestant of its own"
+        );
         let mut voter_tags = Vec::new();
         let mut anchor_tags = Vec::new();
         for (p, tags) in owned.iter().enumerate() {
@@ -160,7 +191,12 @@ impl Layout {
 
     /// A contestant's node (by position) when loaded.
     pub fn contestant_home(&self, c: u32) -> usize {
-        c as usize % self.nodes.len()
+        self.params.home_of(c, self.nodes.len())
+    }
+
+    /// The node position of node id `node`.
+    pub fn position(&self, node: u32) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id == node)
     }
 
     /// A voter's home node (by position) and index there.
@@ -171,6 +207,14 @@ impl Layout {
 
     pub fn is_popular(&self, voter: u64) -> bool {
         self.home(voter).1 < self.params.popular_per_node()
+    }
+
+    /// The popular contestant a popular voter votes for: one per reactor of
+    /// popular voters, so each such reactor is used with one contestant.
+    pub fn hot_of(&self, voter: u64) -> u32 {
+        debug_assert!(self.is_popular(voter));
+        let reactor = self.home(voter).1 / self.params.voters_per_reactor;
+        (reactor % u64::from(self.params.hot)) as u32
     }
 
     fn voter_tag(&self, voter: u64) -> &str {
@@ -203,8 +247,10 @@ impl Layout {
         format!("vo:{{{}}}:anchor", self.anchor_tags[p])
     }
 
-    /// A key of each popular voters' reactor (to ask where they are).
-    pub fn popular_reactor_keys(&self) -> Vec<String> {
+    /// A key of each reactor of popular contestant `c`'s voters (to ask
+    /// where they are).
+    pub fn popular_reactor_keys(&self, c: u32) -> Vec<String> {
+        assert!(c < self.params.hot, "contestant {c} is not a popular one");
         let r = self.params.voters_per_reactor;
         (0..self.nodes.len() as u64)
             .flat_map(|p| {
@@ -212,6 +258,7 @@ impl Layout {
                     .step_by(r as usize)
                     .map(move |i| p * self.params.voters_per_node + i)
             })
+            .filter(|&v| self.hot_of(v) == c)
             .map(|v| self.voter_key(v))
             .collect()
     }
@@ -239,8 +286,8 @@ fn state_of(voter: u64) -> &'static str {
 
 /// Every total and voter count back to 0 and every tally emptied: each
 /// contestant's at her first node, each voter's at its home node, except
-/// the popular voters', written at the popular contestant's first node
-/// (where they follow her; a run starts with them there).
+/// the popular voters', written at their contestant's first node (where
+/// they follow her; a run starts with them there).
 pub fn reset(router: &mut Router, layout: &Layout) -> Result<(), NodeError> {
     let n = layout.nodes.len();
     let mut by_node: Vec<Vec<String>> = vec![Vec::new(); n];
@@ -252,7 +299,7 @@ pub fn reset(router: &mut Router, layout: &Layout) -> Result<(), NodeError> {
     }
     for voter in 0..layout.voters() {
         let p = if layout.is_popular(voter) {
-            layout.contestant_home(POPULAR)
+            layout.contestant_home(layout.hot_of(voter))
         } else {
             layout.home(voter).0
         };
@@ -386,9 +433,12 @@ pub struct ClientResult {
     /// Votes accepted per contestant, from the start to the stop.
     pub by_contestant: Vec<u64>,
     /// Votes accepted in the window, per time bucket: for the popular
-    /// contestant and for the others.
+    /// contestants and for the others.
     pub popular_buckets: Vec<u64>,
     pub other_buckets: Vec<u64>,
+    /// Votes accepted in the window per node (by position) it was sent to,
+    /// per time bucket.
+    pub node_buckets: Vec<Vec<u64>>,
     pub latency_ns: Histogram<u64>,
     /// Each of its voters and the votes it cast.
     pub voters: Vec<(u64, u64)>,
@@ -402,14 +452,14 @@ impl ClientResult {
     }
 }
 
-/// One vote; whether it was accepted.
+/// One vote; whether it was accepted, and the node it was sent to.
 fn vote(
     router: &mut Router,
     scripts: &Scripts,
     layout: &Layout,
     voter: u64,
     c: u32,
-) -> Result<bool, VoteError> {
+) -> Result<(bool, u32), VoteError> {
     let total = layout.total_key(c);
     let node = router.route(&[total.as_bytes()])?;
     let keys = [total, layout.tally_key(c), layout.voter_key(voter)];
@@ -421,8 +471,8 @@ fn vote(
     let max = layout.params.max_votes.to_string();
     let args = [max.as_str(), state_of(voter), count];
     match query(router, node, &evalsha(&scripts.vote, &keys, &args))? {
-        Value::Int(0) => Ok(true),
-        Value::Int(2) => Ok(false),
+        Value::Int(0) => Ok((true, node)),
+        Value::Int(2) => Ok((false, node)),
         reply => Err(VoteError::Reply {
             node,
             what: "a vote",
@@ -452,6 +502,7 @@ pub fn run_client(
         by_contestant: vec![0; layout.params.contestants as usize],
         popular_buckets: vec![0; timeline.buckets],
         other_buckets: vec![0; timeline.buckets],
+        node_buckets: vec![vec![0; timeline.buckets]; layout.nodes.len()],
         latency_ns: latency_histogram(),
         voters: voters.into_iter().map(|v| (v, 0)).collect(),
         error: None,
@@ -461,20 +512,20 @@ pub fn run_client(
         let i = rng.random_range(0..result.voters.len());
         let voter = result.voters[i].0;
         let c = if layout.is_popular(voter) {
-            POPULAR
+            layout.hot_of(voter)
         } else {
             local[rng.random_range(0..local.len())]
         };
         let started = Instant::now();
         match vote(router, scripts, layout, voter, c) {
-            Ok(true) => {
+            Ok((true, node)) => {
                 result.accepted += 1;
                 result.voters[i].1 += 1;
                 result.by_contestant[c as usize] += 1;
                 if counting.load(Ordering::Relaxed) {
                     record(&mut result.latency_ns, started);
                     let b = timeline.bucket_now();
-                    let buckets = if c == POPULAR {
+                    let buckets = if c < layout.params.hot {
                         &mut result.popular_buckets
                     } else {
                         &mut result.other_buckets
@@ -482,9 +533,15 @@ pub fn run_client(
                     if let Some(n) = buckets.get_mut(b) {
                         *n += 1;
                     }
+                    let at = layout
+                        .position(node)
+                        .and_then(|p| result.node_buckets.get_mut(p).and_then(|v| v.get_mut(b)));
+                    if let Some(n) = at {
+                        *n += 1;
+                    }
                 }
             }
-            Ok(false) => result.rejected += 1,
+            Ok((false, _)) => result.rejected += 1,
             Err(e) => {
                 result.error = Some(e.to_string());
                 // Its outcome is unknown: this voter is not checked.
@@ -723,19 +780,64 @@ impl PromHistogram {
 mod tests {
     use super::*;
 
-    fn layout() -> Layout {
-        let params = Params {
-            contestants: 20,
-            voters_per_node: 100,
-            voters_per_reactor: 10,
-            popular_fraction: 0.1,
-            max_votes: 5,
-        };
+    const PARAMS: Params = Params {
+        contestants: 20,
+        voters_per_node: 100,
+        voters_per_reactor: 10,
+        popular_fraction: 0.1,
+        max_votes: 5,
+        hot: 1,
+        hot_together: false,
+    };
+
+    fn layout_of(params: Params, tags_per_node: usize) -> Layout {
         let nodes = crate::cluster_load::unreachable_nodes(3);
         let owned = (0..3)
-            .map(|p| (0..21).map(|i| format!("{p}-{i}")).collect())
+            .map(|p| (0..tags_per_node).map(|i| format!("{p}-{i}")).collect())
             .collect();
         Layout::new(params, nodes, owned).unwrap()
+    }
+
+    fn layout() -> Layout {
+        layout_of(PARAMS, 21)
+    }
+
+    #[test]
+    fn popular_contestants_together_start_at_the_first_node_each_with_her_voters() {
+        let params = Params {
+            popular_fraction: 0.6,
+            hot: 3,
+            hot_together: true,
+            ..PARAMS
+        };
+        let l = layout_of(params, 30);
+        for c in 0..3 {
+            assert_eq!(l.contestant_home(c), 0);
+            // 60 popular voters per node, 6 reactors, two per contestant.
+            let keys = l.popular_reactor_keys(c);
+            assert_eq!(keys.len(), 6, "{keys:?}");
+        }
+        // Each popular voters' reactor votes for one contestant.
+        let mut contestant_of_tag = std::collections::HashMap::new();
+        for v in (0..300).filter(|&v| l.is_popular(v)) {
+            let c = l.hot_of(v);
+            assert!(c < 3);
+            let before = contestant_of_tag.insert(l.voter_tag(v).to_owned(), c);
+            assert!(before.is_none_or(|b| b == c), "voter {v}");
+        }
+        assert_eq!(contestant_of_tag.len(), 18);
+        // The others round robin; every node keeps a contestant of its own.
+        for (p, local) in l.local_contestants.iter().enumerate() {
+            assert!(!local.is_empty());
+            assert!(local.iter().all(|&c| c >= 3 && l.contestant_home(c) == p));
+        }
+        let too_few = Params {
+            voters_per_node: 20,
+            ..params
+        };
+        assert!(too_few.invalid(3).unwrap().contains("fewer reactors"));
+        let none = Params { hot: 0, ..params };
+        assert!(none.invalid(3).unwrap().contains("--hot"));
     }
 
     #[test]
@@ -751,7 +853,9 @@ mod tests {
             let tags: std::collections::HashSet<&str> =
                 popular.iter().map(|&v| l.voter_tag(v)).collect();
             assert_eq!(tags.len(), 1);
-            assert!(l.popular_reactor_keys().contains(&l.voter_key(popular[0])));
+            assert!(l
+                .popular_reactor_keys(POPULAR)
+                .contains(&l.voter_key(popular[0])));
             for v in (0..100).map(|i| p * 100 + i).filter(|&v| !l.is_popular(v)) {
                 assert!(
                     !tags.contains(l.voter_tag(v)),
@@ -769,7 +873,7 @@ mod tests {
         let tags: std::collections::HashSet<&String> = l.contestant_tags.iter().collect();
         assert_eq!(tags.len(), 20);
         assert_eq!(l.contestant_tags[4], "1-1");
-        assert_eq!(l.popular_reactor_keys().len(), 3);
+        assert_eq!(l.popular_reactor_keys(POPULAR).len(), 3);
         assert_eq!(l.all_tags().count(), 20 + 3 * 10 + 3);
         assert!(l.anchor_key(2).contains("{2-16}"));
     }
@@ -778,10 +882,7 @@ mod tests {
     fn bad_sizes_are_refused() {
         let params = Params {
             contestants: 3,
-            voters_per_node: 100,
-            voters_per_reactor: 10,
-            popular_fraction: 0.1,
-            max_votes: 5,
+            ..PARAMS
         };
         assert!(params.invalid(3).unwrap().contains("--contestants"));
         let nan = Params {

@@ -26,7 +26,7 @@ use crate::bench_smallbank::{start_tagged_cluster, TaggedCluster};
 const BENCHMARK: &str = "voter";
 const NODES: u32 = 3;
 /// Throughput-over-time buckets.
-const BUCKET: Duration = Duration::from_millis(250);
+pub(crate) const BUCKET: Duration = Duration::from_millis(250);
 /// The moves, as sevenths of the window (2, 6 and 10 s of 14, as the seed).
 const MOVES_AT_SEVENTHS: [f64; 3] = [1.0, 3.0, 5.0];
 /// Longer than any run: routes move only when the mover says.
@@ -56,9 +56,10 @@ pub struct VoterArgs {
     #[arg(long, default_value_t = 10)]
     pub voters_per_reactor: u64,
     /// Share of each node's voters that vote only for the popular
-    /// contestant (in reactors of their own).
-    #[arg(long, default_value_t = 0.1)]
-    pub popular: f64,
+    /// contestant (in reactors of their own); default 0.1, with --balance
+    /// 0.6 (split among the popular contestants).
+    #[arg(long)]
+    pub popular: Option<f64>,
     /// Votes a voter may cast (BenchBase's limit); more are refused.
     #[arg(long, default_value_t = 1000)]
     pub max_votes: u64,
@@ -73,6 +74,14 @@ pub struct VoterArgs {
     /// Repetitions (each from a reset state).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub reps: Option<u32>,
+    /// The load balancer's experiment instead (voter_balance.json, .md,
+    /// .png): the popular contestants (--hot) all start at the first node,
+    /// and the clients' `Router::balance` spreads them by load.
+    #[arg(long)]
+    pub balance: bool,
+    /// Popular contestants, with --balance.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub hot: u32,
     /// A planted bug (the harness's own test): `skip-voter-count`, the
     /// vote does not count the voter's vote.
     #[arg(long, hide = true, value_parser = ["skip-voter-count"])]
@@ -131,7 +140,7 @@ impl Run {
 }
 
 /// The nodes' acquisition latency histograms, summed.
-fn acquire_histogram(cluster: &LocalCluster) -> anyhow::Result<PromHistogram> {
+pub(crate) fn acquire_histogram(cluster: &LocalCluster) -> anyhow::Result<PromHistogram> {
     let mut sum = PromHistogram::default();
     for node in 0..cluster.nodes() {
         let (code, body) = cluster
@@ -150,7 +159,7 @@ fn owner_of(router: &mut Router, key: &str) -> anyhow::Result<Option<u32>> {
 }
 
 /// Where she is, and how many of `followers` (keys) are there too.
-fn look(
+pub(crate) fn look(
     router: &mut Router,
     key: &str,
     followers: &[String],
@@ -187,7 +196,7 @@ fn mover(
     let mut router = Router::new(nodes.clone(), Arc::clone(table));
     let total = layout.total_key(POPULAR);
     let mut at = layout.contestant_home(POPULAR);
-    let followers = layout.popular_reactor_keys();
+    let followers = layout.popular_reactor_keys(POPULAR);
     let mut moves: Vec<Move> = Vec::new();
     let mut acquisitions = vec![0u64; timeline.buckets];
     let origin = loop {
@@ -329,53 +338,7 @@ fn run_once(
     let (moves, acquisitions_buckets) = moved??;
     let acquisitions = crate::bench_resp_cluster::acquisitions(cluster)? - acquisitions_before;
     let acquire = acquire_histogram(cluster)?.since(&acquire_before);
-    let latency_ns = merged_latencies(results.iter().map(|r| &r.latency_ns));
-    let errors: Vec<&String> = results.iter().filter_map(|r| r.error.as_ref()).collect();
-    anyhow::ensure!(
-        errors.is_empty(),
-        "{} clients failed: {}",
-        errors.len(),
-        errors[0]
-    );
-    let contestants = layout.params.contestants as usize;
-    let mut by_contestant = vec![0u64; contestants];
-    let mut popular_buckets = vec![0u64; timeline.buckets];
-    let mut other_buckets = vec![0u64; timeline.buckets];
-    let (mut counted, mut accepted, mut rejected) = (0, 0, 0);
-    let mut voters = Vec::new();
-    for r in &results {
-        for (sum, n) in by_contestant.iter_mut().zip(&r.by_contestant) {
-            *sum += n;
-        }
-        for (sum, n) in popular_buckets.iter_mut().zip(&r.popular_buckets) {
-            *sum += n;
-        }
-        for (sum, n) in other_buckets.iter_mut().zip(&r.other_buckets) {
-            *sum += n;
-        }
-        counted += r.counted();
-        accepted += r.accepted;
-        rejected += r.rejected;
-        voters.extend_from_slice(&r.voters);
-    }
-    // Checked, not assumed: every total, tally and voter count is what the
-    // clients saw accepted.
-    let checked = voter::check(&mut admin, layout, &by_contestant, &voters)?;
-    anyhow::ensure!(
-        checked.wrong_voters == 0,
-        "{} of {} voters' counts are not what their clients counted; first: {}",
-        checked.wrong_voters,
-        checked.voters,
-        checked.first.as_deref().unwrap_or_default()
-    );
-    anyhow::ensure!(
-        checked.wrong_totals == 0 && checked.wrong_tallies == 0 && checked.votes == accepted,
-        "{} of {contestants} contestants' totals and {} of their tallies are not the votes the clients saw accepted ({} in the totals, {accepted} accepted); first: {}",
-        checked.wrong_totals,
-        checked.wrong_tallies,
-        checked.votes,
-        checked.first.as_deref().unwrap_or_default()
-    );
+    let tallied = tally_and_check(&mut admin, layout, &results, timeline.buckets)?;
     anyhow::ensure!(
         moves.len() == move_at.len(),
         "{} of {} moves of the popular contestant were made",
@@ -394,15 +357,101 @@ fn run_once(
     }
     Ok(Run {
         elapsed,
+        counted: tallied.counted,
+        rejected: tallied.rejected,
+        popular_buckets: tallied.popular_buckets,
+        other_buckets: tallied.other_buckets,
+        acquisitions_buckets,
+        acquisitions,
+        acquire,
+        latency_ns: tallied.latency_ns,
+        moves,
+        votes_checked: tallied.votes_checked,
+        voters_checked: tallied.voters_checked,
+    })
+}
+
+/// A run's clients' counts, summed, and checked against the database.
+pub(crate) struct Tallied {
+    pub counted: u64,
+    pub rejected: u64,
+    pub popular_buckets: Vec<u64>,
+    pub other_buckets: Vec<u64>,
+    /// Per node position.
+    pub node_buckets: Vec<Vec<u64>>,
+    pub latency_ns: Histogram<u64>,
+    pub votes_checked: u64,
+    pub voters_checked: usize,
+}
+
+/// Sums the clients' results (failing if one failed) and checks every
+/// total, tally and voter count against them: checked, not assumed.
+pub(crate) fn tally_and_check(
+    admin: &mut Router,
+    layout: &Layout,
+    results: &[voter::ClientResult],
+    buckets: usize,
+) -> anyhow::Result<Tallied> {
+    let latency_ns = merged_latencies(results.iter().map(|r| &r.latency_ns));
+    let errors: Vec<&String> = results.iter().filter_map(|r| r.error.as_ref()).collect();
+    anyhow::ensure!(
+        errors.is_empty(),
+        "{} clients failed: {}",
+        errors.len(),
+        errors[0]
+    );
+    let contestants = layout.params.contestants as usize;
+    let mut by_contestant = vec![0u64; contestants];
+    let mut popular_buckets = vec![0u64; buckets];
+    let mut other_buckets = vec![0u64; buckets];
+    let mut node_buckets = vec![vec![0u64; buckets]; layout.nodes.len()];
+    let (mut counted, mut accepted, mut rejected) = (0, 0, 0);
+    let mut voters = Vec::new();
+    for r in results {
+        for (sum, n) in by_contestant.iter_mut().zip(&r.by_contestant) {
+            *sum += n;
+        }
+        for (sum, n) in popular_buckets.iter_mut().zip(&r.popular_buckets) {
+            *sum += n;
+        }
+        for (sum, n) in other_buckets.iter_mut().zip(&r.other_buckets) {
+            *sum += n;
+        }
+        for (sums, ns) in node_buckets.iter_mut().zip(&r.node_buckets) {
+            for (sum, n) in sums.iter_mut().zip(ns) {
+                *sum += n;
+            }
+        }
+        counted += r.counted();
+        accepted += r.accepted;
+        rejected += r.rejected;
+        voters.extend_from_slice(&r.voters);
+    }
+    // Checked, not assumed: every total, tally and voter count is what the
+    // clients saw accepted.
+    let checked = voter::check(admin, layout, &by_contestant, &voters)?;
+    anyhow::ensure!(
+        checked.wrong_voters == 0,
+        "{} of {} voters' counts are not what their clients counted; first: {}",
+        checked.wrong_voters,
+        checked.voters,
+        checked.first.as_deref().unwrap_or_default()
+    );
+    anyhow::ensure!(
+        checked.wrong_totals == 0 && checked.wrong_tallies == 0 && checked.votes == accepted,
+        "{} of {contestants} contestants' totals and {} of their tallies are not the votes the clients saw accepted ({} in the totals, {accepted} accepted); first: {}",
+        checked.wrong_totals,
+        checked.wrong_tallies,
+        checked.votes,
+        checked.first.as_deref().unwrap_or_default()
+    );
+    Ok(Tallied {
         counted,
         rejected,
         popular_buckets,
         other_buckets,
-        acquisitions_buckets,
-        acquisitions,
-        acquire,
+        node_buckets,
         latency_ns,
-        moves,
         votes_checked: checked.votes,
         voters_checked: checked.voters,
     })
@@ -418,8 +467,10 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
         contestants: args.contestants,
         voters_per_node: args.voters.unwrap_or(voters),
         voters_per_reactor: args.voters_per_reactor,
-        popular_fraction: args.popular,
+        popular_fraction: args.popular.unwrap_or(if args.balance { 0.6 } else { 0.1 }),
         max_votes: args.max_votes,
+        hot: if args.balance { args.hot } else { 1 },
+        hot_together: args.balance,
     };
     let seconds = args.seconds.unwrap_or(seconds);
     let reps = args.reps.unwrap_or(reps);
@@ -435,7 +486,8 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
         "--voters {}: at most 1,000,000 per node",
         params.voters_per_node
     );
-    let per_node = u64::from(params.contestants).div_ceil(u64::from(NODES))
+    // Every contestant may start at one node (--balance).
+    let per_node = u64::from(params.contestants)
         + params
             .popular_per_node()
             .div_ceil(params.voters_per_reactor)
@@ -446,8 +498,10 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
         .reactors
         .unwrap_or((per_node * u64::from(NODES) * 2).next_power_of_two());
     println!(
-        "voter: {NODES} nodes, {reactors} reactors, {} contestants, {} voters per node ({} per reactor, {:.0}% vote for the popular contestant), at most {} votes each, {} clients per node; {reps} runs of {seconds} s",
+        "voter{}: {NODES} nodes, {reactors} reactors, {} contestants ({} popular), {} voters per node ({} per reactor, {:.0}% vote for the popular contestants), at most {} votes each, {} clients per node; {reps} runs of {seconds} s",
+        if args.balance { " --balance" } else { "" },
         params.contestants,
+        params.hot,
         params.voters_per_node,
         params.voters_per_reactor,
         params.popular_fraction * 100.0,
@@ -466,6 +520,14 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
     let layout = Arc::new(Layout::new(params, nodes.clone(), owned).map_err(anyhow::Error::msg)?);
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.skip_voter_count = args.planted.as_deref() == Some("skip-voter-count");
+    if args.balance {
+        let sizes = crate::bench_voter_balance::Sizes {
+            reactors,
+            seconds,
+            reps,
+        };
+        return crate::bench_voter_balance::run(&cluster, &layout, &scripts, args, sizes, command);
+    }
     let started = Instant::now();
     let mut runs = Vec::new();
     for rep in 1..=reps {
@@ -507,7 +569,7 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
 
 /// The cluster's directory (its etcd data, logs) and configuration file,
 /// removed when the run ends, however it ends.
-struct RemoveOnDrop(PathBuf);
+pub(crate) struct RemoveOnDrop(pub PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -516,22 +578,69 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn round1(x: f64) -> f64 {
+pub(crate) fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
 /// Buckets per second.
-fn per_second() -> usize {
+pub(crate) fn per_second() -> usize {
     (1.0 / BUCKET.as_secs_f64()).round() as usize
 }
 
-/// The acquisition histograms of every run, summed.
-fn all_acquires(runs: &[Run]) -> PromHistogram {
+/// Acquisition histograms (of every run), summed.
+pub(crate) fn all_acquires<'a>(each: impl Iterator<Item = &'a PromHistogram>) -> PromHistogram {
     let mut sum = PromHistogram::default();
-    for r in runs {
-        let _ = sum.add(&r.acquire);
+    for h in each {
+        let _ = sum.add(h);
     }
     sum
+}
+
+/// The acquisitions by latency bucket, as a share of all.
+pub(crate) fn acquisition_chart(acquires: &PromHistogram) -> BarChart {
+    let per_bucket = acquires.per_bucket();
+    let first = per_bucket.iter().position(|&n| n > 0).unwrap_or(0);
+    let last = per_bucket.iter().rposition(|&n| n > 0).unwrap_or(0);
+    let total = acquires.cumulative.last().copied().unwrap_or(0).max(1) as f64;
+    BarChart {
+        title: "Ownership acquisitions by latency, up to each bucket's bound (all nodes, all runs)"
+            .to_owned(),
+        y_label: "% of acquisitions".to_owned(),
+        categories: acquires.le_s[first..=last]
+            .iter()
+            .map(|&le| bound_label(le))
+            .collect(),
+        series: vec![BarSeries {
+            name: format!("{} acquisitions", acquires.count),
+            values: per_bucket[first..=last]
+                .iter()
+                .map(|&n| Some(n as f64 / total * 100.0))
+                .collect(),
+        }],
+    }
+}
+
+/// The row of the acquisitions: `per_run` (count, seconds) of each run,
+/// `acquires` their latency histograms summed.
+pub(crate) fn acquisition_row(
+    clients: u32,
+    per_run: &[(u64, f64)],
+    acquires: &PromHistogram,
+) -> Row {
+    let med = |f: &dyn Fn(&(u64, f64)) -> f64| median(per_run.iter().map(f)).unwrap_or(0.0);
+    let mut acq = Row::new("roost", "ownership acquisition")
+        .with_param("clients", clients)
+        .with_extra("acquisitions_median", med(&|r| r.0 as f64))
+        .with_extra("acquisitions_timed", acquires.count)
+        .with_extra("percentiles_are", "bucket upper bounds");
+    acq.throughput_tps = med(&|r| r.0 as f64 / r.1).round();
+    acq.latency_us = LatencyUs {
+        mean: round1(acquires.mean_us()),
+        p50: acquires.quantile_bound_us(0.5),
+        p99: acquires.quantile_bound_us(0.99),
+        p999: acquires.quantile_bound_us(0.999),
+    };
+    acq
 }
 
 /// A bucket's upper bound, short: "25us", "1.6ms", "205ms", "more".
@@ -587,27 +696,7 @@ fn charts(runs: &[Run]) -> Vec<BarChart> {
             },
         ],
     };
-    let acquires = all_acquires(runs);
-    let per_bucket = acquires.per_bucket();
-    let first = per_bucket.iter().position(|&n| n > 0).unwrap_or(0);
-    let last = per_bucket.iter().rposition(|&n| n > 0).unwrap_or(0);
-    let total = acquires.cumulative.last().copied().unwrap_or(0).max(1) as f64;
-    let latency = BarChart {
-        title: "Ownership acquisitions by latency, up to each bucket's bound (all nodes, all runs)"
-            .to_owned(),
-        y_label: "% of acquisitions".to_owned(),
-        categories: acquires.le_s[first..=last]
-            .iter()
-            .map(|&le| bound_label(le))
-            .collect(),
-        series: vec![BarSeries {
-            name: format!("{} acquisitions", acquires.count),
-            values: per_bucket[first..=last]
-                .iter()
-                .map(|&n| Some(n as f64 / total * 100.0))
-                .collect(),
-        }],
-    };
+    let latency = acquisition_chart(&all_acquires(runs.iter().map(|r| &r.acquire)));
     vec![throughput, latency]
 }
 
@@ -642,20 +731,12 @@ fn report(
     all.latency_us =
         LatencyUs::from_histogram_ns(&merged_latencies(runs.iter().map(|r| &r.latency_ns)));
     report.rows.push(all);
-    let acquires = all_acquires(runs);
-    let mut acq = Row::new("roost", "ownership acquisition")
-        .with_param("clients", clients)
-        .with_extra("acquisitions_median", med(&|r| r.acquisitions as f64))
-        .with_extra("acquisitions_timed", acquires.count)
-        .with_extra("percentiles_are", "bucket upper bounds");
-    acq.throughput_tps = med(&|r| r.acquisitions as f64 / r.elapsed).round();
-    acq.latency_us = LatencyUs {
-        mean: round1(acquires.mean_us()),
-        p50: acquires.quantile_bound_us(0.5),
-        p99: acquires.quantile_bound_us(0.99),
-        p999: acquires.quantile_bound_us(0.999),
-    };
-    report.rows.push(acq);
+    let per_run: Vec<(u64, f64)> = runs.iter().map(|r| (r.acquisitions, r.elapsed)).collect();
+    report.rows.push(acquisition_row(
+        clients,
+        &per_run,
+        &all_acquires(runs.iter().map(|r| &r.acquire)),
+    ));
     // Each move: throughput in the second before, the first second after
     // and the next.
     let s = per_second();

@@ -14,6 +14,7 @@ pub mod bench_smallbank;
 pub mod bench_tatp;
 pub mod bench_transport;
 pub mod bench_voter;
+pub mod bench_voter_balance;
 pub mod check;
 pub mod cluster;
 pub mod demo;

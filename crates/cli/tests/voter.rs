@@ -131,3 +131,63 @@ fn bad_sizes_are_refused_before_any_cluster_starts() {
         assert!(!log.contains("panicked"), "{flag} {value}: {log}");
     }
 }
+
+#[test]
+fn the_balancer_spreads_the_popular_contestants_and_their_voters_follow() {
+    let out = std::env::temp_dir().join(format!("roost-voter-balance-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let output = voter(&out, &["--balance", "--seconds", "4"]);
+    let log = log_of(&output);
+    assert!(output.status.success(), "{log}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("voter_balance.json")).unwrap())
+            .unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    let all = rows
+        .iter()
+        .find(|r| r["variant"] == "all votes")
+        .unwrap_or_else(|| panic!("no all-votes row: {log}"));
+    let extra = &all["extra"];
+    let number = |name: &str| {
+        extra[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no {name}: {log}"))
+    };
+    // The three popular contestants start at one node, which then serves
+    // about 0.6 + 0.4 / 3 of the votes; the balancer spreads them, one a
+    // node, and every one of her voters' reactors follows her.
+    assert!(
+        number("busiest_node_share_first_second_median") > 0.6,
+        "{log}"
+    );
+    assert!(
+        number("busiest_node_share_last_two_seconds_median") < 0.45,
+        "{log}"
+    );
+    assert_eq!(
+        number("popular_contestants_nodes_at_end_median"),
+        3.0,
+        "{log}"
+    );
+    assert_eq!(extra["popular_voter_reactors"].as_u64(), Some(54), "{log}");
+    assert_eq!(
+        number("popular_voter_reactors_with_their_contestant_at_end_median"),
+        54.0,
+        "{log}"
+    );
+    assert!(number("balancer_moves_median") >= 2.0, "{log}");
+    assert!(extra["votes_checked"].as_u64().unwrap() > 0, "{log}");
+    assert_eq!(extra["voter_counts_checked"].as_u64(), Some(900), "{log}");
+    // What moved were popular contestants, off the node they started at.
+    let moves: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["variant"] == "balancer move")
+        .collect();
+    assert!(moves.len() >= 2, "{log}");
+    for m in moves {
+        let what = m["extra"]["what"].as_str().unwrap();
+        assert!(what.starts_with("popular contestant"), "{what}: {log}");
+    }
+    assert!(out.join("voter_balance.md").exists() && out.join("voter_balance.png").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}

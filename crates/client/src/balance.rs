@@ -15,7 +15,14 @@
 //! within [`IMBALANCE`] of the mean; a move must lower the busier of the two
 //! nodes it touches (so one hot reactor never ping-pongs between nodes: it
 //! would only move its heat); at most [`MAX_MOVES_PER_PLAN`] moves a plan,
-//! and a moved reactor stays put for [`COOL_DOWN_PLANS`] plans.
+//! and a moved reactor stays put for [`COOL_DOWN_PLANS`] plans. After a
+//! plan that moved anything, the next [`SETTLE_PLANS`] plans move nothing:
+//! their windows measure the moves themselves (the reactors following the
+//! moved ones, the nodes busy handing them over), not the load, and a
+//! closed-loop client's requests slow down where a move costs, so acting
+//! on them would chase the transition (seen in `roost bench voter
+//! --balance`: a popular reactor whose node was busy handing others over
+//! looked cold and was moved onto a node that already had one).
 
 use std::collections::HashMap;
 
@@ -28,6 +35,8 @@ pub const IMBALANCE: f64 = 0.25;
 pub const MAX_MOVES_PER_PLAN: usize = 8;
 /// Plans a moved reactor sits out before it may move again.
 pub const COOL_DOWN_PLANS: u64 = 4;
+/// Plans after one that moved anything that move nothing.
+pub const SETTLE_PLANS: u64 = 2;
 
 /// One route change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +53,8 @@ pub struct Move {
 pub struct Balancer {
     plans: u64,
     moved_at: HashMap<usize, u64>,
+    /// The last plan that moved anything.
+    last_moves_at: Option<u64>,
 }
 
 impl Balancer {
@@ -60,6 +71,12 @@ impl Balancer {
         let plan = self.plans;
         self.moved_at
             .retain(|_, at| plan.saturating_sub(*at) <= COOL_DOWN_PLANS);
+        if self
+            .last_moves_at
+            .is_some_and(|at| plan - at <= SETTLE_PLANS)
+        {
+            return Vec::new();
+        }
         let mut per_node: HashMap<u32, u64> = nodes.iter().map(|&n| (n, 0)).collect();
         let mut on_node: HashMap<u32, Vec<(usize, u64)>> = HashMap::new();
         for (&reactor, &requests) in load {
@@ -122,6 +139,10 @@ impl Balancer {
                 requests,
             });
         }
+        if !moves.is_empty() {
+            self.last_moves_at = Some(plan);
+        }
+        assert!(moves.len() <= MAX_MOVES_PER_PLAN);
         moves
     }
 }
@@ -208,6 +229,12 @@ mod tests {
             (8, popular.to, 3_000),
             (9, popular.from, 10),
         ]);
+        for _ in 0..SETTLE_PLANS {
+            assert!(
+                b.plan(&[0, 1, 2], &load2, &route2).is_empty(),
+                "the windows right after a move measure the move"
+            );
+        }
         let again = b.plan(&[0, 1, 2], &load2, &route2);
         assert!(!again.is_empty());
         assert!(

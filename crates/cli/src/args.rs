@@ -63,9 +63,17 @@ pub struct DemoArgs {
     /// RESP clients per node, each on its own connection.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16), conflicts_with = "smartmart")]
     pub clients_per_node: u32,
-    /// Seed of the transfers' generator.
+    /// Seed of the clients' generators.
     #[arg(long, default_value_t = 1, conflicts_with = "smartmart")]
     pub seed: u64,
+    /// Bank transfers (WATCH, GET, MULTI/EXEC) instead of Handover, the
+    /// history checked for strict serializability.
+    #[arg(long, conflicts_with = "smartmart")]
+    pub bank: bool,
+    /// A planted bug (the demo's own test): `lose-finish-session`, a
+    /// handover's finish does not write the session.
+    #[arg(long, hide = true, value_parser = ["lose-finish-session"], conflicts_with_all = ["smartmart", "bank"])]
+    pub planted: Option<String>,
     /// Instead: SmartMart (the ReactDB paper's supermarket) on an embedded
     /// one-node Roost, async deployment against sync.
     #[arg(long)]

@@ -223,7 +223,7 @@ pub fn run(args: &HandoverArgs, command: &str) -> anyhow::Result<()> {
         nodes,
         mut admin,
         owned,
-    } = start_tagged_cluster(nodes_n, reactors, dir, "memory")?;
+    } = start_tagged_cluster(nodes_n, reactors, dir, "memory", true)?;
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.lose_finish_session = args.planted.as_deref() == Some("lose-finish-session");
     let mut cells = Vec::new();

@@ -687,7 +687,12 @@ fn start_roost(nodes: u32, dir: PathBuf) -> anyhow::Result<LocalCluster> {
     // Like with like: the Redis beside it replicates in memory (replicaof,
     // WAIT) and keeps no append-only file, so no durability log here
     // either (`roost bench durability` compares the logs).
-    start_zeus_cluster(nodes, dir, vec!["--sync".to_owned(), "memory".to_owned()])
+    start_zeus_cluster(
+        nodes,
+        dir,
+        vec!["--sync".to_owned(), "memory".to_owned()],
+        true,
+    )
 }
 
 /// `nodes` `roost node` processes running Zeus in `dir`, with `extra_args`,
@@ -696,11 +701,15 @@ pub(crate) fn start_zeus_cluster(
     nodes: u32,
     dir: PathBuf,
     extra_args: Vec<String>,
+    etcd: bool,
 ) -> anyhow::Result<LocalCluster> {
     let exe = std::env::current_exe().context("locating the roost executable")?;
     let mut config = LocalClusterConfig::new(exe, dir, nodes);
     config.protocol = "ownership";
     config.extra_args = extra_args;
+    // Membership from etcd (the production path), or the nodes' own
+    // peer-to-peer leases (`roost demo`: nothing to install).
+    config.etcd = etcd;
     // The nodes, etcd and the clients (and a peer) share the machine: a
     // lease a node starved for a moment survives.
     config.lease_ttl_s = 2;

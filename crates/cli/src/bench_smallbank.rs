@@ -128,6 +128,7 @@ pub(crate) fn start_cluster(
     reactors: u64,
     dir: PathBuf,
     sync: &str,
+    etcd: bool,
 ) -> anyhow::Result<LocalCluster> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let resp_config = dir.with_extension("resp.toml");
@@ -146,6 +147,7 @@ pub(crate) fn start_cluster(
             "--resp-config".to_owned(),
             resp_config.display().to_string(),
         ],
+        etcd,
     )
 }
 
@@ -166,8 +168,9 @@ pub(crate) fn start_tagged_cluster(
     reactors: u64,
     dir: PathBuf,
     sync: &str,
+    etcd: bool,
 ) -> anyhow::Result<TaggedCluster> {
-    let cluster = start_cluster(nodes, reactors, dir, sync)?;
+    let cluster = start_cluster(nodes, reactors, dir, sync, etcd)?;
     let nodes: Vec<NodeAddr> = (0..nodes)
         .map(|n| {
             Ok(NodeAddr {
@@ -412,7 +415,7 @@ fn set_up(args: &SmallbankArgs, params: Params, sync: &str) -> anyhow::Result<Se
         nodes,
         mut admin,
         owned,
-    } = start_tagged_cluster(args.nodes, args.reactors, dir, sync)?;
+    } = start_tagged_cluster(args.nodes, args.reactors, dir, sync, true)?;
     let layout = Arc::new(Layout::new(params, owned));
     let loading = Instant::now();
     let owners = owners_now(&mut admin, &layout)?;

@@ -219,7 +219,7 @@ pub fn run(args: &TatpArgs, command: &str) -> anyhow::Result<()> {
         nodes,
         mut admin,
         owned,
-    } = start_tagged_cluster(nodes_n, args.reactors, dir, "memory")?;
+    } = start_tagged_cluster(nodes_n, args.reactors, dir, "memory", true)?;
     let layout = Arc::new(Layout::new(plan.params, nodes.clone(), owned));
     let loading = Instant::now();
     let tags: Vec<&String> = layout.all_tags().collect();

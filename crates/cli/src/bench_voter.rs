@@ -516,7 +516,7 @@ pub fn run(args: &VoterArgs, command: &str) -> anyhow::Result<()> {
         nodes,
         mut admin,
         owned,
-    } = start_tagged_cluster(NODES, reactors, dir, "memory")?;
+    } = start_tagged_cluster(NODES, reactors, dir, "memory", true)?;
     let layout = Arc::new(Layout::new(params, nodes.clone(), owned).map_err(anyhow::Error::msg)?);
     let mut scripts = Scripts::load(&mut admin)?;
     scripts.bugs.skip_voter_count = args.planted.as_deref() == Some("skip-voter-count");

@@ -1,6 +1,6 @@
-//! `roost demo`: Roost's main job on an embedded default. A local cluster of
-//! `roost node` processes (peer-to-peer membership, so no etcd is needed)
-//! serves one database; clients on every node move money between accounts
+//! `roost demo --bank`: a local cluster of `roost node` processes
+//! (peer-to-peer membership, so no etcd is needed) serves one database;
+//! clients on every node move money between accounts
 //! over RESP (WATCH, GET, MULTI/EXEC, as a Redis user writes a transfer)
 //! while one node is SIGKILLed and restarted; then every node reads every
 //! account and the history is checked: strictly serializable, the bank's
@@ -36,37 +36,41 @@ pub struct ClusterDemo {
 /// reactors, so most transfers span nodes).
 const ACCOUNTS: u64 = 64;
 /// The node killed midway.
-const VICTIM: u32 = 1;
+pub(crate) const VICTIM: u32 = 1;
 /// The kill and the restart, as fractions of the run.
-const KILL_AT: f64 = 0.4;
-const RESTART_AT: f64 = 0.6;
+pub(crate) const KILL_AT: f64 = 0.4;
+pub(crate) const RESTART_AT: f64 = 0.6;
 /// A progress probe's patience per request.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// One second's look at the nodes.
-struct Look {
-    up: u32,
+pub(crate) struct Look {
+    pub up: u32,
     /// Each answering node's acquisitions so far (its counter restarts with
     /// the process).
-    acquires: Vec<(SocketAddr, u64)>,
+    pub acquires: Vec<(SocketAddr, u64)>,
     /// Fewest copies (owner and readers) of any reactor, as its owner says,
     /// over the reactors whose owner answered.
-    min_copies: Option<usize>,
+    pub min_copies: Option<usize>,
     /// Reactors whose owner answered (the others were moving, or their
     /// owner is down).
-    reactors_seen: usize,
+    pub reactors_seen: usize,
 }
 
 /// Acquisitions summed over the run: per node, what its counter gained
 /// since the last look (all of it after a restart reset it).
 #[derive(Default)]
-struct Moves {
+pub(crate) struct Moves {
     last: std::collections::HashMap<SocketAddr, u64>,
     total: u64,
 }
 
 impl Moves {
-    fn add(&mut self, acquires: &[(SocketAddr, u64)]) -> u64 {
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    pub fn add(&mut self, acquires: &[(SocketAddr, u64)]) -> u64 {
         for &(addr, now) in acquires {
             let last = self.last.insert(addr, now).unwrap_or(0);
             self.total += if now >= last { now - last } else { now };
@@ -75,8 +79,17 @@ impl Moves {
     }
 }
 
-fn look(runtime: &tokio::runtime::Runtime, admins: &[SocketAddr]) -> Look {
+/// Which nodes answer, their acquisitions, and the copies of the first
+/// `reactors` keyspace reactors.
+pub(crate) fn look(
+    runtime: &tokio::runtime::Runtime,
+    admins: &[SocketAddr],
+    reactors: usize,
+) -> Look {
     runtime.block_on(async {
+        // A reactor two nodes both call theirs for a moment (the old owner
+        // not yet told) is counted once.
+        let mut seen = std::collections::HashSet::new();
         let mut look = Look {
             up: 0,
             acquires: Vec::new(),
@@ -93,7 +106,7 @@ fn look(runtime: &tokio::runtime::Runtime, admins: &[SocketAddr]) -> Look {
             {
                 look.acquires.push((addr, n));
             }
-            for i in 0..roost_check::resp_run::KEYSPACE_REACTORS {
+            for i in 0..reactors {
                 let path = format!("/ownership/describe?key=keyspace/keyspace-{i}");
                 let Ok((200, body)) = admin_get(addr, &path, PROBE_TIMEOUT).await else {
                     continue;
@@ -108,7 +121,8 @@ fn look(runtime: &tokio::runtime::Runtime, admins: &[SocketAddr]) -> Look {
                 let readers = described["meta"]["o_replicas"]["readers"]
                     .as_array()
                     .map_or(0, Vec::len);
-                look.reactors_seen += 1;
+                seen.insert(i);
+                look.reactors_seen = seen.len();
                 look.min_copies = Some(look.min_copies.map_or(readers + 1, |m| m.min(readers + 1)));
             }
         }
@@ -152,7 +166,11 @@ pub fn run(demo: &ClusterDemo) -> anyhow::Result<()> {
             Arc::clone(&moves_seen),
         );
         ProgressSink(Arc::new(move |p: &RunProgress| {
-            let look = look(&runtime, &p.admins);
+            let look = look(
+                &runtime,
+                &p.admins,
+                roost_check::resp_run::KEYSPACE_REACTORS,
+            );
             let total_moves = moves
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

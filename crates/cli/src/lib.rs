@@ -18,6 +18,7 @@ pub mod bench_voter_balance;
 pub mod check;
 pub mod cluster;
 pub mod demo;
+pub mod demo_handover;
 pub(crate) mod remote_sweep;
 pub mod resp;
 pub mod sim;

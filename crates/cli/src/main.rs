@@ -16,7 +16,7 @@ use roost_bench::smartmart;
 use roost_cli::args::{Benchmark, Cli, Command};
 use roost_cli::{
     bench_commit, bench_durability, bench_escrow, bench_handover, bench_ownership, bench_resp,
-    bench_smallbank, bench_transport, check, cluster, demo, resp, sim, sites,
+    bench_smallbank, bench_transport, check, cluster, demo, demo_handover, resp, sim, sites,
 };
 
 /// The command line as typed, for the results' `command` field.
@@ -34,12 +34,22 @@ const SMARTMART_DEMO_SECONDS: f64 = 10.0;
 
 fn run(cli: Cli, command: &str) -> anyhow::Result<()> {
     match cli.command {
-        Command::Demo(args) if !args.smartmart => demo::run(&demo::ClusterDemo {
-            seconds: args.seconds.unwrap_or(DEMO_SECONDS),
-            nodes: args.nodes,
-            clients_per_node: args.clients_per_node,
-            seed: args.seed,
-        })?,
+        Command::Demo(args) if !args.smartmart => {
+            let demo = demo::ClusterDemo {
+                seconds: args.seconds.unwrap_or(DEMO_SECONDS),
+                nodes: args.nodes,
+                clients_per_node: args.clients_per_node,
+                seed: args.seed,
+            };
+            if args.bank {
+                demo::run(&demo)?;
+            } else {
+                let planted = demo_handover::Planted {
+                    lose_finish_session: args.planted.as_deref() == Some("lose-finish-session"),
+                };
+                demo_handover::run(&demo, planted)?;
+            }
+        }
         Command::Demo(args) => {
             let config = smartmart::demo::DemoConfig {
                 seconds: args.seconds.unwrap_or(SMARTMART_DEMO_SECONDS),

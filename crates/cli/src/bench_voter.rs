@@ -291,51 +291,21 @@ fn run_once(
     // `roost_node::forward`), and a route that followed would send her votes
     // back with it. Nothing else in this workload moves.
     let table = RouteTable::with_settle(ROUTE_SETTLE);
-    let done = AtomicBool::new(false);
-    let (window, moved) = std::thread::scope(|s| {
-        let mover = s.spawn(|| {
+    let (results, elapsed, moved) = run_voters_with(
+        layout,
+        scripts,
+        &table,
+        &timeline,
+        clients_per_node,
+        seed,
+        seconds,
+        |done| {
             mover(
-                cluster, layout, scripts, &table, &timeline, &move_at, &done, rep,
+                cluster, layout, scripts, &table, &timeline, &move_at, done, rep,
             )
-        });
-        let window = {
-            let (layout, scripts, timeline) =
-                (Arc::clone(layout), scripts.clone(), Arc::clone(&timeline));
-            run_window(
-                &nodes,
-                &table,
-                clients_per_node,
-                seed,
-                seconds,
-                move |mut c| {
-                    let voters = voter::client_voters(
-                        &layout,
-                        c.node,
-                        u64::from(c.index),
-                        u64::from(clients_per_node),
-                    );
-                    voter::run_client(
-                        &mut c.router,
-                        &scripts,
-                        &layout,
-                        c.node,
-                        voters,
-                        c.seed,
-                        &c.stop,
-                        &c.counting,
-                        &timeline,
-                    )
-                },
-            )
-        };
-        done.store(true, Ordering::Relaxed);
-        let moved = mover
-            .join()
-            .map_err(|_| anyhow::anyhow!("the mover panicked"));
-        (window, moved)
-    });
-    let (results, elapsed) = window?;
-    let (moves, acquisitions_buckets) = moved??;
+        },
+    )?;
+    let (moves, acquisitions_buckets) = moved;
     let acquisitions = crate::bench_resp_cluster::acquisitions(cluster)? - acquisitions_before;
     let acquire = acquire_histogram(cluster)?.since(&acquire_before);
     let tallied = tally_and_check(&mut admin, layout, &results, timeline.buckets)?;
@@ -369,6 +339,64 @@ fn run_once(
         votes_checked: tallied.votes_checked,
         voters_checked: tallied.voters_checked,
     })
+}
+
+/// Runs the voters' clients over `table` for a window
+/// ([`run_window`]), with `beside` on a thread of its own until they stop
+/// (it sees `done` set then); the clients' results, the window's seconds
+/// and what `beside` returned.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_voters_with<T: Send>(
+    layout: &Arc<Layout>,
+    scripts: &Scripts,
+    table: &Arc<RouteTable>,
+    timeline: &Arc<Timeline>,
+    clients_per_node: u32,
+    seed: u64,
+    seconds: f64,
+    beside: impl FnOnce(&AtomicBool) -> anyhow::Result<T> + Send,
+) -> anyhow::Result<(Vec<voter::ClientResult>, f64, T)> {
+    let done = AtomicBool::new(false);
+    let (window, besides) = std::thread::scope(|s| {
+        let besides = s.spawn(|| beside(&done));
+        let window = {
+            let (layout, scripts, timeline) =
+                (Arc::clone(layout), scripts.clone(), Arc::clone(timeline));
+            run_window(
+                &layout.nodes.clone(),
+                table,
+                clients_per_node,
+                seed,
+                seconds,
+                move |mut c| {
+                    let voters = voter::client_voters(
+                        &layout,
+                        c.node,
+                        u64::from(c.index),
+                        u64::from(clients_per_node),
+                    );
+                    voter::run_client(
+                        &mut c.router,
+                        &scripts,
+                        &layout,
+                        c.node,
+                        voters,
+                        c.seed,
+                        &c.stop,
+                        &c.counting,
+                        &timeline,
+                    )
+                },
+            )
+        };
+        done.store(true, Ordering::Relaxed);
+        let besides = besides
+            .join()
+            .map_err(|_| anyhow::anyhow!("the thread beside the clients panicked"));
+        (window, besides)
+    });
+    let (results, elapsed) = window?;
+    Ok((results, elapsed, besides??))
 }
 
 /// A run's clients' counts, summed, and checked against the database.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use roost_bench::cluster_load::{merged_latencies, run_window};
+use roost_bench::cluster_load::merged_latencies;
 use roost_bench::plot::{finish_png, render_figure_png, BarChart, BarSeries};
 use roost_bench::results::{median, BenchReport, LatencyUs, Row};
 use roost_bench::voter::{self, Layout, PromHistogram, Scripts, Timeline};
@@ -24,7 +24,7 @@ use roost_cluster::local_cluster::LocalCluster;
 
 use crate::bench_voter::{
     acquire_histogram, acquisition_chart, acquisition_row, all_acquires, look, per_second, round1,
-    tally_and_check, VoterArgs, BUCKET,
+    run_voters_with, tally_and_check, VoterArgs, BUCKET,
 };
 
 const BENCHMARK: &str = "voter_balance";
@@ -205,47 +205,16 @@ fn run_once(
     // Routes follow ownership as any application's do (the default
     // settle), and the balancer moves them.
     let table = RouteTable::new();
-    let done = AtomicBool::new(false);
-    let (window, balanced) = std::thread::scope(|s| {
-        let balancer = s.spawn(|| balancer(cluster, layout, &table, &timeline, &done, rep));
-        let window = {
-            let (layout, scripts, timeline) =
-                (Arc::clone(layout), scripts.clone(), Arc::clone(&timeline));
-            run_window(
-                &nodes,
-                &table,
-                clients_per_node,
-                seed,
-                seconds,
-                move |mut c| {
-                    let voters = voter::client_voters(
-                        &layout,
-                        c.node,
-                        u64::from(c.index),
-                        u64::from(clients_per_node),
-                    );
-                    voter::run_client(
-                        &mut c.router,
-                        &scripts,
-                        &layout,
-                        c.node,
-                        voters,
-                        c.seed,
-                        &c.stop,
-                        &c.counting,
-                        &timeline,
-                    )
-                },
-            )
-        };
-        done.store(true, Ordering::Relaxed);
-        let balanced = balancer
-            .join()
-            .map_err(|_| anyhow::anyhow!("the balancer panicked"));
-        (window, balanced)
-    });
-    let (results, elapsed) = window?;
-    let (moves, acquisitions_buckets) = balanced??;
+    let (results, elapsed, (moves, acquisitions_buckets)) = run_voters_with(
+        layout,
+        scripts,
+        &table,
+        &timeline,
+        clients_per_node,
+        seed,
+        seconds,
+        |done| balancer(cluster, layout, &table, &timeline, done, rep),
+    )?;
     let acquisitions = crate::bench_resp_cluster::acquisitions(cluster)? - acquisitions_before;
     let acquire = acquire_histogram(cluster)?.since(&acquire_before);
     let tallied = tally_and_check(&mut admin, layout, &results, timeline.buckets)?;

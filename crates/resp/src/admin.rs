@@ -779,6 +779,10 @@ pub(crate) fn info(shared: &ServerShared, sections: &[Vec<u8>]) -> Frame {
                 field("maxmemory_human", "0B".into()),
                 field("maxmemory_policy", "noeviction".into()),
                 field("mem_allocator", "roost".into()),
+                field(
+                    "number_of_cached_scripts",
+                    shared.functions.scripting().cached_scripts().to_string(),
+                ),
             ],
         );
     }

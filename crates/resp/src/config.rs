@@ -23,7 +23,7 @@
 //! spin_while_active_us = 1000
 //! expire_sweep_interval_ms = 100  # how often expired keys are reclaimed (CONFIG SET hz)
 //! expire_sweep_batch = 200        # the most keys one sweep transaction deletes
-//! lua_time_limit_ms = 5000        # a Lua script running longer is stopped
+//! lua_time_limit_ms = 5000        # past it a Lua script makes others BUSY (SCRIPT KILL)
 //!
 //! [[users]]
 //! name = "reader"
@@ -112,9 +112,11 @@ pub struct Config {
     /// The most expired keys one sweep transaction deletes: the bound on a
     /// sweep's work whatever the size of the keyspace.
     pub expire_sweep_batch: usize,
-    /// How long a Lua script (EVAL, a Lua FCALL) may run before it is
-    /// stopped with an error, applying nothing (Redis's `lua-time-limit`,
-    /// whose default this is; Redis only starts answering BUSY then).
+    /// How long a Lua script (EVAL, a Lua FCALL) runs before the other
+    /// clients get Redis's BUSY error, until it ends or SCRIPT KILL /
+    /// FUNCTION KILL stops it (applying nothing) (Redis's `lua-time-limit`
+    /// and `busy-reply-threshold`, whose default this is). A script is
+    /// stopped anyway after `scripting::HARD_LIMIT` (300 s).
     pub lua_time_limit_ms: u64,
     pub users: Vec<User>,
     /// This server's tag in the stamps WATCH compares (0..=1023): each node

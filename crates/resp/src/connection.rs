@@ -600,7 +600,8 @@ impl Connection<'_> {
     /// anything else goes through [`classify`](Self::classify).
     fn classify_in_place(&mut self, request: &[u8], spans: &[Range<usize>]) -> Step {
         let arg = |i: usize| &request[spans[i].clone()];
-        if let Some(index) = lookup_index(arg(0)) {
+        let busy = self.shared.functions.scripting().is_busy();
+        if let Some(index) = lookup_index(arg(0)).filter(|_| !busy) {
             let spec = &commands::COMMANDS[index];
             let may_run = spec.kind == Kind::Data
                 && match &self.user {
@@ -653,6 +654,28 @@ impl Connection<'_> {
         }
         if !arity_ok(spec, args.len()) {
             return self.reject(wrong_arity(spec.name));
+        }
+        if let Some(busy) = self.shared.functions.scripting().busy_error() {
+            if !crate::scripting::allowed_while_busy(spec.name, &args) {
+                if spec.name == "exec" && self.multi.take().is_some() {
+                    // Redis's EXEC refused by a busy script: the
+                    // transaction is discarded, with the reason.
+                    self.watched.clear();
+                    self.client.info.multi.store(-1, Ordering::Relaxed);
+                    self.shared
+                        .stats
+                        .exec_aborts
+                        .fetch_add(1, Ordering::Relaxed);
+                    let text = match &busy {
+                        Frame::Error(text) => text.clone(),
+                        other => format!("{other:?}"),
+                    };
+                    return Step::Reply(Frame::error(format!(
+                        "EXECABORT Transaction discarded because of: {text}"
+                    )));
+                }
+                return self.reject(busy);
+            }
         }
         match spec.kind {
             Kind::Unsupported(why) => self.reject(Frame::error(why)),
@@ -879,7 +902,12 @@ impl Connection<'_> {
                 // reply is queued and given in its place at EXEC.
                 let reply = self.simple_command(spec, args);
                 if in_multi {
-                    self.queued(reply)
+                    // Its error is its reply at EXEC, as a command's error
+                    // at run time is in Redis (CONFIG SET of a bad value).
+                    if let Some(multi) = &mut self.multi {
+                        multi.route = MultiRoute::Local;
+                    }
+                    self.queue(Op::Reply(reply))
                 } else {
                     reply
                 }
@@ -1285,7 +1313,7 @@ impl Connection<'_> {
     /// libraries (the Rust functions are the application's: they stay).
     fn function(&self, args: &Args) -> Frame {
         let sub = args[1].to_ascii_lowercase();
-        let changes = matches!(sub.as_slice(), b"load" | b"delete" | b"flush");
+        let changes = matches!(sub.as_slice(), b"load" | b"delete" | b"flush" | b"restore");
         if changes && matches!(self.user, Some((_, Access::ReadOnly))) {
             let user = self.user.as_ref().map_or("", |(name, _)| name.as_str());
             return Frame::error(format!(
@@ -1342,11 +1370,35 @@ impl Connection<'_> {
                 "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
                 String::from_utf8_lossy(&args[1])
             )),
-            b"kill" if args.len() == 2 => scripting.kill(),
-            b"load" | b"delete" | b"kill" => {
+            b"kill" if args.len() == 2 => scripting.kill(false),
+            b"stats" if args.len() == 2 => scripting.stats(),
+            b"dump" if args.len() == 2 => Frame::Bulk(scripting.dump()),
+            b"restore" if args.len() == 3 || args.len() == 4 => {
+                let policy = match args.get(3).map(|a| a.to_ascii_lowercase()).as_deref() {
+                    None | Some(b"append") => crate::scripting::RestorePolicy::Append,
+                    Some(b"flush") => crate::scripting::RestorePolicy::Flush,
+                    Some(b"replace") => crate::scripting::RestorePolicy::Replace,
+                    Some(_) => {
+                        return Frame::error(
+                            "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+                        )
+                    }
+                };
+                let functions = &self.shared.functions;
+                match scripting.restore(&args[2], policy, &|name| functions.has_rust_function(name))
+                {
+                    Ok(()) => Frame::ok(),
+                    Err(error) => error,
+                }
+            }
+            b"restore" if args.len() < 3 => {
                 crate::commands::wrong_subcommand_arity("function", &args[1])
             }
-            b"dump" | b"stats" if args.len() != 2 => {
+            b"restore" => Frame::error(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+                String::from_utf8_lossy(&args[1])
+            )),
+            b"load" | b"delete" | b"kill" | b"dump" | b"stats" => {
                 crate::commands::wrong_subcommand_arity("function", &args[1])
             }
             b"help" => Frame::Array(
@@ -1359,7 +1411,15 @@ impl Connection<'_> {
                     "FLUSH [ASYNC|SYNC]",
                     "    Deletes every Lua library.",
                     "LIST [LIBRARYNAME <pattern>] [WITHCODE]",
-                    "    The registered functions and Lua libraries, by library.",
+                    "    The Lua libraries (and, named by LIBRARYNAME, the Rust ones).",
+                    "DUMP",
+                    "    A payload of every Lua library, for RESTORE.",
+                    "RESTORE <payload> [FLUSH|APPEND|REPLACE]",
+                    "    Loads the libraries of a DUMP payload (APPEND by default).",
+                    "KILL",
+                    "    Stops the function running past the time limit (it applies nothing).",
+                    "STATS",
+                    "    The function running past the time limit, and the libraries' counts.",
                     "Roost's functions are registered by the application when the server starts",
                     "(Rust, see roost_resp::Functions); call them with FCALL and FCALL_RO.",
                 ]
@@ -1367,13 +1427,6 @@ impl Connection<'_> {
                 .map(|line| Frame::Simple(line.into()))
                 .collect(),
             ),
-            b"restore" if args.len() < 3 => {
-                crate::commands::wrong_subcommand_arity("function", &args[1])
-            }
-            b"dump" | b"restore" | b"stats" => Frame::error(format!(
-                "ERR FUNCTION {} is not supported by Roost",
-                String::from_utf8_lossy(&args[1]).to_ascii_uppercase()
-            )),
             _ => Frame::error(format!(
                 "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
                 String::from_utf8_lossy(&args[1])

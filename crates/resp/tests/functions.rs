@@ -131,8 +131,24 @@ async fn shipped_functions_and_redis_error_texts() {
         ints(&[6, 0])
     );
 
-    // FUNCTION: LIST answers, loading code is refused with a reason.
-    match r.call(&["FUNCTION", "LIST"]).await {
+    // FUNCTION LIST shows the Lua libraries only; the Rust ones when
+    // LIBRARYNAME names them. FLUSH leaves them, STATS does not count them.
+    assert_eq!(
+        r.call(&["FUNCTION", "LIST"]).await,
+        Frame::Array(Vec::new())
+    );
+    assert_eq!(r.call(&["FUNCTION", "FLUSH"]).await, Frame::ok());
+    match r.call(&["FUNCTION", "STATS"]).await {
+        Frame::Array(stats) => {
+            let text = words(&Frame::Array(stats)).join(" ");
+            assert_eq!(
+                text,
+                "running_script engines LUA libraries_count functions_count"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match r.call(&["FUNCTION", "LIST", "LIBRARYNAME", "*"]).await {
         Frame::Array(libraries) => {
             assert_eq!(libraries.len(), 1);
             let text = words(&Frame::Array(libraries)).join(" ");

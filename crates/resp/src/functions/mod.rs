@@ -21,6 +21,12 @@
 //!
 //! [`Functions::examples`] is the library every server registers unless the
 //! embedding application passes its own: `transfer`, `sum` and `reserve`.
+//!
+//! The Rust libraries are part of the server, not of its Lua libraries:
+//! `FUNCTION LIST` shows them only when `LIBRARYNAME` names them (a
+//! pattern that matches them), and `FUNCTION FLUSH`, `DELETE`, `DUMP`,
+//! `RESTORE` and `STATS` never touch or count them. A Lua function may not
+//! take a Rust function's name.
 
 mod examples;
 
@@ -322,10 +328,13 @@ impl Functions {
             }
             i += 1;
         }
+        // The Rust libraries are the application's, compiled in: FUNCTION
+        // LIST shows them only when LIBRARYNAME asks for them (Redis's
+        // tools expect the list to hold what FUNCTION LOAD loaded).
         let libraries = self
             .libraries
             .iter()
-            .filter(|(name, _)| pattern.is_none_or(|p| glob_match(p, name.as_bytes())))
+            .filter(|(name, _)| pattern.is_some_and(|p| glob_match(p, name.as_bytes())))
             .map(|(name, functions)| {
                 let mut fields = vec![
                     (Frame::bulk("library_name"), Frame::bulk(name.as_str())),

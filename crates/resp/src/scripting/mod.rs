@@ -18,21 +18,29 @@
 //!   keys of an FCALL): those names are the data a call touches, as for the
 //!   Rust functions. Keyless commands (KEYS, SCAN, DBSIZE, FLUSHDB...) and
 //!   the bounded counters' commands are not allowed from scripts.
-//! - The time limit (`lua_time_limit_ms`, Redis's busy threshold, default
-//!   5000) stops the script with an error instead of leaving it running
-//!   until SCRIPT KILL; SCRIPT KILL also works on any script, since a killed
-//!   script applies nothing.
+//! - A script past the time limit (`lua_time_limit_ms`, Redis's
+//!   `busy-reply-threshold`/`lua-time-limit`, default 5000) keeps running,
+//!   as in Redis, while every other client gets Redis's `BUSY` error (but
+//!   for SCRIPT KILL, FUNCTION KILL, FUNCTION STATS and the transaction
+//!   commands MULTI, DISCARD, WATCH, UNWATCH): the script gives its thread
+//!   back every few milliseconds ([`lua`]'s hook yields) so the others are
+//!   answered. SCRIPT KILL (an EVAL) and FUNCTION KILL (a function) stop
+//!   it, even one that wrote (Redis refuses those with UNKILLABLE): a killed
+//!   script applies nothing. A script is stopped anyway once it ran
+//!   [`HARD_LIMIT`], so none runs without bound.
 //! - `coroutine` is not available to scripts (the runtime suspends a script
 //!   on a coroutine at each command it calls).
 
+mod bit;
 mod cjson;
+mod cmsgpack;
 mod lua;
 pub(crate) mod sha1;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -51,6 +59,18 @@ const MAX_CACHED_BYTES: usize = 64 << 20;
 const MAX_LIBRARIES: usize = 1024;
 /// Redis's default `busy-reply-threshold` (`lua-time-limit`).
 pub const DEFAULT_TIME_LIMIT_MS: u64 = 5000;
+/// A script still running after this long is stopped (it applies nothing),
+/// whatever the time limit: past the limit it only makes others wait.
+pub const HARD_LIMIT: Duration = Duration::from_secs(300);
+/// FUNCTION LOAD's time limit for a library's code (Redis's).
+pub const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
+/// Redis's BUSY errors, while an EVAL and while a function runs long.
+pub(crate) const BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub(crate) const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+/// The most arguments FUNCTION STATS shows of a running call.
+const MAX_STATS_ARGS: usize = 32;
 
 /// A Lua library loaded with FUNCTION LOAD.
 #[derive(Debug)]
@@ -68,10 +88,50 @@ pub(crate) struct Scripting {
     scripts: Mutex<ScriptCache>,
     libraries: RwLock<Vec<Arc<Library>>>,
     time_limit_ms: AtomicU64,
-    /// Scripts running now (SCRIPT KILL answers NOTBUSY when none).
-    running: AtomicUsize,
-    /// Bumped by SCRIPT KILL: a run that started under another epoch stops.
-    kill_epoch: AtomicU64,
+    /// The runs past their time limit now: while there is one, other
+    /// clients get BUSY; SCRIPT KILL and FUNCTION KILL stop them.
+    busy: Mutex<Vec<BusyRun>>,
+    /// `busy.len()`, read by every command of every connection.
+    busy_count: AtomicUsize,
+}
+
+/// One run of a script, as its hook and SCRIPT/FUNCTION KILL see it.
+#[derive(Debug, Default)]
+pub(crate) struct RunState {
+    /// Set by SCRIPT KILL or FUNCTION KILL: the hook stops the run.
+    killed: AtomicBool,
+}
+
+impl RunState {
+    pub(crate) fn killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+}
+
+/// A run past its time limit.
+struct BusyRun {
+    state: Arc<RunState>,
+    /// The function's name; `None`: an EVAL.
+    function: Option<String>,
+    /// The call, for FUNCTION STATS.
+    command: Vec<Vec<u8>>,
+    started: Instant,
+}
+
+/// Keeps a run in the busy list while it lives.
+pub(crate) struct BusyGuard<'a> {
+    registry: &'a Scripting,
+    state: Arc<RunState>,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.registry.busy.lock().unwrap_or_else(|e| e.into_inner());
+        busy.retain(|run| !Arc::ptr_eq(&run.state, &self.state));
+        self.registry
+            .busy_count
+            .store(busy.len(), Ordering::Release);
+    }
 }
 
 #[derive(Default)]
@@ -86,8 +146,8 @@ impl Default for Scripting {
             scripts: Mutex::default(),
             libraries: RwLock::default(),
             time_limit_ms: AtomicU64::new(DEFAULT_TIME_LIMIT_MS),
-            running: AtomicUsize::new(0),
-            kill_epoch: AtomicU64::new(0),
+            busy: Mutex::default(),
+            busy_count: AtomicUsize::new(0),
         }
     }
 }
@@ -95,15 +155,6 @@ impl Default for Scripting {
 impl std::fmt::Debug for Scripting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scripting").finish_non_exhaustive()
-    }
-}
-
-/// Counts a run while it lives.
-pub(crate) struct Running<'a>(&'a Scripting);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -116,6 +167,8 @@ pub(crate) enum LoadError {
     Engine(String),
     #[error("ERR Invalid metadata value given: {0}")]
     Metadata(String),
+    #[error("ERR Invalid metadata value, name argument was given multiple times")]
+    NameTwice,
     #[error("ERR Library name was not given")]
     NoName,
     #[error("ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long")]
@@ -133,6 +186,137 @@ pub(crate) enum LoadError {
     Code(String),
 }
 
+/// FUNCTION RESTORE's policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestorePolicy {
+    Flush,
+    Append,
+    Replace,
+}
+
+/// FUNCTION DUMP's payload: this magic, per library its code's length
+/// (u64 LE) and code, the format's version (u16 LE), and the first bytes
+/// of the SHA-1 (hex) of all that.
+const DUMP_MAGIC: &[u8] = b"ROOSTFN";
+const DUMP_VERSION: u16 = 1;
+const DUMP_CHECKSUM_BYTES: usize = 16;
+
+/// The libraries' codes in a dump; `None` when it is not one of ours, of
+/// this version, with a right checksum.
+fn parse_dump(payload: &[u8]) -> Option<Vec<&[u8]>> {
+    let body_len = payload.len().checked_sub(DUMP_CHECKSUM_BYTES)?;
+    let (body, checksum) = payload.split_at(body_len);
+    if sha1::sha1_hex(body).as_bytes()[..DUMP_CHECKSUM_BYTES] != *checksum {
+        return None;
+    }
+    let libraries_end = body.len().checked_sub(2)?;
+    let (libraries, version) = body.split_at(libraries_end);
+    if u16::from_le_bytes([version[0], version[1]]) != DUMP_VERSION {
+        return None;
+    }
+    let mut rest = libraries.strip_prefix(DUMP_MAGIC)?;
+    let mut codes = Vec::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at_checked(8)?;
+        let len = usize::try_from(u64::from_le_bytes(len.try_into().ok()?)).ok()?;
+        let (code, tail) = tail.split_at_checked(len)?;
+        codes.push(code);
+        rest = tail;
+        if codes.len() > MAX_LIBRARIES {
+            return None;
+        }
+    }
+    Some(codes)
+}
+
+/// Whether `library`'s functions are free among `libraries` (but its own
+/// name's) and the Rust functions; function names are case-insensitive.
+fn check_collisions(
+    libraries: &[Arc<Library>],
+    library: &Library,
+    rust_names: &dyn Fn(&str) -> bool,
+) -> Result<(), LoadError> {
+    for (function, _, _) in &library.functions {
+        let taken = rust_names(function)
+            || libraries.iter().any(|l| {
+                l.name != library.name
+                    && l.functions
+                        .iter()
+                        .any(|(f, _, _)| f.eq_ignore_ascii_case(function))
+            });
+        if taken {
+            return Err(LoadError::FunctionExists(function.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// The shebang's metadata after the engine, split as Redis's
+/// `sdssplitargs` splits it (quotes group, and are dropped).
+fn split_metadata(text: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut current: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => current.get_or_insert_with(String::new).push(c),
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                current.get_or_insert_with(String::new);
+            }
+            None if c.is_whitespace() => {
+                if let Some(part) = current.take() {
+                    parts.push(part);
+                }
+            }
+            None => current.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if let Some(part) = current {
+        parts.push(part);
+    }
+    parts
+}
+
+/// A library's code compiled and run (under [`LOAD_TIME_LIMIT`]): its
+/// name and functions, or Redis's error.
+fn compile_library(code: &[u8]) -> Result<Library, LoadError> {
+    let text = std::str::from_utf8(code).map_err(|_| LoadError::NoShebang)?;
+    let first_line = text.lines().next().unwrap_or("");
+    let Some(shebang) = first_line.strip_prefix("#!") else {
+        return Err(LoadError::NoShebang);
+    };
+    let (engine, metadata) = shebang.split_once(' ').unwrap_or((shebang, ""));
+    if !engine.eq_ignore_ascii_case("lua") {
+        return Err(LoadError::Engine(engine.to_owned()));
+    }
+    let mut name = None;
+    for part in split_metadata(metadata) {
+        match part.strip_prefix("name=") {
+            Some(_) if name.is_some() => return Err(LoadError::NameTwice),
+            Some(n) => name = Some(n.to_owned()),
+            None => return Err(LoadError::Metadata(part)),
+        }
+    }
+    let name = name.ok_or(LoadError::NoName)?;
+    if !valid_function_name(&name) {
+        return Err(LoadError::BadName);
+    }
+    let functions = lua::load_library(code, LOAD_TIME_LIMIT).map_err(|e| match e {
+        Frame::Error(text) => LoadError::Code(text),
+        other => LoadError::Code(format!("ERR {other:?}")),
+    })?;
+    if functions.is_empty() {
+        return Err(LoadError::NoFunctions);
+    }
+    Ok(Library {
+        name,
+        code: text.to_owned(),
+        functions,
+    })
+}
+
 fn valid_function_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= crate::functions::MAX_NAME_BYTES
@@ -148,24 +332,135 @@ impl Scripting {
         Duration::from_millis(self.time_limit_ms.load(Ordering::Relaxed))
     }
 
-    /// SCRIPT KILL and FUNCTION KILL: stops the Lua code running now (it
-    /// applies nothing); NOTBUSY when none runs.
-    pub(crate) fn kill(&self) -> Frame {
-        if self.running.load(Ordering::SeqCst) == 0 {
-            Frame::error("NOTBUSY No scripts in execution right now.")
-        } else {
-            self.kill_epoch.fetch_add(1, Ordering::SeqCst);
-            Frame::ok()
+    /// SCRIPT KILL (`eval`) and FUNCTION KILL: stops the runs of that kind
+    /// past their time limit (they apply nothing); Redis's errors when none
+    /// runs, or only runs of the other kind.
+    pub(crate) fn kill(&self, eval: bool) -> Frame {
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut killed = false;
+        for run in busy.iter().filter(|run| run.function.is_none() == eval) {
+            run.state.killed.store(true, Ordering::Relaxed);
+            killed = true;
+        }
+        match (killed, busy.first()) {
+            (true, _) => Frame::ok(),
+            (false, None) => Frame::error("NOTBUSY No scripts in execution right now."),
+            (false, Some(_)) if eval => Frame::error(BUSY_FUNCTION),
+            (false, Some(_)) => Frame::error(BUSY_EVAL),
         }
     }
 
-    fn kill_epoch(&self) -> u64 {
-        self.kill_epoch.load(Ordering::SeqCst)
+    /// Whether a run is past its time limit now (one atomic load).
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy_count.load(Ordering::Acquire) != 0
     }
 
-    fn enter(&self) -> Running<'_> {
-        self.running.fetch_add(1, Ordering::SeqCst);
-        Running(self)
+    /// The BUSY error every other client gets while a run is past its time
+    /// limit; `None` when none is.
+    pub(crate) fn busy_error(&self) -> Option<Frame> {
+        if self.busy_count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let run = busy.first()?;
+        Some(Frame::error(if run.function.is_some() {
+            BUSY_FUNCTION
+        } else {
+            BUSY_EVAL
+        }))
+    }
+
+    /// Puts a run in the busy list until the guard drops.
+    pub(crate) fn enter_busy(&self, state: &Arc<RunState>, call: &ScriptCall) -> BusyGuard<'_> {
+        let (function, mut command) = match &call.source {
+            Source::Eval { sha, .. } => (None, vec![b"eval".to_vec(), sha.as_bytes().to_vec()]),
+            Source::Function { name, .. } => (
+                Some(name.clone()),
+                vec![
+                    if call.read_only {
+                        &b"fcall_ro"[..]
+                    } else {
+                        b"fcall"
+                    }
+                    .to_vec(),
+                    name.as_bytes().to_vec(),
+                ],
+            ),
+        };
+        command.push(call.keys.len().to_string().into_bytes());
+        command.extend(
+            call.keys
+                .iter()
+                .chain(&call.args)
+                .take(MAX_STATS_ARGS)
+                .cloned(),
+        );
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        busy.push(BusyRun {
+            state: Arc::clone(state),
+            function,
+            command,
+            started: Instant::now(),
+        });
+        self.busy_count.store(busy.len(), Ordering::Release);
+        BusyGuard {
+            registry: self,
+            state: Arc::clone(state),
+        }
+    }
+
+    /// FUNCTION STATS: the run past its time limit (`running_script`) and
+    /// the Lua libraries' counts.
+    pub(crate) fn stats(&self) -> Frame {
+        let running = {
+            let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            busy.first().map_or(Frame::Null, |run| {
+                let name = run.function.clone().unwrap_or_default();
+                Frame::Map(vec![
+                    (Frame::bulk("name"), Frame::bulk(name)),
+                    (
+                        Frame::bulk("command"),
+                        Frame::Array(run.command.iter().cloned().map(Frame::Bulk).collect()),
+                    ),
+                    (
+                        Frame::bulk("duration_ms"),
+                        Frame::Integer(
+                            i64::try_from(run.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                        ),
+                    ),
+                ])
+            })
+        };
+        let libraries = self.libraries();
+        let functions: usize = libraries.iter().map(|l| l.functions.len()).sum();
+        Frame::Map(vec![
+            (Frame::bulk("running_script"), running),
+            (
+                Frame::bulk("engines"),
+                Frame::Map(vec![(
+                    Frame::bulk("LUA"),
+                    Frame::Map(vec![
+                        (
+                            Frame::bulk("libraries_count"),
+                            Frame::Integer(libraries.len() as i64),
+                        ),
+                        (
+                            Frame::bulk("functions_count"),
+                            Frame::Integer(functions as i64),
+                        ),
+                    ]),
+                )]),
+            ),
+        ])
+    }
+
+    /// How many scripts the cache holds (INFO's `number_of_cached_scripts`).
+    pub(crate) fn cached_scripts(&self) -> usize {
+        self.scripts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_sha
+            .len()
     }
 
     pub(crate) fn script(&self, sha: &str) -> Option<Arc<[u8]>> {
@@ -224,7 +519,7 @@ impl Scripting {
             {
                 self.flush_scripts()
             }
-            (b"kill", 2) => self.kill(),
+            (b"kill", 2) => self.kill(true),
             (b"help", 2) => Frame::Array(
                 [
                     "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -266,59 +561,89 @@ impl Scripting {
         replace: bool,
         rust_names: &dyn Fn(&str) -> bool,
     ) -> Result<String, LoadError> {
-        let text = std::str::from_utf8(code).map_err(|_| LoadError::NoShebang)?;
-        let first_line = text.lines().next().unwrap_or("");
-        let Some(shebang) = first_line.strip_prefix("#!") else {
-            return Err(LoadError::NoShebang);
-        };
-        let mut parts = shebang.split(' ').filter(|p| !p.is_empty());
-        let engine = parts.next().unwrap_or("");
-        if !engine.eq_ignore_ascii_case("lua") {
-            return Err(LoadError::Engine(engine.to_owned()));
-        }
-        let mut name = None;
-        for part in parts {
-            match part.strip_prefix("name=") {
-                Some(n) => name = Some(n.to_owned()),
-                None => return Err(LoadError::Metadata(part.to_owned())),
-            }
-        }
-        let name = name.ok_or(LoadError::NoName)?;
-        if !valid_function_name(&name) {
-            return Err(LoadError::BadName);
-        }
-        let functions = lua::load_library(code, self.time_limit()).map_err(|e| match e {
-            Frame::Error(text) => LoadError::Code(text),
-            other => LoadError::Code(format!("ERR {other:?}")),
-        })?;
-        if functions.is_empty() {
-            return Err(LoadError::NoFunctions);
-        }
-        let mut libraries = self.libraries.write().expect("libraries");
+        let library = Arc::new(compile_library(code)?);
+        let name = library.name.clone();
+        let mut libraries = self.libraries.write().unwrap_or_else(|e| e.into_inner());
         let existing = libraries.iter().position(|l| l.name == name);
         if existing.is_some() && !replace {
             return Err(LoadError::Exists(name));
         }
-        for (function, _, _) in &functions {
-            let taken = rust_names(function)
-                || libraries
-                    .iter()
-                    .any(|l| l.name != name && l.functions.iter().any(|(f, _, _)| f == function));
-            if taken {
-                return Err(LoadError::FunctionExists(function.clone()));
-            }
-        }
-        let library = Arc::new(Library {
-            name: name.clone(),
-            code: text.to_owned(),
-            functions,
-        });
+        check_collisions(&libraries, &library, rust_names)?;
         match existing {
             Some(i) => libraries[i] = library,
             None if libraries.len() >= MAX_LIBRARIES => return Err(LoadError::TooMany),
             None => libraries.push(library),
         }
         Ok(name)
+    }
+
+    /// FUNCTION DUMP: every Lua library's code, with a version and a
+    /// checksum (Roost's own format: RESTORE reads it back, not Redis's).
+    pub(crate) fn dump(&self) -> Vec<u8> {
+        let libraries = self.libraries();
+        let mut out = DUMP_MAGIC.to_vec();
+        for library in &libraries {
+            out.extend_from_slice(&(library.code.len() as u64).to_le_bytes());
+            out.extend_from_slice(library.code.as_bytes());
+        }
+        out.extend_from_slice(&DUMP_VERSION.to_le_bytes());
+        let digest = sha1::sha1_hex(&out);
+        out.extend_from_slice(&digest.as_bytes()[..DUMP_CHECKSUM_BYTES]);
+        out
+    }
+
+    /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]: all the payload's
+    /// libraries or none; Redis's errors.
+    pub(crate) fn restore(
+        &self,
+        payload: &[u8],
+        policy: RestorePolicy,
+        rust_names: &dyn Fn(&str) -> bool,
+    ) -> Result<(), Frame> {
+        let codes = parse_dump(payload)
+            .ok_or_else(|| Frame::error("ERR DUMP payload version or checksum are wrong"))?;
+        let mut restored: Vec<Arc<Library>> = Vec::with_capacity(codes.len());
+        for code in codes {
+            let library = compile_library(code).map_err(|e| Frame::error(e.to_string()))?;
+            if restored.iter().any(|l| l.name == library.name) {
+                return Err(Frame::error(format!(
+                    "ERR Library {} already exists",
+                    library.name
+                )));
+            }
+            restored.push(Arc::new(library));
+        }
+        let mut libraries = self.libraries.write().unwrap_or_else(|e| e.into_inner());
+        let mut next: Vec<Arc<Library>> = match policy {
+            RestorePolicy::Flush => Vec::new(),
+            RestorePolicy::Append | RestorePolicy::Replace => libraries.clone(),
+        };
+        for library in restored {
+            match next.iter().position(|l| l.name == library.name) {
+                Some(_) if policy == RestorePolicy::Append => {
+                    return Err(Frame::error(format!(
+                        "ERR Library {} already exists",
+                        library.name
+                    )))
+                }
+                Some(i) => {
+                    next.remove(i);
+                }
+                None => {}
+            }
+            check_collisions(&next, &library, rust_names).map_err(|e| match e {
+                LoadError::FunctionExists(f) => {
+                    Frame::error(format!("ERR Function {f} already exists"))
+                }
+                other => Frame::error(other.to_string()),
+            })?;
+            next.push(library);
+        }
+        if next.len() > MAX_LIBRARIES {
+            return Err(Frame::error(LoadError::TooMany.to_string()));
+        }
+        *libraries = next;
+        Ok(())
     }
 
     /// FUNCTION DELETE: whether the library existed.
@@ -339,14 +664,16 @@ impl Scripting {
     }
 
     /// The Lua function `name`: its library and whether it is no-writes.
-    fn function(&self, name: &[u8]) -> Option<(Arc<Library>, bool)> {
-        let libraries = self.libraries.read().expect("libraries");
+    /// (Function names are case-insensitive, as Redis's: its registered
+    /// name comes back.)
+    fn function(&self, name: &[u8]) -> Option<(Arc<Library>, bool, String)> {
+        let libraries = self.libraries.read().unwrap_or_else(|e| e.into_inner());
         libraries.iter().find_map(|library| {
             library
                 .functions
                 .iter()
-                .find(|(f, _, _)| f.as_bytes() == name)
-                .map(|(_, no_writes, _)| (Arc::clone(library), *no_writes))
+                .find(|(f, _, _)| f.as_bytes().eq_ignore_ascii_case(name))
+                .map(|(f, no_writes, _)| (Arc::clone(library), *no_writes, f.clone()))
         })
     }
 }
@@ -489,8 +816,7 @@ pub(crate) fn parse_fcall(
     args: &mut [Vec<u8>],
 ) -> Option<Op> {
     let registry = functions.scripting();
-    let (library, no_writes) = registry.function(&args[1])?;
-    let name = String::from_utf8_lossy(&args[1]).into_owned();
+    let (library, no_writes, name) = registry.function(&args[1])?;
     let (keys, script_args) = match split_keys(args, 2, "ERR Bad number of keys provided") {
         Ok(split) => split,
         Err(error) => return Some(Op::Reply(error)),
@@ -512,6 +838,29 @@ pub(crate) fn parse_fcall(
 /// A command a script calls, as the op it runs, or the error `redis.call`
 /// raises (Redis 7's texts where Redis has one).
 fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
+    // Connection commands a script may call, as Redis serves them there.
+    let name = args[0].to_ascii_lowercase();
+    match (name.as_slice(), args.len()) {
+        (b"ping", 1) => return Ok(Op::Reply(Frame::Simple("PONG".into()))),
+        (b"ping" | b"echo", 2) => return Ok(Op::Reply(Frame::Bulk(args[1].clone()))),
+        (b"ping" | b"echo", _) => {
+            return Err(Frame::error(
+                "ERR Wrong number of args calling Redis command from script",
+            ))
+        }
+        (b"time", 1) => return Ok(Op::Reply(crate::admin::time())),
+        // Redis's `noscript` commands Roost does not serve either.
+        (
+            b"cluster" | b"client" | b"shutdown" | b"save" | b"bgsave" | b"multi" | b"exec"
+            | b"watch" | b"subscribe" | b"monitor",
+            _,
+        ) => {
+            return Err(Frame::error(
+                "ERR This Redis command is not allowed from script",
+            ))
+        }
+        _ => {}
+    }
     let spec = commands::lookup(&args[0])
         .ok_or_else(|| Frame::error("ERR Unknown Redis command called from script"))?;
     let not_allowed = spec.kind != Kind::Data
@@ -550,6 +899,22 @@ fn command_op(call: &ScriptCall, args: Vec<Vec<u8>>) -> Result<Op, Frame> {
         args,
         NONE.get_or_init(Functions::new),
     ))
+}
+
+/// Whether a command is served while a script is past its time limit
+/// (Redis's `allow-busy` commands); the others get BUSY.
+pub(crate) fn allowed_while_busy(name: &str, args: &[Vec<u8>]) -> bool {
+    let sub = |expected: &[&[u8]]| {
+        args.get(1)
+            .is_some_and(|a| expected.iter().any(|e| a.eq_ignore_ascii_case(e)))
+    };
+    match name {
+        "auth" | "hello" | "multi" | "discard" | "watch" | "unwatch" | "quit" | "reset"
+        | "shutdown" => true,
+        "script" => sub(&[b"kill"]),
+        "function" => sub(&[b"kill", b"stats"]),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -633,6 +998,7 @@ mod tests {
             Err(LoadError::FunctionExists(_))
         ));
         assert!(scripting.function(b"f").is_some());
+        assert_eq!(scripting.function(b"F").map(|f| f.2), Some("f".to_owned()));
         assert!(scripting.delete_library(b"lib"));
         assert!(scripting.function(b"f").is_none());
     }

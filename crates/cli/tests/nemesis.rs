@@ -12,7 +12,16 @@ mod common;
 use check_run::{roost_check, CheckRun};
 use common::require_etcd;
 
+/// One cluster at a time: a cluster's ports are picked free and released
+/// before its nodes bind them, and another test's clients could take one
+/// as their source port meanwhile (a node of the planted run once failed to
+/// bind so, and the run never read).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check_cluster(name: &str, extra: &[&str]) -> CheckRun {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut args = vec![
         "rw-register",
         "--cluster",

@@ -93,15 +93,81 @@ pub struct LocalCluster {
     etcd_addrs: (SocketAddr, SocketAddr),
 }
 
-/// Ports the OS hands out now (released at once; a clash is unlikely).
+/// The lowest port [`free_ports`] hands out.
+const FIRST_PICKED_PORT: u16 = 10_000;
+/// Candidates one [`free_ports`] call tries at most.
+const MAX_PORT_TRIES: usize = 4_096;
+/// Where the next [`free_ports`] call starts, as an offset into its range
+/// (`None` before the first): successive calls in a process hand out
+/// different ports. Held for the whole call, so two calls never try the
+/// same candidates.
+static NEXT_PORT: std::sync::Mutex<Option<usize>> = std::sync::Mutex::new(None);
+
+/// The kernel's range of ephemeral ports (the source ports of outgoing
+/// connections), Linux's default where it cannot be read.
+fn ephemeral_ports() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut it = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
+}
+
+/// `n` ports free now on loopback (each was bound and released), for
+/// servers started next. They are picked below the kernel's ephemeral
+/// range where it leaves room: a port the OS hands out for `:0` is one it
+/// also hands out as an outgoing connection's source port, and a client of
+/// another cluster running meanwhile took one such port before the node it
+/// was picked for could bind it. Successive calls in a process return
+/// different ports, starting from an offset of the process id.
 pub fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners
+    let (ephemeral_low, _) = ephemeral_ports();
+    let span = usize::from(ephemeral_low.saturating_sub(FIRST_PICKED_PORT));
+    if span < n.saturating_mul(16) {
+        // No room below the ephemeral range: let the OS pick.
+        let listeners = (0..n)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        return listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect();
+    }
+    let mut next = NEXT_PORT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = next.unwrap_or((std::process::id() as usize).wrapping_mul(7_919) % span);
+    let mut held = Vec::with_capacity(n);
+    let mut tried = 0;
+    // Bounded: MAX_PORT_TRIES candidates.
+    while held.len() < n && tried < MAX_PORT_TRIES {
+        let port = FIRST_PICKED_PORT + ((start + tried) % span) as u16;
+        tried += 1;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    *next = Some((start + tried) % span);
+    drop(next);
+    if held.len() < n {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "only {} of {n} free ports found among {MAX_PORT_TRIES} tried",
+                held.len()
+            ),
+        ));
+    }
+    let ports: Vec<u16> = held
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
-        .collect()
+        .collect::<std::io::Result<_>>()?;
+    debug_assert!(ports
+        .iter()
+        .all(|&p| p >= FIRST_PICKED_PORT && p < ephemeral_low));
+    Ok(ports)
 }
 
 impl LocalCluster {
@@ -374,4 +440,26 @@ pub fn admin_request(
         .take(crate::runtime::MAX_ADMIN_RESPONSE_BYTES)
         .read_to_end(&mut response)?;
     crate::runtime::parse_admin_response(&response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_free_and_below_the_ephemeral_range() {
+        let (low, _) = ephemeral_ports();
+        let first = free_ports(8).unwrap();
+        let second = free_ports(8).unwrap();
+        let mut all: Vec<u16> = first.iter().chain(&second).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 16, "{first:?} {second:?}");
+        for port in all {
+            if low > FIRST_PICKED_PORT + 16 * 16 {
+                assert!(port >= FIRST_PICKED_PORT && port < low, "{port}");
+            }
+            TcpListener::bind(("127.0.0.1", port)).expect("a free port binds");
+        }
+    }
 }

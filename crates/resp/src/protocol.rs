@@ -251,19 +251,24 @@ pub(crate) fn format_double(d: f64) -> String {
     if d.is_infinite() {
         return if d > 0.0 { "inf" } else { "-inf" }.into();
     }
+    format_g(d, 17)
+}
+
+/// C's `%.<precision>g` of a finite number.
+pub(crate) fn format_g(d: f64, precision: usize) -> String {
+    let precision = precision.clamp(1, 17);
     if d == 0.0 {
         return if d.is_sign_negative() { "-0" } else { "0" }.into();
     }
-    // 17 significant digits, rounded once: `d.ddddddddddddddddde<exp>`.
-    let scientific = format!("{:.16e}", d.abs());
-    let (mantissa, exponent) = scientific.split_once('e').expect("`e` notation");
-    let exponent: i32 = exponent.parse().expect("an exponent");
+    let scientific = format!("{:.*e}", precision - 1, d.abs());
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
     let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
     let mut out = String::with_capacity(24);
     if d < 0.0 {
         out.push('-');
     }
-    if !(-4..17).contains(&exponent) {
+    if exponent < -4 || exponent >= precision as i32 {
         let significant = digits.trim_end_matches('0');
         out.push_str(&significant[..1]);
         if significant.len() > 1 {

@@ -250,48 +250,8 @@ fn encode_number(s: &Settings, f: f64, out: &mut Vec<u8>) -> mlua::Result<()> {
         });
         return Ok(());
     }
-    out.extend_from_slice(format_g(f, s.precision.get() as usize).as_bytes());
+    out.extend_from_slice(crate::protocol::format_g(f, s.precision.get() as usize).as_bytes());
     Ok(())
-}
-
-/// C's `%.<precision>g` of a finite number.
-pub(crate) fn format_g(d: f64, precision: usize) -> String {
-    let precision = precision.clamp(1, 17);
-    if d == 0.0 {
-        return if d.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    let scientific = format!("{:.*e}", precision - 1, d.abs());
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let mut out = String::with_capacity(24);
-    if d < 0.0 {
-        out.push('-');
-    }
-    if exponent < -4 || exponent >= precision as i32 {
-        let significant = digits.trim_end_matches('0');
-        out.push_str(&significant[..1]);
-        if significant.len() > 1 {
-            out.push('.');
-            out.push_str(&significant[1..]);
-        }
-        out.push('e');
-        out.push(if exponent < 0 { '-' } else { '+' });
-        out.push_str(&format!("{:02}", exponent.unsigned_abs()));
-    } else if exponent < 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', (-exponent - 1) as usize));
-        out.push_str(digits.trim_end_matches('0'));
-    } else {
-        let (int, frac) = digits.split_at(exponent as usize + 1);
-        out.push_str(int);
-        let frac = frac.trim_end_matches('0');
-        if !frac.is_empty() {
-            out.push('.');
-            out.push_str(frac);
-        }
-    }
-    out
 }
 
 fn encode_string(bytes: &[u8], out: &mut Vec<u8>) {

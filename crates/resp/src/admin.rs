@@ -816,6 +816,14 @@ pub(crate) fn info(shared: &ServerShared, sections: &[Vec<u8>]) -> Frame {
                 field("expired_keys", snap.expired_keys.to_string()),
                 field("evicted_keys", "0".into()),
                 field("total_protocol_errors", snap.protocol_errors.to_string()),
+                field(
+                    "total_error_replies",
+                    shared
+                        .stats
+                        .total_error_replies
+                        .load(Ordering::Relaxed)
+                        .to_string(),
+                ),
                 field("roost_transactions", snap.transactions.to_string()),
                 field("roost_transaction_attempts", snap.attempts.to_string()),
                 field("roost_conflict_retries", snap.conflict_retries.to_string()),
@@ -854,6 +862,17 @@ pub(crate) fn info(shared: &ServerShared, sections: &[Vec<u8>]) -> Frame {
             snap.command_calls
                 .iter()
                 .map(|(name, calls)| (format!("cmdstat_{name}"), format!("calls={calls}")))
+                .collect(),
+        );
+    }
+    if wanted("errorstats", true) {
+        section(
+            "Errorstats",
+            shared
+                .stats
+                .error_codes()
+                .into_iter()
+                .map(|(code, n)| (format!("errorstat_{code}"), format!("count={n}")))
                 .collect(),
         );
     }

@@ -2020,15 +2020,15 @@ mod tests {
             ),
             (
                 "zmpop 2 a b max count 3",
-                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: true, count: 3, timeout_ms: None } if keys.len() == 2)),
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: true, count: 3, timeout_ms: None, waiting: false } if keys.len() == 2)),
             ),
             (
                 "bzmpop 1.5 2 a b min",
-                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: false, count: 1, timeout_ms: Some(1500) } if keys.len() == 2)),
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::MPop { keys, max: false, count: 1, timeout_ms: Some(1500), waiting: false } if keys.len() == 2)),
             ),
             (
                 "bzpopmin a b 0",
-                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::BPop { keys, max: false, timeout_ms: 0 } if keys.len() == 2)),
+                |op| matches!(op, Op::ZSets(z) if matches!(&**z, ZSetOp::BPop { keys, max: false, timeout_ms: 0, waiting: false } if keys.len() == 2)),
             ),
             (
                 "bzpopmax a 2",

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::admin::{self, Peer, Registered};
+use crate::blocked::{self, BlockedWaiter, RunOps, Turn};
 use crate::commands::{self, arity_ok, lookup_index, unknown_command, wrong_arity, Kind, Spec};
 use crate::config::Access;
 use crate::forward::ForwardError;
@@ -41,8 +42,6 @@ const UNAUTHENTICATED_MAX_ARRAY_LEN: usize = 10;
 const UNAUTHENTICATED_MAX_BULK_BYTES: usize = 16 << 10;
 /// The longest client name.
 const MAX_CLIENT_NAME_BYTES: usize = 256;
-/// How often a blocked command (BLPOP and its kin) tries again.
-const BLOCKED_RETRY: Duration = Duration::from_millis(10);
 /// Input read from a blocked client and kept for after its wait: past it
 /// the socket is no longer read until the wait ends.
 const MAX_INPUT_WHILE_BLOCKED: usize = 1 << 20;
@@ -161,7 +160,7 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin, T: Timer
                     return;
                 }
                 match conn.wait::<S, T>(blocked, &mut stream, &mut input).await {
-                    Some(reply) => reply.encode(conn.protocol, &mut out),
+                    Some(reply) => conn.answer(&reply, &mut out),
                     // The client went away, or the server stops.
                     None => return,
                 }
@@ -184,7 +183,7 @@ pub(crate) async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin, T: Timer
         if let Some(error) = failure {
             // As Redis: the error, then the connection is closed.
             shared.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            Frame::Error(error.to_string()).encode(conn.protocol, &mut out);
+            conn.answer(&Frame::Error(error.to_string()), &mut out);
             let _ = stream.write_all(&out).await;
             return;
         }
@@ -336,7 +335,7 @@ impl Connection<'_> {
                     Ok(()) => Frame::ok(),
                     Err(e) => transaction_failed(&e),
                 };
-                reply.encode(self.protocol, out);
+                self.answer(&reply, out);
             }
             Step::Data(op) if self.multi.is_none() => {
                 match self.next_forward.take() {
@@ -371,7 +370,7 @@ impl Connection<'_> {
                     };
                 }
                 let reply = self.run_step(Step::Data(op)).await;
-                reply.encode(self.protocol, out);
+                self.answer(&reply, out);
             }
             step => {
                 self.flush(batch, out).await;
@@ -386,19 +385,22 @@ impl Connection<'_> {
                 }
                 let reply = self.run_step(step).await;
                 // After HELLO, its reply is already in the protocol it chose.
-                reply.encode(self.protocol, out);
+                self.answer(&reply, out);
             }
         }
         None
     }
 
-    /// Waits for a blocking command: re-runs it, each time a transaction of
-    /// its own, every [`BLOCKED_RETRY`] until it pops something or its
-    /// timeout passes (then the nil array, Redis's reply at a timeout). Meanwhile the socket is watched, so a client that goes
-    /// away ends the wait (`None`, as does a server that stops); what it
-    /// sends meanwhile is kept in `input`, for after, up to
-    /// [`MAX_INPUT_WHILE_BLOCKED`]. Nothing is held open between tries: no
-    /// transaction, no executor thread.
+    /// Waits for a blocking command: tries its non-blocking form once; if
+    /// that pops nothing, queues it among the blocked clients, whose
+    /// commands one sweep runs every [`blocked::BLOCKED_RETRY`], oldest first, as one
+    /// transaction ([`crate::blocked`]), until it pops something or its
+    /// timeout passes (then the nil array, Redis's reply at a timeout).
+    /// Meanwhile the socket is watched, so a client that goes away ends the
+    /// wait (`None`, as does a server that stops); what it sends meanwhile
+    /// is kept in `input`, for after, up to [`MAX_INPUT_WHILE_BLOCKED`].
+    /// Nothing is held open between sweeps: no transaction, no executor
+    /// thread.
     async fn wait<S: AsyncRead + Unpin, T: Timers>(
         &mut self,
         blocked: Blocked,
@@ -406,37 +408,40 @@ impl Connection<'_> {
         input: &mut Vec<u8>,
     ) -> Option<Frame> {
         let started = Instant::now();
-        // Counted in INFO's `blocked_clients` from its first miss until it
-        // ends, however it ends.
-        let mut counted: Option<BlockedCount<'_>> = None;
         // 0: no timeout (and a deadline past what `Instant` holds: none either).
         let deadline = match blocked.timeout_ms {
             0 => None,
             ms => started.checked_add(Duration::from_millis(ms)),
         };
-        // The retry tick this client is trying on (none on its first try).
-        let mut tick: Option<u64> = None;
+        let reply = self
+            .run_here(vec![blocked.op.clone()])
+            .await
+            .pop()
+            .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
+        if !matches!(reply, Frame::Null | Frame::NullArray) {
+            // A BLMOVE that moved may have fed another waiter.
+            blocked::serve_after_push(self.shared, &*self).await;
+            return Some(reply);
+        }
+        // Counted in INFO's `blocked_clients` and queued from its first
+        // miss until it ends, however it ends.
+        // Its retries pass over keys of another type (Redis serves a blocked
+        // client only from a key of the right type).
+        let waiter = BlockedWaiter::new(self.shared, blocked.op.waiting_form());
+        let this: &Self = self;
         loop {
-            let reply = self
-                .run_here(vec![blocked.op.clone()])
-                .await
-                .pop()
-                .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
-            if let (Some(counted), Some(tick)) = (&counted, tick) {
-                counted.tried(tick);
-            }
-            if !matches!(reply, Frame::Null | Frame::NullArray) {
-                return Some(reply);
-            }
-            let counted = counted.get_or_insert_with(|| BlockedCount::new(self.shared));
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                // Redis answers every list wait that timed out with the nil
-                // array, BLMOVE's and BRPOPLPUSH's too (nil where they
-                // do not wait).
-                return Some(Frame::NullArray);
+                return match waiter.at_timeout::<T>().await {
+                    Turn::Served(reply) => Some(reply),
+                    // Redis answers every list wait that timed out with the
+                    // nil array, BLMOVE's and BRPOPLPUSH's too (nil where
+                    // they do not wait).
+                    Turn::Waiting => Some(Frame::NullArray),
+                    Turn::Stopped => None,
+                };
             }
-            let (next_tick, turn) = retry_turn(self.shared.blocked_epoch, now, counted.older());
+            let (tick, turn) = blocked::next_tick(self.shared.blocked_epoch, now);
             let next_try = deadline.map_or(turn, |d| d.min(turn));
             // Bounded: each turn ends at `next_try` or reads a chunk of
             // input, and input stops being read past its cap.
@@ -464,15 +469,34 @@ impl Connection<'_> {
                     () = pause => {}
                 }
             }
-            // The clients that began to wait before this one try first on
-            // this tick; bounded by one retry period, after which it tries
-            // anyway (one of them may be stuck, and none may starve it).
-            let give_up = Instant::now() + BLOCKED_RETRY;
-            while !counted.older_tried(next_tick) && Instant::now() < give_up {
-                T::sleep(RETRY_RANK_STEP).await;
+            if next_try < turn {
+                // Its timeout came first: answered at the top.
+                continue;
             }
-            tick = Some(next_tick);
+            match waiter.at_tick::<_, T>(tick, this).await {
+                Turn::Served(reply) => return Some(reply),
+                Turn::Waiting => {}
+                Turn::Stopped => return None,
+            }
         }
+    }
+
+    /// Writes a reply, counting its errors (INFO's `total_error_replies`
+    /// and errorstats): the reply's own, or its elements' (an EXEC's
+    /// failed commands).
+    fn answer(&self, reply: &Frame, out: &mut Vec<u8>) {
+        match reply {
+            Frame::Error(message) => self.shared.stats.note_error(message),
+            Frame::Array(elements) => {
+                for element in elements {
+                    if let Frame::Error(message) = element {
+                        self.shared.stats.note_error(message);
+                    }
+                }
+            }
+            _ => {}
+        }
+        reply.encode(self.protocol, out);
     }
 
     /// Runs the batched data commands as one transaction.
@@ -484,14 +508,22 @@ impl Connection<'_> {
         // The next batch is likely as long as this one.
         let hint = batch.ops.len();
         let ops = std::mem::replace(&mut batch.ops, Vec::with_capacity(hint));
+        let may_push = ops.iter().any(Op::may_push);
         if batch.ships.is_empty() {
-            for reply in self.run_here(ops).await {
-                reply.encode(self.protocol, out);
+            let replies = self.run_here(ops).await;
+            if may_push {
+                blocked::serve_after_push(self.shared, &*self).await;
+            }
+            for reply in replies {
+                self.answer(&reply, out);
             }
             return;
         }
         let ships = std::mem::take(&mut batch.ships);
         self.run_shipped(ops, ships, out).await;
+        if may_push {
+            blocked::serve_after_push(self.shared, &*self).await;
+        }
     }
 
     /// Runs `ops` here as one transaction (one per command if the batch
@@ -587,7 +619,7 @@ impl Connection<'_> {
         }
         for piece in pieces {
             match piece {
-                Some(Piece::Frame(frame)) => frame.encode(self.protocol, out),
+                Some(Piece::Frame(frame)) => self.answer(&frame, out),
                 Some(Piece::Bytes(bytes)) => out.extend_from_slice(&bytes),
                 None => unreachable!("every command answered"),
             }
@@ -1066,7 +1098,7 @@ impl Connection<'_> {
             }
             Err(e @ ForwardError::Unknown { .. }) => {
                 let mut out = Vec::new();
-                outcome_unknown(&e).encode(self.protocol, &mut out);
+                self.answer(&outcome_unknown(&e), &mut out);
                 Some(out)
             }
         }
@@ -1083,7 +1115,12 @@ impl Connection<'_> {
             return Frame::error("EXECABORT Transaction discarded because of previous errors.");
         }
         let watched = (!watched.is_empty()).then(|| Arc::new(watched));
-        match self.shared.store.run(Arc::new(multi.ops), watched).await {
+        let may_push = multi.ops.iter().any(Op::may_push);
+        let outcome = self.shared.store.run(Arc::new(multi.ops), watched).await;
+        if may_push && matches!(outcome, Ok(Some(_))) {
+            blocked::serve_after_push(self.shared, &*self).await;
+        }
+        match outcome {
             Ok(Some(replies)) => Frame::Array(replies),
             Ok(None) => {
                 stats.watch_aborts.fetch_add(1, Ordering::Relaxed);
@@ -1460,89 +1497,6 @@ struct Tally {
     run: Option<(usize, u64)>,
 }
 
-/// One blocked client while it lives: counted in INFO's `blocked_clients`,
-/// and its ticket among the waiters (its place in the queue).
-struct BlockedCount<'a> {
-    shared: &'a ServerShared,
-    ticket: u64,
-}
-
-/// Waiters ahead of a blocked client that shift its retries (at most).
-const MAX_RETRY_RANK: u32 = 8;
-/// How much later than the one ahead of it a blocked client retries.
-const RETRY_RANK_STEP: Duration = Duration::from_millis(1);
-
-impl<'a> BlockedCount<'a> {
-    fn new(shared: &'a ServerShared) -> Self {
-        shared.blocked_clients.fetch_add(1, Ordering::Relaxed);
-        let ticket = shared.next_blocked_ticket.fetch_add(1, Ordering::Relaxed);
-        shared
-            .blocked_waiters
-            .lock()
-            .expect("waiters lock")
-            .insert(ticket, 0);
-        BlockedCount { shared, ticket }
-    }
-
-    /// Blocked clients that began to wait before this one (at most
-    /// `MAX_RETRY_RANK`).
-    fn older(&self) -> u32 {
-        let waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
-        waiters
-            .range(..self.ticket)
-            .take(MAX_RETRY_RANK as usize)
-            .count() as u32
-    }
-
-    /// Whether every client that began to wait before this one has tried
-    /// on retry tick `tick` (or a later one).
-    fn older_tried(&self, tick: u64) -> bool {
-        let waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
-        waiters
-            .range(..self.ticket)
-            .all(|(_, &tried)| tried >= tick)
-    }
-
-    /// This client tried on retry tick `tick`.
-    fn tried(&self, tick: u64) {
-        let mut waiters = self.shared.blocked_waiters.lock().expect("waiters lock");
-        if let Some(tried) = waiters.get_mut(&self.ticket) {
-            *tried = (*tried).max(tick);
-        }
-    }
-}
-
-impl Drop for BlockedCount<'_> {
-    fn drop(&mut self) {
-        self.shared.blocked_clients.fetch_sub(1, Ordering::Relaxed);
-        self.shared
-            .blocked_waiters
-            .lock()
-            .expect("waiters lock")
-            .remove(&self.ticket);
-    }
-}
-
-/// When a blocked client tries again: at the next tick of a grid shared by
-/// every blocked client (`BLOCKED_RETRY` apart from `epoch`), shifted by
-/// `RETRY_RANK_STEP` per older waiter; there each also waits (at most a
-/// period) until every older one tried on that tick, so that they try in
-/// the order they began to wait and an element pushed meanwhile goes to the
-/// one that waited longest, as Redis serves them (a polling approximation:
-/// a push landing between two waiters' tries of one tick goes to the later).
-fn retry_turn(epoch: Instant, now: Instant, older: u32) -> (u64, Instant) {
-    let period_us = BLOCKED_RETRY.as_micros().max(1);
-    let since_us = now.saturating_duration_since(epoch).as_micros();
-    let tick_number = since_us / period_us + 1;
-    let tick_us = tick_number * period_us;
-    let tick = epoch + Duration::from_micros(u64::try_from(tick_us).unwrap_or(u64::MAX / 2));
-    debug_assert!(tick > now, "the next tick is ahead");
-    (
-        u64::try_from(tick_number).unwrap_or(u64::MAX),
-        tick + RETRY_RANK_STEP * older.min(MAX_RETRY_RANK),
-    )
-}
-
 /// A blocking command (BLPOP and its kin) outside MULTI, waiting to pop.
 struct Blocked {
     /// Its non-blocking form: answers nil or the nil array when it pops
@@ -1550,6 +1504,12 @@ struct Blocked {
     op: Op,
     /// 0: no timeout.
     timeout_ms: u64,
+}
+
+impl RunOps for Connection<'_> {
+    async fn run_ops(&self, ops: Vec<Op>) -> Vec<Frame> {
+        self.run_here(ops).await
+    }
 }
 
 /// Whose timers a connection sleeps on (a blocked command between tries):

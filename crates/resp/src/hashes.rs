@@ -14,7 +14,8 @@
 //! Fields come in scan-position order (HGETALL, HKEYS, HVALS, HSCAN),
 //! where Redis answers a small hash in insertion order and a large one in
 //! hash-table order. HRANDFIELD picks fields as SRANDMEMBER picks members
-//! (the first at or after a random position); with a negative count it
+//! (uniformly up to [`EXACT_SAMPLE_MAX`] fields, else the first at or after
+//! a random position); with a negative count it
 //! returns at most [`MAX_RANDOM_COUNT`] fields. HINCRBYFLOAT adds as
 //! INCRBYFLOAT does (exact decimal, see [`crate::strings`]). A field is at
 //! most [`MAX_MEMBER_BYTES`] (it is part of a row key), a value at most
@@ -510,7 +511,8 @@ fn random_fields(
     let Some(count) = count else {
         return Ok(match found {
             None => Frame::Null,
-            Some(_) => rows.hrandom()?.map_or(Frame::Null, |(f, _)| Frame::Bulk(f)),
+            Some(found) => random_one(found.len, || rows.hrandom(), || rows.hfields())?
+                .map_or(Frame::Null, |(f, _)| Frame::Bulk(f)),
         });
     };
     let len = found.map_or(0, |f| f.len);
@@ -556,11 +558,44 @@ pub(crate) fn parse_random_count(a: &[Vec<u8>], flag: &[u8]) -> Result<(Option<i
 /// Random elements and their values.
 pub(crate) type Picks<T> = Vec<(Vec<u8>, T)>;
 
+/// Collections of at most this many elements are sampled exactly
+/// uniformly: read whole, then drawn from. A larger one's pick is the first
+/// element at or after a random position (one short scan; an element after
+/// a wider gap of positions comes up more often, and the positions are a
+/// keyed hash, so no client can choose which).
+pub(crate) const EXACT_SAMPLE_MAX: u64 = 512;
+
+/// One random element of a collection of `len` (HRANDFIELD, SRANDMEMBER,
+/// ZRANDMEMBER without a count): `pick` draws one by position, `all` lists
+/// them. `None`: the collection is empty.
+pub(crate) fn random_one<T>(
+    len: u64,
+    pick: impl FnOnce() -> Result<Option<(Vec<u8>, T)>, ReactorError>,
+    all: impl FnOnce() -> Result<Vec<(Vec<u8>, T)>, ReactorError>,
+) -> Result<Option<(Vec<u8>, T)>, ReactorError> {
+    if len > EXACT_SAMPLE_MAX {
+        return pick();
+    }
+    let mut every = all()?;
+    if every.is_empty() {
+        return Ok(None);
+    }
+    let i = uniform_index(every.len());
+    Ok(Some(every.swap_remove(i)))
+}
+
+/// A uniform index below `n` (> 0).
+fn uniform_index(n: usize) -> usize {
+    debug_assert!(n > 0, "an index into something");
+    rand::random_range(0..n)
+}
+
 /// `count` random elements of a collection of `len` (HRANDFIELD,
-/// ZRANDMEMBER): `pick` draws one, `all` lists them. A negative count may
-/// repeat (each pick on its own, at most [`MAX_RANDOM_COUNT`]); a positive
-/// one is distinct. `Err(frame)`: the error reply.
-pub(crate) fn random_picks<T>(
+/// SRANDMEMBER, ZRANDMEMBER): `pick` draws one by position, `all` lists
+/// them. A negative count may repeat (each pick on its own, at most
+/// [`MAX_RANDOM_COUNT`]); a positive one is distinct. Uniform up to
+/// [`EXACT_SAMPLE_MAX`] elements. `Err(frame)`: the error reply.
+pub(crate) fn random_picks<T: Clone>(
     command: &str,
     what: &str,
     len: u64,
@@ -579,6 +614,16 @@ pub(crate) fn random_picks<T>(
             ))));
         }
         let mut picked = Vec::with_capacity(count as usize);
+        if len <= EXACT_SAMPLE_MAX {
+            let every = all()?;
+            if every.is_empty() {
+                return Ok(Ok(picked));
+            }
+            for _ in 0..count {
+                picked.push(every[uniform_index(every.len())].clone());
+            }
+            return Ok(Ok(picked));
+        }
         for _ in 0..count {
             match pick()? {
                 Some(one) => picked.push(one),
@@ -591,9 +636,9 @@ pub(crate) fn random_picks<T>(
     if count >= len {
         return Ok(Ok(all()?));
     }
-    // Distinct ones: picked one by one while they are a small part of the
-    // collection (few repeats to skip), else drawn from all of them.
-    if count * 3 <= len {
+    // Distinct ones from a large collection: picked one by one while they
+    // are a small part of it (few repeats to skip), else drawn from all.
+    if len > EXACT_SAMPLE_MAX && count * 3 <= len {
         let mut seen = HashSet::with_capacity(count as usize);
         let mut picked = Vec::with_capacity(count as usize);
         // Bounded: repeats are rare at a third of the collection at most.
@@ -614,8 +659,7 @@ pub(crate) fn random_picks<T>(
     let count = (count as usize).min(n);
     // A partial Fisher-Yates shuffle: the first `count` are a uniform pick.
     for i in 0..count {
-        let j = i + (rand::random::<u64>() % (n - i) as u64) as usize;
-        every.swap(i, j);
+        every.swap(i, i + uniform_index(n - i));
     }
     every.truncate(count);
     Ok(Ok(every))

@@ -16,6 +16,7 @@
 //! a MULTI/EXEC block is one serializable root transaction.
 
 mod admin;
+mod blocked;
 mod commands;
 pub mod config;
 mod connection;

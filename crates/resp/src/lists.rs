@@ -92,6 +92,9 @@ pub(crate) enum ListOp {
         from_left: bool,
         to_left: bool,
         timeout_ms: Option<u64>,
+        /// A blocked client's retry: a source of another type is nil (it
+        /// waits on) rather than an error.
+        waiting: bool,
     },
     /// LMPOP, BLMPOP (`reply: Reply::KeyAndElements`) and BLPOP, BRPOP
     /// (`Reply::KeyAndElement`, one element): pops from the first list of
@@ -102,6 +105,8 @@ pub(crate) enum ListOp {
         count: u64,
         reply: MPopReply,
         timeout_ms: Option<u64>,
+        /// A blocked client's retry: keys of another type are passed over.
+        waiting: bool,
     },
 }
 
@@ -153,6 +158,15 @@ impl ListOp {
                 key, pivot, value, ..
             } => key.len() + pivot.len() + value.len(),
             _ => 64,
+        }
+    }
+
+    /// The form a blocked client retries: keys of another type are nil to
+    /// it (Redis serves a blocked client only from a key that holds a
+    /// list); the others unchanged.
+    pub(crate) fn waiting_form(&mut self) {
+        if let ListOp::Move { waiting, .. } | ListOp::MPop { waiting, .. } = self {
+            *waiting = true;
         }
     }
 
@@ -289,6 +303,7 @@ fn parse_list(name: &str, a: &mut [Vec<u8>]) -> Result<ListOp, Frame> {
                 from_left,
                 to_left,
                 timeout_ms,
+                waiting: false,
             }
         }
         "rpoplpush" | "brpoplpush" => {
@@ -302,6 +317,7 @@ fn parse_list(name: &str, a: &mut [Vec<u8>]) -> Result<ListOp, Frame> {
                 from_left: false,
                 to_left: true,
                 timeout_ms,
+                waiting: false,
             }
         }
         "lmpop" => parse_lmpop(a, None)?,
@@ -318,6 +334,7 @@ fn parse_list(name: &str, a: &mut [Vec<u8>]) -> Result<ListOp, Frame> {
                 count: 1,
                 reply: MPopReply::KeyAndElement,
                 timeout_ms: Some(timeout_ms),
+                waiting: false,
             }
         }
         other => unreachable!("list command `{other}` without a parser"),
@@ -411,6 +428,7 @@ fn parse_lmpop(a: &mut [Vec<u8>], timeout: Option<&[u8]>) -> Result<ListOp, Fram
         count: count.unwrap_or(1),
         reply: MPopReply::KeyAndElements,
         timeout_ms,
+        waiting: false,
     })
 }
 
@@ -642,13 +660,15 @@ pub(crate) async fn apply(tx: &Tx, op: &ListOp) -> Result<Frame, ReactorError> {
             dst,
             from_left,
             to_left,
+            waiting,
             ..
-        } => lmove(tx, src, dst, *from_left, *to_left).await?,
+        } => lmove(tx, src, dst, *from_left, *to_left, *waiting).await?,
         ListOp::MPop {
             keys,
             left,
             count,
             reply,
+            waiting,
             ..
         } => {
             // The first key with elements, in order; a key of another type
@@ -657,6 +677,7 @@ pub(crate) async fn apply(tx: &Tx, op: &ListOp) -> Result<Frame, ReactorError> {
                 let popped = tx
                     .modify(key, |old| match found(old) {
                         Found::Absent => (Write::Keep, None),
+                        Found::WrongType if *waiting => (Write::Keep, None),
                         Found::WrongType => (Write::Keep, Some(Err(Frame::error(WRONGTYPE)))),
                         Found::List(mut list, deadline) => {
                             let popped = pop_many(&mut list, *left, *count);
@@ -786,19 +807,22 @@ fn lpos(list: &VecDeque<Vec<u8>>, args: &PosArgs) -> Frame {
 }
 
 /// LMOVE (and RPOPLPUSH, BLMOVE, BRPOPLPUSH): the source checked first (nil
-/// if absent), then the destination's type, then the pop and the push.
+/// if absent, or of another type for a blocked client's retry), then the
+/// destination's type, then the pop and the push.
 async fn lmove(
     tx: &Tx,
     src: &Vec<u8>,
     dst: &Vec<u8>,
     from_left: bool,
     to_left: bool,
+    waiting: bool,
 ) -> Result<Frame, ReactorError> {
     if src == dst {
         // A rotation (or nothing): one read and one write of the list.
         return tx
             .modify(src, |old| match found(old) {
                 Found::Absent => (Write::Keep, Frame::Null),
+                Found::WrongType if waiting => (Write::Keep, Frame::Null),
                 Found::WrongType => (Write::Keep, Frame::error(WRONGTYPE)),
                 Found::List(mut list, deadline) => match pop_end(&mut list, from_left) {
                     None => (Write::Keep, Frame::Null),
@@ -812,6 +836,7 @@ async fn lmove(
     }
     let (mut source, source_deadline) = match found(tx.read(src).await?) {
         Found::Absent => return Ok(Frame::Null),
+        Found::WrongType if waiting => return Ok(Frame::Null),
         Found::WrongType => return Ok(Frame::error(WRONGTYPE)),
         Found::List(list, deadline) => (list, deadline),
     };
@@ -979,6 +1004,7 @@ mod tests {
                 left: false,
                 count: 3,
                 reply: MPopReply::KeyAndElements,
+                waiting: false,
                 timeout_ms: None,
             }) => assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]),
             other => panic!("{other:?}"),
@@ -1010,6 +1036,7 @@ mod tests {
                 count: 1,
                 reply: MPopReply::KeyAndElement,
                 timeout_ms: Some(1500),
+                waiting: false,
             }) => assert_eq!(keys.len(), 2),
             other => panic!("{other:?}"),
         }

@@ -51,12 +51,9 @@ pub(crate) struct ServerShared {
     pub(crate) thresholds: crate::admin::Thresholds,
     /// Connections waiting in a blocking command (INFO's `blocked_clients`).
     pub(crate) blocked_clients: AtomicUsize,
-    /// Their tickets, in the order they began to wait: the older tries
-    /// first on every retry tick (Redis serves blocked clients first come,
-    /// first served).
-    /// Each one's ticket and the last retry tick it tried on.
-    pub(crate) blocked_waiters: std::sync::Mutex<std::collections::BTreeMap<u64, u64>>,
-    pub(crate) next_blocked_ticket: AtomicU64,
+    /// Their commands, in the order they began to wait (Redis serves
+    /// blocked clients first come, first served).
+    pub(crate) blocked: crate::blocked::Blocked,
     /// What the retry ticks of blocked clients count from.
     pub(crate) blocked_epoch: std::time::Instant,
     /// INFO's `run_id`: random per server.
@@ -362,8 +359,7 @@ impl Server {
                 max_clients: AtomicUsize::new(max_clients),
                 thresholds: crate::admin::Thresholds::default(),
                 blocked_clients: AtomicUsize::new(0),
-                blocked_waiters: std::sync::Mutex::new(std::collections::BTreeMap::new()),
-                next_blocked_ticket: AtomicU64::new(0),
+                blocked: crate::blocked::Blocked::default(),
                 blocked_epoch: std::time::Instant::now(),
                 run_id: rand::random(),
                 port,

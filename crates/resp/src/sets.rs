@@ -7,11 +7,13 @@
 //! Multi-key commands read each key in its own reactor, inside the one
 //! transaction: SINTER walks its smallest set and looks each member up in
 //! the others, SDIFF walks the first and looks up in the rest, SUNION walks
-//! all. SPOP and SRANDMEMBER pick members at random positions (see
-//! `KeyRows::set_random`); SRANDMEMBER with a negative count returns at
-//! most [`MAX_RANDOM_COUNT`] members.
+//! all. SPOP picks members at random positions (see
+//! `KeyRows::set_random`). SRANDMEMBER picks uniformly from a set of up to
+//! [`EXACT_SAMPLE_MAX`](crate::hashes::EXACT_SAMPLE_MAX) members, by
+//! position from a larger one; with a negative count it returns at most
+//! [`MAX_RANDOM_COUNT`] members.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 use roost_reactor::ReactorError;
 
@@ -582,73 +584,31 @@ fn pop(rows: &mut KeyRows<'_>, count: Option<u64>) -> Result<Frame, crate::membe
     Ok(Frame::Set(bulks(popped)))
 }
 
-/// SRANDMEMBER key [count].
+/// SRANDMEMBER key [count]: as HRANDFIELD's picks
+/// ([`random_picks`](crate::hashes::random_picks)).
 fn random_members(
     rows: &mut KeyRows<'_>,
     count: Option<i64>,
 ) -> Result<Frame, crate::members::Fail> {
     let found = rows.read(Members::Set)?;
+    let len = found.map_or(0, |f| f.len);
+    let pick = || Ok(rows.set_random()?.map(|member| (member, ())));
+    let all = || Ok(rows.set_members()?.into_iter().map(|m| (m, ())).collect());
     let Some(count) = count else {
-        return Ok(match found {
-            None => Frame::Null,
-            Some(_) => rows.set_random()?.map_or(Frame::Null, Frame::Bulk),
-        });
+        if found.is_none() {
+            return Ok(Frame::Null);
+        }
+        let one = crate::hashes::random_one(len, pick, all)?;
+        return Ok(one.map_or(Frame::Null, |(member, ())| Frame::Bulk(member)));
     };
-    let Some(found) = found else {
-        return Ok(Frame::Array(Vec::new()));
-    };
-    if count == 0 {
+    if found.is_none() {
         return Ok(Frame::Array(Vec::new()));
     }
-    if count < 0 {
-        // With repeats: each pick on its own.
-        let count = count.unsigned_abs();
-        if count > MAX_RANDOM_COUNT {
-            return Ok(Frame::error(format!(
-                "ERR SRANDMEMBER with a negative count returns at most {MAX_RANDOM_COUNT} members"
-            )));
-        }
-        let mut picked = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            match rows.set_random()? {
-                Some(member) => picked.push(Frame::Bulk(member)),
-                None => break,
-            }
-        }
-        return Ok(Frame::Array(picked));
-    }
-    let count = count as u64;
-    if count >= found.len {
-        return Ok(Frame::Array(bulks(rows.set_members()?)));
-    }
-    // Distinct members: picked one by one while they are a small part of
-    // the set (few repeats to skip), else drawn from all of them.
-    if count * 3 <= found.len {
-        let mut seen = HashSet::with_capacity(count as usize);
-        let mut picked = Vec::with_capacity(count as usize);
-        // Bounded: repeats are rare at a third of the set at most.
-        for _ in 0..count * 8 + 64 {
-            let Some(member) = rows.set_random()? else {
-                break;
-            };
-            if seen.insert(member.clone()) {
-                picked.push(member);
-                if picked.len() as u64 == count {
-                    return Ok(Frame::Array(bulks(picked)));
-                }
-            }
-        }
-    }
-    let mut members = rows.set_members()?;
-    let len = members.len();
-    let count = (count as usize).min(len);
-    // A partial Fisher-Yates shuffle: the first `count` are a uniform pick.
-    for i in 0..count {
-        let j = i + (rand::random::<u64>() % (len - i) as u64) as usize;
-        members.swap(i, j);
-    }
-    members.truncate(count);
-    Ok(Frame::Array(bulks(members)))
+    let picked = crate::hashes::random_picks("SRANDMEMBER", "members", len, count, pick, all)?;
+    Ok(match picked {
+        Ok(picked) => Frame::Array(bulks(picked.into_iter().map(|(m, ())| m))),
+        Err(error) => error,
+    })
 }
 
 /// SMOVE source destination member.

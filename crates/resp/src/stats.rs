@@ -347,7 +347,17 @@ pub struct Stats {
     pub forwards_unknown: AtomicU64,
     /// Calls per command, in the order of the command table.
     per_command: Box<[AtomicU64]>,
+    /// Error replies (INFO's `total_error_replies`), and by their code (the
+    /// first word: INFO errorstats), at most [`MAX_ERROR_CODES`] codes.
+    pub total_error_replies: AtomicU64,
+    error_codes: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
+
+/// The most error codes counted apart (as Redis, which stops adding codes
+/// at 128: a client's own codes from scripts are unbounded).
+const MAX_ERROR_CODES: usize = 128;
+/// The longest error code counted (longer ones are cut).
+const MAX_ERROR_CODE_BYTES: usize = 64;
 
 impl Stats {
     /// Notes a connection about to write `bytes` of replies.
@@ -399,6 +409,33 @@ impl Stats {
         for counter in self.per_command.iter() {
             counter.store(0, Ordering::Relaxed);
         }
+        self.total_error_replies.store(0, Ordering::Relaxed);
+        self.error_codes.lock().expect("error codes lock").clear();
+    }
+
+    /// Notes an error reply, `message` its text (its code the first word).
+    pub(crate) fn note_error(&self, message: &str) {
+        self.total_error_replies.fetch_add(1, Ordering::Relaxed);
+        let code = message.split(' ').next().unwrap_or("ERR");
+        let code = if code.is_empty() { "ERR" } else { code };
+        let mut end = code.len().min(MAX_ERROR_CODE_BYTES);
+        while !code.is_char_boundary(end) {
+            end -= 1;
+        }
+        let code = &code[..end];
+        let mut codes = self.error_codes.lock().expect("error codes lock");
+        if let Some(count) = codes.get_mut(code) {
+            *count += 1;
+        } else if codes.len() < MAX_ERROR_CODES {
+            codes.insert(code.to_owned(), 1);
+        }
+    }
+
+    /// Every error code replied since the start (or RESETSTAT), with its
+    /// count.
+    pub fn error_codes(&self) -> Vec<(String, u64)> {
+        let codes = self.error_codes.lock().expect("error codes lock");
+        codes.iter().map(|(code, n)| (code.clone(), *n)).collect()
     }
 
     /// Adds `n` calls of the command at `index` in the command table.
@@ -484,6 +521,8 @@ impl Default for Stats {
                 .iter()
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            total_error_replies: AtomicU64::new(0),
+            error_codes: std::sync::Mutex::default(),
         }
     }
 }

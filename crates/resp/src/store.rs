@@ -492,6 +492,21 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// Whether the command may push to a list (and so feed a blocked
+    /// client): the list commands, keyspace commands (RENAME, COPY,
+    /// RESTORE), SORT's STORE, functions and scripts.
+    pub(crate) fn may_push(&self) -> bool {
+        matches!(
+            self,
+            Op::Push { .. }
+                | Op::Lists(_)
+                | Op::Key(_)
+                | Op::Sort(_)
+                | Op::FCall(_)
+                | Op::Script(_)
+        )
+    }
+
     /// The first key the command touches (where its transaction starts).
     fn first_key(&self) -> Option<&[u8]> {
         match self {
@@ -526,6 +541,17 @@ impl Op {
     /// Bytes of keys and values the command carries (bounds a batch).
     /// A blocking command's timeout (ms; 0: none): BLPOP and its kin,
     /// BZPOPMIN/BZPOPMAX/BZMPOP. `None` for every other op.
+    /// The form a blocked client's command is retried in (keys of another
+    /// type are passed over, as Redis serves only a key of the right type).
+    pub(crate) fn waiting_form(mut self) -> Op {
+        match &mut self {
+            Op::Lists(op) => op.waiting_form(),
+            Op::ZSets(op) => op.waiting_form(),
+            _ => {}
+        }
+        self
+    }
+
     pub(crate) fn blocking_timeout_ms(&self) -> Option<u64> {
         match self {
             Op::Lists(op) => op.timeout_ms(),

@@ -159,6 +159,8 @@ pub(crate) enum ZSetOp {
         count: u64,
         /// BZMPOP's timeout (ms; 0: none): it waits outside MULTI.
         timeout_ms: Option<u64>,
+        /// A blocked client's retry: keys of another type are passed over.
+        waiting: bool,
     },
     /// BZPOPMIN/BZPOPMAX key [key ...] timeout: one member of the first key
     /// that holds some, as `[key, member, score]`; outside MULTI it waits.
@@ -166,6 +168,8 @@ pub(crate) enum ZSetOp {
         keys: Vec<Vec<u8>>,
         max: bool,
         timeout_ms: u64,
+        /// A blocked client's retry: keys of another type are passed over.
+        waiting: bool,
     },
     /// ZRANDMEMBER key [count [WITHSCORES]].
     RandMember {
@@ -197,6 +201,14 @@ impl ZSetOp {
                 .store
                 .as_deref()
                 .or_else(|| op.keys.first().map(Vec::as_slice)),
+        }
+    }
+
+    /// The form a blocked client retries: keys of another type are passed
+    /// over (Redis serves a blocked client only from a sorted set).
+    pub(crate) fn waiting_form(&mut self) {
+        if let ZSetOp::MPop { waiting, .. } | ZSetOp::BPop { waiting, .. } = self {
+            *waiting = true;
         }
     }
 
@@ -407,6 +419,7 @@ fn parse_zset(name: &str, a: &mut [Vec<u8>]) -> Result<ZSetOp, Frame> {
                 keys: take_all(&mut a[..last]),
                 max: name == "bzpopmax",
                 timeout_ms,
+                waiting: false,
             }
         }
         "zrandmember" => {
@@ -1022,7 +1035,12 @@ fn parse_zmpop(a: &mut [Vec<u8>], timeout_ms: Option<u64>) -> Result<ZSetOp, Fra
         max,
         count: count.unwrap_or(1),
         timeout_ms,
+        waiting: false,
     })
+}
+
+fn is_wrongtype(reply: &Frame) -> bool {
+    matches!(reply, Frame::Error(e) if e.starts_with("WRONGTYPE"))
 }
 
 /// Replaces whatever `dst` holds by a sorted set of `rows` (deleted if
@@ -1157,7 +1175,9 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
             })
             .await?
         }
-        ZSetOp::BPop { keys, max, .. } => {
+        ZSetOp::BPop {
+            keys, max, waiting, ..
+        } => {
             // The first key with members, in order, as BZPOPMIN answers:
             // `[key, member, score]`; a key of another type on the way is
             // an error.
@@ -1176,14 +1196,19 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                         })
                     })
                     .await?;
-                if !matches!(reply, Frame::NullArray) {
+                let passed_over = *waiting && is_wrongtype(&reply);
+                if !matches!(reply, Frame::NullArray) && !passed_over {
                     return Ok(reply);
                 }
             }
             Frame::NullArray
         }
         ZSetOp::MPop {
-            keys, max, count, ..
+            keys,
+            max,
+            count,
+            waiting,
+            ..
         } => {
             // The first key with members, in order; a key of another type
             // on the way is an error, as in Redis.
@@ -1202,7 +1227,8 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                         Ok(Frame::Array(vec![Frame::Bulk(name), Frame::Array(pairs)]))
                     })
                     .await?;
-                if !matches!(reply, Frame::NullArray) {
+                let passed_over = *waiting && is_wrongtype(&reply);
+                if !matches!(reply, Frame::NullArray) && !passed_over {
                     return Ok(reply);
                 }
             }
@@ -1236,7 +1262,12 @@ pub(crate) async fn apply(tx: &Tx, op: &ZSetOp) -> Result<Frame, ReactorError> {
                 let Some(count) = count else {
                     return Ok(match found {
                         None => Frame::Null,
-                        Some(_) => rows.zrandom()?.map_or(Frame::Null, |(m, _)| Frame::Bulk(m)),
+                        Some(found) => crate::hashes::random_one(
+                            found.len,
+                            || rows.zrandom(),
+                            || rows.zmembers(),
+                        )?
+                        .map_or(Frame::Null, |(m, _)| Frame::Bulk(m)),
                     });
                 };
                 let len = found.map_or(0, |f| f.len);

@@ -1110,3 +1110,49 @@ async fn sets_and_sorted_sets_beyond_redis_7_0() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// INFO's `total_error_replies` and errorstats count every error reply by
+/// its code, an EXEC's failed commands and a script's `error_reply` too;
+/// CONFIG RESETSTAT zeroes them (Redis's "errorstats" tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_replies_are_counted_by_code() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    let info = |text: &Frame, field: &str| -> Option<String> {
+        let Frame::Bulk(bytes) = text else {
+            panic!("INFO answers a bulk: {text:?}");
+        };
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")).map(str::to_owned))
+    };
+    assert_eq!(r.call(&["CONFIG", "RESETSTAT"]).await, Frame::ok());
+    assert_eq!(r.call(&["RPUSH", "l", "a"]).await, Frame::Integer(1));
+    assert!(matches!(r.call(&["GET", "l"]).await, Frame::Error(e) if e.starts_with("WRONGTYPE")));
+    assert!(matches!(r.call(&["NOSUCHCOMMAND"]).await, Frame::Error(_)));
+    assert_eq!(r.call(&["MULTI"]).await, Frame::ok());
+    r.call(&["INCR", "l"]).await;
+    r.call(&["SET", "s", "1"]).await;
+    assert!(matches!(r.call(&["EXEC"]).await, Frame::Array(_)));
+    let script = "return redis.error_reply('MY_ERR_CODE custom msg')";
+    assert_eq!(
+        r.call(&["EVAL", script, "0"]).await,
+        err("MY_ERR_CODE custom msg")
+    );
+    let all = r.call(&["INFO", "errorstats"]).await;
+    assert_eq!(
+        info(&all, "errorstat_WRONGTYPE").as_deref(),
+        Some("count=2")
+    );
+    assert_eq!(info(&all, "errorstat_ERR").as_deref(), Some("count=1"));
+    assert_eq!(
+        info(&all, "errorstat_MY_ERR_CODE").as_deref(),
+        Some("count=1")
+    );
+    let stats = r.call(&["INFO", "stats"]).await;
+    assert_eq!(info(&stats, "total_error_replies").as_deref(), Some("4"));
+    assert_eq!(r.call(&["CONFIG", "RESETSTAT"]).await, Frame::ok());
+    let stats = r.call(&["INFO"]).await;
+    assert_eq!(info(&stats, "total_error_replies").as_deref(), Some("0"));
+    assert_eq!(info(&stats, "errorstat_WRONGTYPE"), None);
+}

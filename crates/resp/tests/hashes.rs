@@ -929,3 +929,73 @@ async fn concurrent_hincrby_on_the_same_fields() {
     let other: i64 = q(&mut c, &["HGET", "other", "n"]).await.unwrap();
     assert_eq!(other, (CLIENTS * ROUNDS / 10) as i64);
 }
+
+/// Pearson's chi-square statistic of `picks` over `names`, each expected
+/// equally often.
+fn chi_square(picks: &[Vec<u8>], names: &[&str]) -> f64 {
+    let expected = picks.len() as f64 / names.len() as f64;
+    names
+        .iter()
+        .map(|name| {
+            let seen = picks
+                .iter()
+                .filter(|p| p.as_slice() == name.as_bytes())
+                .count() as f64;
+            (seen - expected).powi(2) / expected
+        })
+        .sum()
+}
+
+/// HRANDFIELD, SRANDMEMBER and ZRANDMEMBER pick uniformly from a small
+/// collection (Redis's "histogram distribution" tests: with 9 degrees of
+/// freedom, a chi-square above 40 has probability 1e-5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_picks_are_uniform() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    let names = [
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
+        "6",
+        "7",
+        "8",
+        "9",
+        "a-longer-name-0123456789",
+    ];
+    for name in names {
+        r.call(&["HSET", "h", name, "v"]).await;
+        r.call(&["SADD", "s", name]).await;
+        r.call(&["ZADD", "z", "1", name]).await;
+    }
+    for (command, key) in [
+        ("HRANDFIELD", "h"),
+        ("SRANDMEMBER", "s"),
+        ("ZRANDMEMBER", "z"),
+    ] {
+        let Frame::Array(many) = r.call(&[command, key, "-1000"]).await else {
+            panic!("{command} answers an array");
+        };
+        let many: Vec<Vec<u8>> = many
+            .into_iter()
+            .map(|f| match f {
+                Frame::Bulk(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(many.len(), 1000);
+        let chi = chi_square(&many, &names);
+        assert!(chi < 40.0, "{command} -1000: chi-square {chi}");
+        let mut singles = Vec::new();
+        for _ in 0..500 {
+            match r.call(&[command, key]).await {
+                Frame::Bulk(b) => singles.push(b),
+                other => panic!("{command}: {other:?}"),
+            }
+        }
+        let chi = chi_square(&singles, &names);
+        assert!(chi < 40.0, "{command} single picks: chi-square {chi}");
+    }
+}

@@ -290,4 +290,85 @@ async fn blocked_clients_are_served_in_the_order_they_began_to_wait() {
         assert_eq!(second.frame().await, Some(Frame::bulk("foo")));
         assert_eq!(r.call(&["LPOP", "dst"]).await, Frame::bulk("foo"));
     }
+    // Several elements pushed at once go one each to the waiters, oldest
+    // first.
+    for round in 0..5 {
+        let mut waiters = Vec::new();
+        for n in 1..=4 {
+            let mut waiter = Raw::connect(addr).await;
+            waiter.send_command(&["BLPOP", "fifo", "0"]).await;
+            until_blocked(&mut r, n).await;
+            waiters.push(waiter);
+        }
+        assert_eq!(
+            r.call(&["RPUSH", "fifo", "e0", "e1", "e2", "e3"]).await,
+            Frame::Integer(4)
+        );
+        for (i, waiter) in waiters.iter_mut().enumerate() {
+            let element = format!("e{i}");
+            assert_eq!(
+                waiter.frame().await,
+                Some(bulks(&["fifo", &element])),
+                "round {round}: waiter {i} gets element {i}"
+            );
+        }
+    }
+}
+
+/// A push serves the clients it feeds before its own reply goes out, in
+/// chains (one waiter's BLMOVE feeds the next), as Redis does ("Linked
+/// LMOVEs", "Circular BRPOPLPUSH"); a key that holds another type while
+/// they wait does not wake them ("LPUSH + DEL + SET should not awake
+/// blocked client").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_serves_its_waiters_before_it_is_answered() {
+    let server = start(config());
+    let addr = server.addr();
+    let mut r = Raw::connect(addr).await;
+    let (mut rd1, mut rd2) = (Raw::connect(addr).await, Raw::connect(addr).await);
+    rd1.send_command(&["BLMOVE", "l1", "l2", "RIGHT", "LEFT", "0"])
+        .await;
+    until_blocked(&mut r, 1).await;
+    rd2.send_command(&["BLMOVE", "l2", "l3", "LEFT", "RIGHT", "0"])
+        .await;
+    until_blocked(&mut r, 2).await;
+    assert_eq!(r.call(&["RPUSH", "l1", "foo"]).await, Frame::Integer(1));
+    for (key, want) in [("l1", vec![]), ("l2", vec![]), ("l3", vec!["foo"])] {
+        assert_eq!(
+            r.call(&["LRANGE", key, "0", "-1"]).await,
+            bulks(&want),
+            "{key} right after the push's reply"
+        );
+    }
+    assert_eq!(rd1.frame().await, Some(Frame::bulk("foo")));
+    assert_eq!(rd2.frame().await, Some(Frame::bulk("foo")));
+
+    let (mut rd1, mut rd2) = (Raw::connect(addr).await, Raw::connect(addr).await);
+    rd1.send_command(&["BRPOPLPUSH", "c1", "c2", "0"]).await;
+    until_blocked(&mut r, 1).await;
+    rd2.send_command(&["BRPOPLPUSH", "c2", "c1", "0"]).await;
+    until_blocked(&mut r, 2).await;
+    assert_eq!(r.call(&["RPUSH", "c1", "foo"]).await, Frame::Integer(1));
+    assert_eq!(r.call(&["LRANGE", "c1", "0", "-1"]).await, bulks(&["foo"]));
+    assert_eq!(r.call(&["LRANGE", "c2", "0", "-1"]).await, bulks(&[]));
+    assert_eq!(rd1.frame().await, Some(Frame::bulk("foo")));
+    assert_eq!(rd2.frame().await, Some(Frame::bulk("foo")));
+
+    let mut rd = Raw::connect(addr).await;
+    rd.send_command(&["BLPOP", "k", "0"]).await;
+    until_blocked(&mut r, 1).await;
+    assert_eq!(r.call(&["MULTI"]).await, Frame::ok());
+    r.call(&["LPUSH", "k", "a"]).await;
+    r.call(&["DEL", "k"]).await;
+    r.call(&["SET", "k", "foo"]).await;
+    assert!(matches!(r.call(&["EXEC"]).await, Frame::Array(_)));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        clients_info(&mut r, "blocked_clients").await,
+        1,
+        "still waiting"
+    );
+    assert_eq!(r.call(&["DEL", "k"]).await, Frame::Integer(1));
+    assert_eq!(r.call(&["LPUSH", "k", "b"]).await, Frame::Integer(1));
+    assert_eq!(rd.frame().await, Some(bulks(&["k", "b"])));
 }

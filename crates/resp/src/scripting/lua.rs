@@ -687,7 +687,14 @@ impl Run<'_> {
             Err(e) => return Step::Done(Err(self.runtime_error(&error_text(&e)))),
         };
         if self.thread.status() == ThreadStatus::Resumable {
-            if paused {
+            // A command's yield carries its table; a pause carries nothing,
+            // whether the hook yielded this thread or a coroutine inside it
+            // (the sandbox's `pcall` passes that yield on, with nothing, in
+            // a later resume than the hook's if the hook fired again in
+            // between). Resuming a pause with values would put them on the
+            // paused thread's stack, under a pending instruction.
+            debug_assert!(!paused || values.is_empty(), "a pause yields nothing");
+            if values.is_empty() {
                 return Step::Pause;
             }
             return match command_args(&self.lua, values) {

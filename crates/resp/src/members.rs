@@ -495,12 +495,29 @@ fn walk<K: KeyCodec + Clone, V: serde::de::DeserializeOwned>(
     def: &RelationDef<K, V>,
     range: (Bound<K>, Bound<K>),
     direction: ScanDirection,
+    visit: impl FnMut(K, V) -> Result<bool, ReactorError>,
+) -> Result<(), ReactorError> {
+    walk_from(ctx, def, range, direction, CHUNK, visit)
+}
+
+/// [`walk`] whose first chunk is `first_chunk` rows (at most [`CHUNK`]): a
+/// walk that wants a few rows (ZPOPMIN's one) reads those, not a chunk
+/// (each row read is decoded and joins the transaction's read set, which a
+/// concurrent change of any of them aborts).
+fn walk_from<K: KeyCodec + Clone, V: serde::de::DeserializeOwned>(
+    ctx: &ReactorCtx,
+    def: &RelationDef<K, V>,
+    range: (Bound<K>, Bound<K>),
+    direction: ScanDirection,
+    first_chunk: usize,
     mut visit: impl FnMut(K, V) -> Result<bool, ReactorError>,
 ) -> Result<(), ReactorError> {
     let (mut lower, mut upper) = range;
+    let mut chunk = first_chunk.clamp(1, CHUNK);
     loop {
-        let rows = ctx.scan(def, (lower.clone(), upper.clone()), direction, CHUNK)?;
-        let full = rows.len() == CHUNK;
+        let rows = ctx.scan(def, (lower.clone(), upper.clone()), direction, chunk)?;
+        let full = rows.len() == chunk;
+        chunk = CHUNK;
         let Some((last, _)) = rows.last() else {
             return Ok(());
         };
@@ -948,7 +965,8 @@ impl<'a> KeyRows<'a> {
         if take == 0 {
             return Ok(rows);
         }
-        walk(self.ctx, &ZSET_SCORES, bounds, direction, |row, ()| {
+        let wanted = usize::try_from(skip.saturating_add(take)).unwrap_or(CHUNK);
+        walk_from(self.ctx, &ZSET_SCORES, bounds, direction, wanted, |row, ()| {
             if skip > 0 {
                 skip -= 1;
                 return Ok(true);

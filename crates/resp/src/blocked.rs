@@ -54,8 +54,12 @@ struct BlockedQueue {
 }
 
 struct Waiter {
-    /// The command's non-blocking form: nil when it pops nothing.
+    /// The command's non-blocking form as a blocked client retries it (nil
+    /// when it pops nothing; a key of another type passed over).
     op: Op,
+    /// Its form as first run (a key of another type an error, as Redis
+    /// answers a blocking command on one), until a sweep takes it.
+    first: Option<Op>,
     state: WaiterState,
 }
 
@@ -102,13 +106,22 @@ fn is_nil(frame: &Frame) -> bool {
 }
 
 impl<'a> BlockedWaiter<'a> {
-    pub(crate) fn new(shared: &'a ServerShared, op: Op) -> Self {
+    /// Queues a blocking command before it first runs: its first run is a
+    /// sweep's, so a push that commits meanwhile serves it, and every client
+    /// queued before it, first (a client that began to wait later cannot
+    /// take the element in between). `first` is the command as first run,
+    /// `retry` its retried form.
+    pub(crate) fn new(shared: &'a ServerShared, first: Op, retry: Op) -> Self {
         shared.blocked_clients.fetch_add(1, Ordering::Relaxed);
         let mut queue = queue(shared);
         let ticket = queue.next_ticket;
         queue.next_ticket += 1;
-        let state = WaiterState::Waiting;
-        let previous = queue.waiters.insert(ticket, Waiter { op, state });
+        let waiter = Waiter {
+            op: retry,
+            first: Some(first),
+            state: WaiterState::Waiting,
+        };
+        let previous = queue.waiters.insert(ticket, waiter);
         assert!(previous.is_none(), "tickets are unique");
         BlockedWaiter { shared, ticket }
     }
@@ -136,9 +149,10 @@ impl<'a> BlockedWaiter<'a> {
         self.outcome::<T>().await
     }
 
-    /// At its timeout: its reply if a sweep served it meanwhile (a sweep
-    /// that holds its command is waited for), else `Waiting`.
-    pub(crate) async fn at_timeout<T: crate::connection::Timers>(&self) -> Turn {
+    /// Its reply if a sweep served it (a sweep that holds its command is
+    /// waited for), else `Waiting`: after its first sweep, and at its
+    /// timeout.
+    pub(crate) async fn served<T: crate::connection::Timers>(&self) -> Turn {
         self.outcome::<T>().await
     }
 
@@ -201,7 +215,8 @@ impl Drop for SweepGuard<'_> {
 }
 
 /// After a command of this server that may have pushed to a list, before
-/// its reply: serves the waiters it fed (a no-op without any).
+/// its reply, and for a newly queued waiter: serves the waiters that can be
+/// (a no-op without any).
 pub(crate) async fn serve_after_push<R: RunOps>(shared: &ServerShared, run: &R) {
     if shared.blocked_clients.load(Ordering::Relaxed) == 0 {
         return;
@@ -234,7 +249,7 @@ async fn sweep<R: RunOps>(shared: &ServerShared, run: &R) -> bool {
             if matches!(waiter.state, WaiterState::Waiting) {
                 waiter.state = WaiterState::InSweep;
                 tickets.push(ticket);
-                ops.push(waiter.op.clone());
+                ops.push(waiter.first.take().unwrap_or_else(|| waiter.op.clone()));
             }
         }
         (tickets, ops)

@@ -391,10 +391,10 @@ impl Connection<'_> {
         None
     }
 
-    /// Waits for a blocking command: tries its non-blocking form once; if
-    /// that pops nothing, queues it among the blocked clients, whose
-    /// commands one sweep runs every [`blocked::BLOCKED_RETRY`], oldest first, as one
-    /// transaction ([`crate::blocked`]), until it pops something or its
+    /// Waits for a blocking command: queues it among the blocked clients,
+    /// whose commands (their non-blocking forms) a sweep runs right away,
+    /// after every push and every [`blocked::BLOCKED_RETRY`], oldest first,
+    /// as one transaction ([`crate::blocked`]), until it pops something or its
     /// timeout passes (then the nil array, Redis's reply at a timeout).
     /// Meanwhile the socket is watched, so a client that goes away ends the
     /// wait (`None`, as does a server that stops); what it sends meanwhile
@@ -413,26 +413,24 @@ impl Connection<'_> {
             0 => None,
             ms => started.checked_add(Duration::from_millis(ms)),
         };
-        let reply = self
-            .run_here(vec![blocked.op.clone()])
-            .await
-            .pop()
-            .unwrap_or_else(|| Frame::error("ERR internal error: no reply"));
-        if !matches!(reply, Frame::Null | Frame::NullArray) {
-            // A BLMOVE that moved may have fed another waiter.
-            blocked::serve_after_push(self.shared, &*self).await;
-            return Some(reply);
-        }
-        // Counted in INFO's `blocked_clients` and queued from its first
-        // miss until it ends, however it ends.
-        // Its retries pass over keys of another type (Redis serves a blocked
-        // client only from a key of the right type).
-        let waiter = BlockedWaiter::new(self.shared, blocked.op.waiting_form());
+        // Counted in INFO's `blocked_clients` and queued from before its
+        // first run until it ends, however it ends. Its retries pass over
+        // keys of another type (Redis serves a blocked client only from a
+        // key of the right type).
+        let retry = blocked.op.clone().waiting_form();
+        let waiter = BlockedWaiter::new(self.shared, blocked.op, retry);
         let this: &Self = self;
+        // Its first run: a sweep (with the clients queued before it, first).
+        blocked::serve_after_push(self.shared, this).await;
+        match waiter.served::<T>().await {
+            Turn::Served(reply) => return Some(reply),
+            Turn::Waiting => {}
+            Turn::Stopped => return None,
+        }
         loop {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return match waiter.at_timeout::<T>().await {
+                return match waiter.served::<T>().await {
                     Turn::Served(reply) => Some(reply),
                     // Redis answers every list wait that timed out with the
                     // nil array, BLMOVE's and BRPOPLPUSH's too (nil where

@@ -966,15 +966,22 @@ impl<'a> KeyRows<'a> {
             return Ok(rows);
         }
         let wanted = usize::try_from(skip.saturating_add(take)).unwrap_or(CHUNK);
-        walk_from(self.ctx, &ZSET_SCORES, bounds, direction, wanted, |row, ()| {
-            if skip > 0 {
-                skip -= 1;
-                return Ok(true);
-            }
-            let score = row.score();
-            rows.push((row.member, score));
-            Ok((rows.len() as u64) < take)
-        })?;
+        walk_from(
+            self.ctx,
+            &ZSET_SCORES,
+            bounds,
+            direction,
+            wanted,
+            |row, ()| {
+                if skip > 0 {
+                    skip -= 1;
+                    return Ok(true);
+                }
+                let score = row.score();
+                rows.push((row.member, score));
+                Ok((rows.len() as u64) < take)
+            },
+        )?;
         Ok(rows)
     }
 

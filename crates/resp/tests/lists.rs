@@ -372,3 +372,38 @@ async fn a_push_serves_its_waiters_before_it_is_answered() {
     assert_eq!(r.call(&["LPUSH", "k", "b"]).await, Frame::Integer(1));
     assert_eq!(rd.frame().await, Some(bulks(&["k", "b"])));
 }
+
+/// A push that lands right after a younger client's blocking command was
+/// sent (before it blocked, maybe before it first ran) goes to the older
+/// waiter first (Redis's "BRPOPLPUSH with multiple blocked clients", which
+/// pushes without waiting for the second client to block). A blocking
+/// command is queued before it first runs, so no push can slip between its
+/// first run and its place in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_right_after_the_blocking_commands_goes_to_the_first() {
+    let server = start(config());
+    let addr = server.addr();
+    let mut r = Raw::connect(addr).await;
+    for round in 0..30 {
+        r.call(&["DEL", "blist", "target1", "target2"]).await;
+        assert_eq!(r.call(&["SET", "target1", "nolist"]).await, Frame::ok());
+        let (mut rd1, mut rd2) = (Raw::connect(addr).await, Raw::connect(addr).await);
+        rd1.send_command(&["BRPOPLPUSH", "blist", "target1", "0"])
+            .await;
+        until_blocked(&mut r, 1).await;
+        rd2.send_command(&["BRPOPLPUSH", "blist", "target2", "0"])
+            .await;
+        assert_eq!(r.call(&["LPUSH", "blist", "foo"]).await, Frame::Integer(1));
+        let Some(Frame::Error(e)) = tokio::time::timeout(Duration::from_secs(5), rd1.frame())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the first client is answered"))
+        else {
+            panic!("round {round}: the first client fails on its destination's type");
+        };
+        assert!(e.starts_with("WRONGTYPE"), "{e}");
+        let second = tokio::time::timeout(Duration::from_secs(5), rd2.frame())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the second client is answered"));
+        assert_eq!(second, Some(Frame::bulk("foo")), "round {round}");
+    }
+}

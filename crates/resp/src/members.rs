@@ -114,6 +114,15 @@ pub(crate) fn parse_scan_options(a: &[Vec<u8>]) -> Result<ScanOptions, Frame> {
     Ok(options)
 }
 
+/// A lex interval's range, whose rows are kept only if their member is in
+/// it (see [`LexRange::bounds`]).
+fn lex_filter(interval: &Interval) -> Option<&LexRange> {
+    match interval {
+        Interval::Lex(range) => Some(range),
+        Interval::Score(_) => None,
+    }
+}
+
 /// Rows a walk reads at a time.
 pub(crate) const CHUNK: usize = 512;
 
@@ -375,10 +384,29 @@ impl LexRange {
         }
     }
 
+    /// Whether `member` is inside the range.
+    pub(crate) fn contains(&self, member: &[u8]) -> bool {
+        let above_min = match &self.min {
+            LexBound::Min => true,
+            LexBound::Max => false,
+            LexBound::Inclusive(m) => member >= m.as_slice(),
+            LexBound::Exclusive(m) => member > m.as_slice(),
+        };
+        let below_max = match &self.max {
+            LexBound::Max => true,
+            LexBound::Min => false,
+            LexBound::Inclusive(m) => member <= m.as_slice(),
+            LexBound::Exclusive(m) => member < m.as_slice(),
+        };
+        above_min && below_max
+    }
+
     /// The range as bounds of `key`'s `zset_scores` rows: Redis ranks by
     /// member only when every score is the same, so the bounds are taken at
-    /// the first row's score (`low`) and the last row's (`high`). With
-    /// different scores the result is unspecified, as in Redis.
+    /// the first row's score (`low`) and the last row's (`high`), and the
+    /// rows between are kept only if their member is in the range (with
+    /// different scores Redis calls the result unspecified; its walk finds
+    /// none in a range past every member, and neither does this).
     fn bounds(&self, key: &[u8], low: u64, high: u64) -> RowBounds {
         let row = |bits: u64, member: &[u8]| ScoreKey {
             key: key.to_vec(),
@@ -910,7 +938,7 @@ impl<'a> KeyRows<'a> {
         let Some(bounds) = self.interval_bounds(interval)? else {
             return Ok(Vec::new());
         };
-        self.zwalk(bounds, direction, skip, take)
+        self.zwalk(bounds, direction, skip, take, lex_filter(interval))
     }
 
     /// How many rows `interval` holds (walks them).
@@ -918,14 +946,17 @@ impl<'a> KeyRows<'a> {
         let Some(bounds) = self.interval_bounds(interval)? else {
             return Ok(0);
         };
+        let filter = lex_filter(interval);
         let mut count = 0;
         walk(
             self.ctx,
             &ZSET_SCORES,
             bounds,
             ScanDirection::Forward,
-            |_, ()| {
-                count += 1;
+            |row, ()| {
+                if filter.is_none_or(|range| range.contains(&row.member)) {
+                    count += 1;
+                }
                 Ok(true)
             },
         )?;
@@ -946,9 +977,9 @@ impl<'a> KeyRows<'a> {
         );
         let take = last - first + 1;
         if first <= len - 1 - last {
-            self.zwalk(whole, ScanDirection::Forward, first, take)
+            self.zwalk(whole, ScanDirection::Forward, first, take, None)
         } else {
-            let mut rows = self.zwalk(whole, ScanDirection::Reverse, len - 1 - last, take)?;
+            let mut rows = self.zwalk(whole, ScanDirection::Reverse, len - 1 - last, take, None)?;
             rows.reverse();
             Ok(rows)
         }
@@ -960,6 +991,7 @@ impl<'a> KeyRows<'a> {
         direction: ScanDirection,
         mut skip: u64,
         take: u64,
+        filter: Option<&LexRange>,
     ) -> Result<Vec<(Vec<u8>, f64)>, ReactorError> {
         let mut rows = Vec::new();
         if take == 0 {
@@ -973,6 +1005,9 @@ impl<'a> KeyRows<'a> {
             direction,
             wanted,
             |row, ()| {
+                if filter.is_some_and(|range| !range.contains(&row.member)) {
+                    return Ok(true);
+                }
                 if skip > 0 {
                     skip -= 1;
                     return Ok(true);

@@ -1156,3 +1156,35 @@ async fn error_replies_are_counted_by_code() {
     assert_eq!(info(&stats, "total_error_replies").as_deref(), Some("0"));
     assert_eq!(info(&stats, "errorstat_WRONGTYPE"), None);
 }
+
+/// A lex range over a sorted set whose scores differ keeps only members in
+/// the range (Redis's "ZRANGESTORE BYLEX - empty range": a range past every
+/// member is empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lex_ranges_over_mixed_scores_keep_members_in_range() {
+    let server = start(config());
+    let mut r = Raw::connect(server.addr()).await;
+    let bulks = |items: &[&str]| Frame::Array(items.iter().map(|i| Frame::bulk(*i)).collect());
+    r.call(&["ZADD", "z1", "1", "a", "2", "b", "3", "c", "4", "d"])
+        .await;
+    assert_eq!(
+        r.call(&["ZRANGESTORE", "z2", "z1", "[f", "[g", "BYLEX"])
+            .await,
+        Frame::Integer(0)
+    );
+    assert_eq!(r.call(&["EXISTS", "z2"]).await, Frame::Integer(0));
+    assert_eq!(r.call(&["ZRANGEBYLEX", "z1", "[f", "[g"]).await, bulks(&[]));
+    assert_eq!(
+        r.call(&["ZLEXCOUNT", "z1", "[f", "+"]).await,
+        Frame::Integer(0)
+    );
+    assert_eq!(
+        r.call(&["ZRANGE", "z1", "[b", "[c", "BYLEX"]).await,
+        bulks(&["b", "c"])
+    );
+    assert_eq!(
+        r.call(&["ZRANGE", "z1", "-", "+", "BYLEX", "LIMIT", "1", "2"])
+            .await,
+        bulks(&["b", "c"])
+    );
+}

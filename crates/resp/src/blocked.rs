@@ -9,11 +9,12 @@
 //! Sweeps run one at a time, in rounds while they serve someone (an older
 //! waiter fed by a younger one's move).
 //!
-//! A sweep runs after each command of this server that may push to a list,
-//! before its reply goes out (so its client, as Redis's, sees the waiters
-//! served), and every [`BLOCKED_RETRY`] (pushes from other nodes, keys that
-//! changed type): whichever waiter reaches a tick first runs that one. There
-//! is no task of its own; the waiters take their replies from the queue.
+//! A blocking command is queued before it first runs, and its first run is a
+//! sweep's. A sweep also runs after each command of this server that may
+//! push to a list, before its reply goes out (so its client, as Redis's,
+//! sees the waiters served), and every [`BLOCKED_RETRY`] (pushes from other
+//! nodes): whichever waiter reaches a tick first runs that one. There is no
+//! task of its own; the waiters take their replies from the queue.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -146,19 +147,13 @@ impl<'a> BlockedWaiter<'a> {
                 sweep_rounds(self.shared, run).await;
             }
         }
-        self.outcome::<T>().await
+        self.served::<T>().await
     }
 
-    /// Its reply if a sweep served it (a sweep that holds its command is
-    /// waited for), else `Waiting`: after its first sweep, and at its
-    /// timeout.
+    /// Its reply if a sweep served it, else `Waiting` (after its first
+    /// sweep, at a tick, at its timeout). A sweep that holds its command is
+    /// waited out: bounded by the sweep's transaction.
     pub(crate) async fn served<T: crate::connection::Timers>(&self) -> Turn {
-        self.outcome::<T>().await
-    }
-
-    /// Waits out a sweep that holds this waiter's command, then takes its
-    /// reply if it has one. Bounded by the sweep's transaction.
-    async fn outcome<T: crate::connection::Timers>(&self) -> Turn {
         loop {
             if self.shared.stopped.load(Ordering::Acquire) {
                 return Turn::Stopped;
@@ -169,16 +164,10 @@ impl<'a> BlockedWaiter<'a> {
                     .waiters
                     .get_mut(&self.ticket)
                     .expect("a waiter stays queued while it lives");
-                match &waiter.state {
+                match std::mem::replace(&mut waiter.state, WaiterState::Waiting) {
                     WaiterState::Waiting => return Turn::Waiting,
-                    WaiterState::InSweep => {}
-                    WaiterState::Served(_) => {
-                        let served = std::mem::replace(&mut waiter.state, WaiterState::Waiting);
-                        let WaiterState::Served(reply) = served else {
-                            unreachable!("matched Served");
-                        };
-                        return Turn::Served(reply);
-                    }
+                    WaiterState::Served(reply) => return Turn::Served(reply),
+                    WaiterState::InSweep => waiter.state = WaiterState::InSweep,
                 }
             }
             T::sleep(SWEEP_POLL).await;
@@ -212,6 +201,14 @@ impl Drop for SweepGuard<'_> {
             }
         }
     }
+}
+
+/// Whether running `ops` may feed a blocked client of this server: one is
+/// waiting and a command may push to a list. Checked before the commands
+/// run, so a batch pays nothing while no client waits (one that begins to
+/// wait meanwhile runs a sweep of its own).
+pub(crate) fn may_feed(shared: &ServerShared, ops: &[Op]) -> bool {
+    shared.blocked_clients.load(Ordering::Relaxed) > 0 && ops.iter().any(Op::may_push)
 }
 
 /// After a command of this server that may have pushed to a list, before

@@ -506,7 +506,7 @@ impl Connection<'_> {
         // The next batch is likely as long as this one.
         let hint = batch.ops.len();
         let ops = std::mem::replace(&mut batch.ops, Vec::with_capacity(hint));
-        let may_push = ops.iter().any(Op::may_push);
+        let may_push = blocked::may_feed(self.shared, &ops);
         if batch.ships.is_empty() {
             let replies = self.run_here(ops).await;
             if may_push {
@@ -1113,7 +1113,7 @@ impl Connection<'_> {
             return Frame::error("EXECABORT Transaction discarded because of previous errors.");
         }
         let watched = (!watched.is_empty()).then(|| Arc::new(watched));
-        let may_push = multi.ops.iter().any(Op::may_push);
+        let may_push = blocked::may_feed(self.shared, &multi.ops);
         let outcome = self.shared.store.run(Arc::new(multi.ops), watched).await;
         if may_push && matches!(outcome, Ok(Some(_))) {
             blocked::serve_after_push(self.shared, &*self).await;

@@ -26,7 +26,7 @@ use crate::members::{
 };
 use crate::protocol::{format_double, Frame};
 use crate::sets::scan_reply;
-use crate::store::{parse_i64, Op, Tx};
+use crate::store::{parse_i64, Op, Tx, WRONGTYPE};
 
 const NOT_A_FLOAT: &str = "ERR value is not a valid float";
 const RANGE_NOT_A_FLOAT: &str = "ERR min or max is not a float";
@@ -1040,7 +1040,7 @@ fn parse_zmpop(a: &mut [Vec<u8>], timeout_ms: Option<u64>) -> Result<ZSetOp, Fra
 }
 
 fn is_wrongtype(reply: &Frame) -> bool {
-    matches!(reply, Frame::Error(e) if e.starts_with("WRONGTYPE"))
+    matches!(reply, Frame::Error(e) if e == WRONGTYPE)
 }
 
 /// Replaces whatever `dst` holds by a sorted set of `rows` (deleted if
